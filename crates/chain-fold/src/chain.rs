@@ -1,0 +1,231 @@
+//! One execution's events by id, and the hop walk from a tip back to genesis.
+
+use crate::event::{Event, EventId};
+use crate::spine::{Spine, SpineOrder};
+
+/// The hop bound of today's walk. The walk also stops at the first revisited event, so this
+/// bound is only reached by chains longer than it.
+pub const DEFAULT_WALK_LIMIT: usize = 5_000_000;
+
+/// Why a walk could not produce a spine.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Incomplete {
+    /// The requested tip is not indexed (yet): the staleness guard.
+    #[error("tip {0} is not indexed")]
+    TipMissing(EventId),
+    /// The walk reached an event whose `prev_event_id` names this id, which is not indexed.
+    #[error("hop to {0} is not indexed")]
+    MissingHop(EventId),
+    /// The walk reached a root without passing a `playbook_started` event.
+    #[error("the walk reached a root without passing playbook_started")]
+    NoGenesis,
+    /// The links loop: this event was reached twice.
+    #[error("the chain loops through event {0}")]
+    Cycle(EventId),
+    /// The walk took more hops than the configured limit.
+    #[error("the walk exceeded its hop limit")]
+    WalkLimit,
+}
+
+/// One execution's events by id.
+///
+/// A `Chain` is a persistent map: `clone` is O(1) and shares every node with the original,
+/// and `apply` copies only the O(log n) path it changes when the chain is shared. That is
+/// what lets an engine publish an immutable snapshot of a chain per batch without copying
+/// it.
+///
+/// ```
+/// use chain_fold::{Chain, Event, Incomplete, SpineOrder};
+///
+/// let mut chain = Chain::new(SpineOrder::Causal);
+/// chain.apply(Event::minimal(1, 7, None, "playbook_started"));
+/// chain.apply(Event::minimal(2, 7, Some(1), "step"));
+/// let snapshot = chain.clone(); // O(1)
+/// chain.apply(Event::minimal(3, 7, Some(2), "step"));
+///
+/// assert_eq!(chain.walk_from(3).unwrap().ids(), vec![1, 2, 3]);
+/// assert_eq!(snapshot.walk_from(3).unwrap_err(), Incomplete::TipMissing(3));
+/// ```
+#[derive(Clone)]
+pub struct Chain {
+    order: SpineOrder,
+    walk_limit: usize,
+    events: imbl::OrdMap<EventId, Event>,
+    bytes: usize,
+    rewrites: u64,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain")
+            .field("order", &self.order)
+            .field("len", &self.events.len())
+            .field("bytes", &self.bytes)
+            .field("rewrites", &self.rewrites)
+            .finish()
+    }
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain::new(SpineOrder::default())
+    }
+}
+
+impl Chain {
+    /// An empty chain whose spines use `order`.
+    pub fn new(order: SpineOrder) -> Chain {
+        Chain {
+            order,
+            walk_limit: DEFAULT_WALK_LIMIT,
+            events: imbl::OrdMap::new(),
+            bytes: 0,
+            rewrites: 0,
+        }
+    }
+
+    /// Sets the hop bound of every walk (default [`DEFAULT_WALK_LIMIT`]).
+    pub fn with_walk_limit(mut self, hops: usize) -> Chain {
+        self.walk_limit = hops;
+        self
+    }
+
+    /// Indexes `event`, overwriting an event with the same id (at-least-once redelivery).
+    /// Returns true if the id was new.
+    ///
+    /// A redelivery never double counts: the byte ledger is adjusted by the difference.
+    /// A redelivery that *differs* from what is indexed (another payload, type or `prev`) is
+    /// a rewrite: the last delivery wins, as today, and [`Chain::rewrites`] increments so
+    /// that cached spines built on the old version are not reused.
+    pub fn apply(&mut self, event: Event) -> bool {
+        let added = event.resident_bytes();
+        match self.events.insert(event.id(), event) {
+            None => {
+                self.bytes += added;
+                true
+            }
+            Some(old) => {
+                self.bytes = self.bytes - old.resident_bytes() + added;
+                let same = self.events.get(&old.id()).is_some_and(|new| *new == old);
+                if !same {
+                    self.rewrites += 1;
+                }
+                false
+            }
+        }
+    }
+
+    /// Is `id` indexed?
+    pub fn contains(&self, id: EventId) -> bool {
+        self.events.contains_key(&id)
+    }
+
+    /// The event with this id.
+    pub fn get(&self, id: EventId) -> Option<&Event> {
+        self.events.get(&id)
+    }
+
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// True when no event is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The resident cost the byte ledger charges for these events (sum of
+    /// [`Event::resident_bytes`]).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The largest indexed id (the legacy head; see the domain reference for why the tip is
+    /// not the max id).
+    pub fn max_id(&self) -> Option<EventId> {
+        self.events.get_max().map(|(id, _)| *id)
+    }
+
+    /// The spine order of this chain.
+    pub fn order(&self) -> SpineOrder {
+        self.order
+    }
+
+    /// How many redeliveries replaced an event with a different one.
+    pub fn rewrites(&self) -> u64 {
+        self.rewrites
+    }
+
+    /// All events, in ascending id order.
+    pub fn iter(&self) -> impl Iterator<Item = &Event> + '_ {
+        self.events.values()
+    }
+
+    /// Walks from `tip` back to the root and returns the spine, or why there is none.
+    ///
+    /// Costs one lookup per hop. A corrupt chain costs at most `len() + 1` hops: a walk
+    /// that takes more hops than there are events must have revisited one, and stops with
+    /// [`Incomplete::Cycle`].
+    pub fn walk_from(&self, tip: EventId) -> Result<Spine, Incomplete> {
+        let walk = self.walk_back(tip, None)?;
+        Ok(self.spine_of(tip, walk.events))
+    }
+
+    pub(crate) fn spine_of(&self, tip: EventId, tip_first: Vec<Event>) -> Spine {
+        let mut events = tip_first;
+        match self.order {
+            SpineOrder::Causal => events.reverse(),
+            SpineOrder::EventId => events.sort_by_key(Event::id),
+        }
+        Spine::assemble(tip, self.order, self.rewrites, events.into())
+    }
+
+    /// Follows `prev` links from `from` until a root, or until `stop_at` is reached (not
+    /// included). Returns the events visited, tip first.
+    pub(crate) fn walk_back(
+        &self,
+        from: EventId,
+        stop_at: Option<EventId>,
+    ) -> Result<Walk, Incomplete> {
+        let mut current = self.events.get(&from).ok_or(Incomplete::TipMissing(from))?;
+        let mut events = Vec::new();
+        let mut genesis = false;
+        let cycle_bound = self.events.len();
+        loop {
+            if events.len() >= self.walk_limit {
+                return Err(Incomplete::WalkLimit);
+            }
+            if events.len() >= cycle_bound {
+                // More hops than events: some event was visited twice, and so is this one.
+                return Err(Incomplete::Cycle(current.id()));
+            }
+            genesis |= current.is_genesis();
+            events.push(current.clone());
+            let Some(prev) = current.prev() else {
+                break;
+            };
+            if Some(prev) == stop_at {
+                return Ok(Walk {
+                    events,
+                    reached_stop: true,
+                });
+            }
+            current = self.events.get(&prev).ok_or(Incomplete::MissingHop(prev))?;
+        }
+        if !genesis {
+            return Err(Incomplete::NoGenesis);
+        }
+        Ok(Walk {
+            events,
+            reached_stop: false,
+        })
+    }
+}
+
+pub(crate) struct Walk {
+    /// Visited events, tip first.
+    pub(crate) events: Vec<Event>,
+    /// True when the walk stopped at the requested event rather than at a root.
+    pub(crate) reached_stop: bool,
+}

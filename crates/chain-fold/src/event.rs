@@ -1,0 +1,488 @@
+//! One WAL event: the four fields the index reads, and the payload it hands back verbatim.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The id of one event, unique within the WAL.
+pub type EventId = i64;
+/// The id of one workflow execution.
+pub type ExecutionId = i64;
+
+/// The only genesis event type: a chain is complete only if its walk passes one.
+pub const GENESIS_TYPE: &str = "playbook_started";
+
+/// The six spellings of a terminal event type; after a batch holding one, the execution is
+/// evicted.
+pub const TERMINAL_TYPES: [&str; 6] = [
+    "playbook_completed",
+    "playbook_failed",
+    "playbook_cancelled",
+    "playbook.completed",
+    "playbook.failed",
+    "playbook.cancelled",
+];
+
+/// The keys the slim projection keeps (the consumer ignores every other key).
+pub const SLIM_KEYS: [&str; 13] = [
+    "event_id",
+    "execution_id",
+    "catalog_id",
+    "event_type",
+    "node_name",
+    "status",
+    "context",
+    "result",
+    "meta",
+    "timestamp",
+    "created_at",
+    "parent_execution_id",
+    "attempt",
+];
+
+/// Which field of an envelope an [`EventError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Field {
+    /// `event_id`
+    EventId,
+    /// `execution_id`
+    ExecutionId,
+    /// `prev_event_id`
+    PrevEventId,
+}
+
+impl Field {
+    /// The JSON key of the field.
+    pub fn key(self) -> &'static str {
+        match self {
+            Field::EventId => "event_id",
+            Field::ExecutionId => "execution_id",
+            Field::PrevEventId => "prev_event_id",
+        }
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+/// Why a WAL payload could not be decoded into a chainable [`Event`].
+///
+/// Every variant names what was wrong so a drain can count and log it; none of them is ever
+/// a panic, whatever the input bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    /// The bytes are not one well-formed JSON value in UTF-8 (truncated, invalid UTF-8,
+    /// trailing garbage, or a duplicate key among the four decoded fields). Deep nesting
+    /// inside other fields is accepted: it is skipped without recursion and handed back
+    /// verbatim.
+    #[error("payload is not valid JSON: {0}")]
+    Json(String),
+    /// The payload is valid JSON but not an object.
+    #[error("payload is a JSON {found}, not an object")]
+    NotAnObject {
+        /// The JSON kind that was found (`array`, `string`, ...).
+        found: &'static str,
+    },
+    /// A required id is absent or `null`.
+    #[error("`{field}` is missing or null")]
+    Missing {
+        /// The field.
+        field: Field,
+    },
+    /// An id was sent as a JSON string (`"42"`). Today's index drops such events silently;
+    /// this is reported instead so the producer can be fixed.
+    #[error("`{field}` is a JSON string ({text}); ids must be JSON integers")]
+    StringId {
+        /// The field.
+        field: Field,
+        /// The raw JSON text of the value, truncated to 32 bytes.
+        text: String,
+    },
+    /// An id is a number but not an integer (`1.5`, `1e3`).
+    #[error("`{field}` is not an integer ({text})")]
+    NotAnInteger {
+        /// The field.
+        field: Field,
+        /// The raw JSON text of the value, truncated to 32 bytes.
+        text: String,
+    },
+    /// An id is an integer outside the `i64` range.
+    #[error("`{field}` does not fit in an i64 ({text})")]
+    OutOfRange {
+        /// The field.
+        field: Field,
+        /// The raw JSON text of the value, truncated to 32 bytes.
+        text: String,
+    },
+    /// An id is a boolean, an object or an array.
+    #[error("`{field}` is a JSON {found}, not an integer")]
+    WrongType {
+        /// The field.
+        field: Field,
+        /// The JSON kind that was found.
+        found: &'static str,
+    },
+}
+
+/// What the index knows about an event type without comparing strings again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TypeClass {
+    Genesis,
+    Terminal,
+    Other,
+}
+
+impl TypeClass {
+    fn of(event_type: &str) -> Self {
+        if event_type == GENESIS_TYPE {
+            TypeClass::Genesis
+        } else if TERMINAL_TYPES.contains(&event_type) {
+            TypeClass::Terminal
+        } else {
+            TypeClass::Other
+        }
+    }
+}
+
+#[derive(Debug)]
+struct EventInner {
+    id: EventId,
+    execution_id: ExecutionId,
+    prev: Option<EventId>,
+    class: TypeClass,
+    event_type: Box<str>,
+    payload: Bytes,
+}
+
+/// One decoded WAL event.
+///
+/// An `Event` is a pointer to immutable shared data: cloning it is one reference-count
+/// increment, and the payload bytes are never copied again after decoding. Spines, chains
+/// and the JSON served to a consumer all point at the same payload.
+///
+/// ```
+/// use chain_fold::Event;
+///
+/// let e = Event::from_json(br#"{"event_id":7,"execution_id":1,"prev_event_id":6,
+///                              "event_type":"step_done","result":{"ok":true}}"#)?;
+/// assert_eq!((e.id(), e.execution_id(), e.prev()), (7, 1, Some(6)));
+/// assert!(!e.is_genesis() && !e.is_terminal());
+/// assert!(e.payload().starts_with(b"{\"event_id\":7"));
+///
+/// // A string id is a typed error, not a silent drop.
+/// let err = Event::from_json(br#"{"event_id":"7","execution_id":1}"#).unwrap_err();
+/// assert!(matches!(err, chain_fold::EventError::StringId { .. }));
+/// # Ok::<(), chain_fold::EventError>(())
+/// ```
+#[derive(Clone)]
+pub struct Event(Arc<EventInner>);
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("id", &self.0.id)
+            .field("execution_id", &self.0.execution_id)
+            .field("prev", &self.0.prev)
+            .field("event_type", &self.0.event_type)
+            .field("payload_len", &self.0.payload.len())
+            .finish()
+    }
+}
+
+/// Two events are equal when every decoded field and the payload bytes are equal.
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.id == other.0.id
+                && self.0.execution_id == other.0.execution_id
+                && self.0.prev == other.0.prev
+                && self.0.event_type == other.0.event_type
+                && self.0.payload == other.0.payload)
+    }
+}
+
+impl Eq for Event {}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    event_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    execution_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    prev_event_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    event_type: Option<&'a RawValue>,
+}
+
+/// Fixed heap cost of one resident event beyond its payload and type string: the shared
+/// allocation holding the decoded fields (with its two reference counts) plus one map entry.
+/// The byte ledger charges this per event; `docs/benchmarks.md` compares it with a counting
+/// allocator.
+pub const EVENT_OVERHEAD_BYTES: usize = std::mem::size_of::<EventInner>()
+    + 2 * std::mem::size_of::<usize>()
+    + std::mem::size_of::<(EventId, Event)>();
+
+impl Event {
+    /// Decodes one WAL payload, keeping a copy of the bytes verbatim.
+    ///
+    /// Use [`Event::from_json_bytes`] to keep a `Bytes` you already own without copying.
+    pub fn from_json(payload: &[u8]) -> Result<Event, EventError> {
+        Self::from_json_bytes(Bytes::copy_from_slice(payload))
+    }
+
+    /// Decodes one WAL payload that is already a [`Bytes`], sharing it (no copy).
+    ///
+    /// Rules (from the domain reference): `event_id` and `execution_id` must be JSON
+    /// integers in the `i64` range; `prev_event_id` absent, `null`, a boolean, an object, an
+    /// array or a non-integer number makes the event a chain root, as today; a *string* id in
+    /// any of the three fields is an error; `event_type` that is absent or not a string
+    /// reads as the empty string.
+    pub fn from_json_bytes(payload: Bytes) -> Result<Event, EventError> {
+        let first = payload.iter().copied().find(|b| !b.is_ascii_whitespace());
+        if first != Some(b'{') {
+            // Validate first so truncated or garbage input reports as JSON, then name the kind.
+            let value: &RawValue =
+                serde_json::from_slice(&payload).map_err(|e| EventError::Json(e.to_string()))?;
+            return Err(EventError::NotAnObject {
+                found: json_kind(value.get()),
+            });
+        }
+        // Validate UTF-8 up front: serde_json skips unknown fields without checking their
+        // strings, and the payload is handed back verbatim to consumers that will.
+        let text = std::str::from_utf8(&payload).map_err(|e| EventError::Json(e.to_string()))?;
+        let env: Envelope<'_> =
+            serde_json::from_str(text).map_err(|e| EventError::Json(e.to_string()))?;
+        let id = required_id(env.event_id, Field::EventId)?;
+        let execution_id = required_id(env.execution_id, Field::ExecutionId)?;
+        let prev = match env.prev_event_id {
+            None => None,
+            Some(raw) => match parse_id(raw, Field::PrevEventId) {
+                Ok(id) => Some(id),
+                Err(e @ EventError::StringId { .. }) => return Err(e),
+                Err(_) => None,
+            },
+        };
+        let event_type: Box<str> = match env.event_type {
+            Some(raw) if raw.get().starts_with('"') => {
+                serde_json::from_str::<String>(raw.get())
+                    .map_err(|e| EventError::Json(e.to_string()))?
+                    .into_boxed_str()
+            }
+            _ => Box::from(""),
+        };
+        Ok(Self::assemble(
+            id,
+            execution_id,
+            prev,
+            event_type,
+            payload,
+        ))
+    }
+
+    /// Builds an event from already-decoded parts.
+    ///
+    /// The payload is trusted to be one JSON value: it is spliced verbatim into
+    /// [`Spine::json_array`](crate::Spine::json_array). Use this for synthetic workloads and
+    /// tests; a drain should use [`Event::from_json`].
+    pub fn from_parts(
+        id: EventId,
+        execution_id: ExecutionId,
+        prev: Option<EventId>,
+        event_type: &str,
+        payload: Bytes,
+    ) -> Event {
+        Self::assemble(id, execution_id, prev, event_type.into(), payload)
+    }
+
+    /// Builds an event whose payload is the minimal envelope of its four fields.
+    ///
+    /// ```
+    /// let e = chain_fold::Event::minimal(2, 9, Some(1), "step");
+    /// assert_eq!(chain_fold::Event::from_json(e.payload()).unwrap(), e);
+    /// ```
+    pub fn minimal(
+        id: EventId,
+        execution_id: ExecutionId,
+        prev: Option<EventId>,
+        event_type: &str,
+    ) -> Event {
+        let payload = serde_json::json!({
+            "event_id": id,
+            "execution_id": execution_id,
+            "prev_event_id": prev,
+            "event_type": event_type,
+        });
+        let bytes = Bytes::from(serde_json::to_vec(&payload).unwrap_or_default());
+        Self::from_parts(id, execution_id, prev, event_type, bytes)
+    }
+
+    fn assemble(
+        id: EventId,
+        execution_id: ExecutionId,
+        prev: Option<EventId>,
+        event_type: Box<str>,
+        payload: Bytes,
+    ) -> Event {
+        Event(Arc::new(EventInner {
+            id,
+            execution_id,
+            prev,
+            class: TypeClass::of(&event_type),
+            event_type,
+            payload,
+        }))
+    }
+
+    /// This event with its payload reduced to the slim projection ([`SLIM_KEYS`]).
+    ///
+    /// The decoded fields are unchanged (the chain link survives even though
+    /// `prev_event_id` is not a slim key). Key order of the kept keys is preserved.
+    pub fn to_slim(&self) -> Event {
+        let kept = slim_payload(&self.0.payload).unwrap_or_else(|| self.0.payload.clone());
+        Event(Arc::new(EventInner {
+            id: self.0.id,
+            execution_id: self.0.execution_id,
+            prev: self.0.prev,
+            class: self.0.class,
+            event_type: self.0.event_type.clone(),
+            payload: kept,
+        }))
+    }
+
+    /// The event's id.
+    pub fn id(&self) -> EventId {
+        self.0.id
+    }
+    /// The execution this event belongs to.
+    pub fn execution_id(&self) -> ExecutionId {
+        self.0.execution_id
+    }
+    /// The previous event in arrival order, or `None` for a chain root.
+    pub fn prev(&self) -> Option<EventId> {
+        self.0.prev
+    }
+    /// The event type (empty when absent or not a string).
+    pub fn event_type(&self) -> &str {
+        &self.0.event_type
+    }
+    /// The payload bytes exactly as they were decoded.
+    pub fn payload(&self) -> &Bytes {
+        &self.0.payload
+    }
+    /// `event_type == "playbook_started"`.
+    pub fn is_genesis(&self) -> bool {
+        self.0.class == TypeClass::Genesis
+    }
+    /// One of the six terminal spellings ([`TERMINAL_TYPES`]).
+    pub fn is_terminal(&self) -> bool {
+        self.0.class == TypeClass::Terminal
+    }
+    /// What the byte ledger charges for keeping this event resident: payload, type string
+    /// and [`EVENT_OVERHEAD_BYTES`].
+    pub fn resident_bytes(&self) -> usize {
+        self.0.payload.len() + self.0.event_type.len() + EVENT_OVERHEAD_BYTES
+    }
+    /// True when both handles point at the same decoded allocation.
+    pub fn ptr_eq(&self, other: &Event) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+fn slim_payload(payload: &[u8]) -> Option<Bytes> {
+    // A Vec of pairs (not a map) keeps the producer's key order and tolerates nothing odd:
+    // the payload already decoded once, so failure here means "keep it whole".
+    struct Pairs<'a>(Vec<(&'a str, &'a RawValue)>);
+    impl<'de: 'a, 'a> Deserialize<'de> for Pairs<'a> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<'a>(std::marker::PhantomData<&'a ()>);
+            impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+                type Value = Pairs<'a>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<M: serde::de::MapAccess<'de>>(
+                    self,
+                    mut m: M,
+                ) -> Result<Self::Value, M::Error> {
+                    let mut out = Vec::new();
+                    while let Some((k, v)) = m.next_entry::<&'de str, &'de RawValue>()? {
+                        out.push((k, v));
+                    }
+                    Ok(Pairs(out))
+                }
+            }
+            d.deserialize_map(V(std::marker::PhantomData))
+        }
+    }
+    let pairs: Pairs<'_> = serde_json::from_slice(payload).ok()?;
+    let mut out = Vec::with_capacity(payload.len().min(4096));
+    out.push(b'{');
+    for (key, value) in pairs.0.iter().filter(|(k, _)| SLIM_KEYS.contains(k)) {
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, key).ok()?;
+        out.push(b':');
+        out.extend_from_slice(value.get().as_bytes());
+    }
+    out.push(b'}');
+    Some(Bytes::from(out))
+}
+
+fn required_id(raw: Option<&RawValue>, field: Field) -> Result<EventId, EventError> {
+    match raw {
+        None => Err(EventError::Missing { field }),
+        Some(raw) => parse_id(raw, field),
+    }
+}
+
+fn parse_id(raw: &RawValue, field: Field) -> Result<EventId, EventError> {
+    let text = raw.get();
+    if let Ok(id) = text.parse::<i64>() {
+        return Ok(id);
+    }
+    let shown = || text.chars().take(32).collect::<String>();
+    let first = text.as_bytes().first().copied().unwrap_or(b' ');
+    if first == b'"' {
+        return Err(EventError::StringId {
+            field,
+            text: shown(),
+        });
+    }
+    if first == b'-' || first.is_ascii_digit() {
+        let integral = text.bytes().skip(1).all(|b| b.is_ascii_digit());
+        return Err(if integral {
+            EventError::OutOfRange {
+                field,
+                text: shown(),
+            }
+        } else {
+            EventError::NotAnInteger {
+                field,
+                text: shown(),
+            }
+        });
+    }
+    Err(EventError::WrongType {
+        field,
+        found: json_kind(text),
+    })
+}
+
+fn json_kind(text: &str) -> &'static str {
+    match text.as_bytes().first() {
+        Some(b'{') => "object",
+        Some(b'[') => "array",
+        Some(b'"') => "string",
+        Some(b't' | b'f') => "boolean",
+        Some(b'n') => "null",
+        _ => "number",
+    }
+}

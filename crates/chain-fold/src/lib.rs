@@ -1,0 +1,61 @@
+//! The pure core of the state-builder index: events, per-execution chains, hop walks,
+//! cached spines and incremental folds.
+//!
+//! # The model
+//!
+//! A workflow execution emits events to a write-ahead log. Each event names the event
+//! before it (`prev_event_id`, stamped by the server in *arrival* order), so an execution's
+//! events form a singly linked list from the newest event back to `playbook_started`. A
+//! [`Chain`] holds one execution's events by id. A [`Spine`] is the ordered list of events
+//! from genesis to one tip, found by walking the links back from that tip
+//! ([`Chain::walk_from`]).
+//!
+//! Builds are always rooted at the tip the server names, never at the largest id: under
+//! fan-out the tip can carry a *lower* id than its predecessor.
+//!
+//! ```
+//! use chain_fold::{Chain, Event, SpineOrder};
+//!
+//! // 1 playbook_started <- 2 <- 3 <- 100 <- 50: event 50 arrived last.
+//! let mut chain = Chain::new(SpineOrder::Causal);
+//! for (id, prev) in [(1, None), (2, Some(1)), (3, Some(2)), (100, Some(3)), (50, Some(100))] {
+//!     let ty = if id == 1 { "playbook_started" } else { "step" };
+//!     chain.apply(Event::minimal(id, 9, prev, ty));
+//! }
+//! assert_eq!(chain.walk_from(50).unwrap().ids(), vec![1, 2, 3, 100, 50]);
+//! assert_eq!(chain.walk_from(100).unwrap().ids(), vec![1, 2, 3, 100]); // drops 50
+//! ```
+//!
+//! # Costs
+//!
+//! | operation | cost |
+//! |---|---|
+//! | [`Event::clone`], [`Spine::clone`], [`Chain::clone`] | O(1): shared, nothing copied |
+//! | [`Chain::apply`] | O(log n); a shared chain copies only the changed path |
+//! | [`advance`] cache hit | O(1): one lookup and one id comparison |
+//! | [`advance`] incremental by k | O(k log n) hops, O(bytes of the k payloads) of JSON |
+//! | [`advance`] cold rebuild | O(len · log n) hops, O(bytes of the spine) of JSON |
+//! | [`Spine::json_array`] | O(1): the bytes were written when the spine grew |
+//!
+//! # What this crate does not do
+//!
+//! It holds no locks, spawns nothing and reads no clock: the same inputs give the same
+//! outputs. Concurrency (publishing snapshots, waiting for a tip, eviction) is the
+//! `wal-index` crate's job.
+
+mod advance;
+mod chain;
+mod event;
+mod fold;
+mod json_arena;
+mod spine;
+
+pub use advance::{Advance, AdvanceOutcome, SpineCache, advance};
+pub use chain::{Chain, DEFAULT_WALK_LIMIT, Incomplete};
+pub use event::{
+    EVENT_OVERHEAD_BYTES, Event, EventError, EventId, ExecutionId, Field, GENESIS_TYPE,
+    SLIM_KEYS, TERMINAL_TYPES,
+};
+pub use fold::{Fold, FoldCache, fold_all};
+pub use json_arena::JsonArray;
+pub use spine::{Spine, SpineOrder};

@@ -1,0 +1,142 @@
+//! Decoding WAL payloads: every malformed shape gets a typed error, never a panic.
+
+use chain_fold::{Event, EventError, Field};
+
+fn err(json: &str) -> EventError {
+    Event::from_json(json.as_bytes()).unwrap_err()
+}
+
+#[test]
+fn a_full_envelope_decodes_and_keeps_its_bytes() {
+    let text = r#"{"event_id":5,"execution_id":2,"prev_event_id":4,"event_type":"playbook.failed","context":{"a":[1,2]}}"#;
+    let e = Event::from_json(text.as_bytes()).unwrap();
+    assert_eq!((e.id(), e.execution_id(), e.prev()), (5, 2, Some(4)));
+    assert!(e.is_terminal());
+    assert_eq!(e.payload().as_ref(), text.as_bytes());
+}
+
+#[test]
+fn all_six_terminal_spellings_are_terminal() {
+    for ty in chain_fold::TERMINAL_TYPES {
+        assert!(Event::minimal(1, 1, None, ty).is_terminal(), "{ty}");
+    }
+    assert!(!Event::minimal(1, 1, None, "playbook_completedx").is_terminal());
+    assert!(Event::minimal(1, 1, None, "playbook_started").is_genesis());
+}
+
+#[test]
+fn payload_not_an_object() {
+    assert_eq!(err("[1,2,3,4]"), EventError::NotAnObject { found: "array" });
+    assert_eq!(err("\"x\""), EventError::NotAnObject { found: "string" });
+    assert_eq!(err("42"), EventError::NotAnObject { found: "number" });
+}
+
+#[test]
+fn missing_and_null_ids() {
+    assert_eq!(err(r#"{"execution_id":1}"#), EventError::Missing { field: Field::EventId });
+    assert_eq!(
+        err(r#"{"event_id":null,"execution_id":1}"#),
+        EventError::Missing { field: Field::EventId }
+    );
+    assert_eq!(err(r#"{"event_id":1}"#), EventError::Missing { field: Field::ExecutionId });
+}
+
+#[test]
+fn string_ids_are_a_clear_error() {
+    assert!(matches!(
+        err(r#"{"event_id":"1","execution_id":1}"#),
+        EventError::StringId { field: Field::EventId, .. }
+    ));
+    assert!(matches!(
+        err(r#"{"event_id":1,"execution_id":"1"}"#),
+        EventError::StringId { field: Field::ExecutionId, .. }
+    ));
+    assert!(matches!(
+        err(r#"{"event_id":1,"execution_id":1,"prev_event_id":"0"}"#),
+        EventError::StringId { field: Field::PrevEventId, .. }
+    ));
+}
+
+#[test]
+fn float_and_overflowing_ids() {
+    assert!(matches!(err(r#"{"event_id":1.5,"execution_id":1}"#), EventError::NotAnInteger { .. }));
+    assert!(matches!(err(r#"{"event_id":1e3,"execution_id":1}"#), EventError::NotAnInteger { .. }));
+    assert!(matches!(
+        err(r#"{"event_id":9223372036854775808,"execution_id":1}"#),
+        EventError::OutOfRange { field: Field::EventId, .. }
+    ));
+    assert!(matches!(
+        err(r#"{"event_id":-99999999999999999999,"execution_id":1}"#),
+        EventError::OutOfRange { .. }
+    ));
+    assert!(matches!(
+        err(r#"{"event_id":true,"execution_id":1}"#),
+        EventError::WrongType { found: "boolean", .. }
+    ));
+    let e = Event::from_json(br#"{"event_id":-9223372036854775808,"execution_id":0}"#).unwrap();
+    assert_eq!(e.id(), i64::MIN);
+}
+
+#[test]
+fn non_integer_prev_is_a_root_as_today() {
+    for prev in ["null", "1.5", "true", "{}", "[]"] {
+        let text = format!(r#"{{"event_id":2,"execution_id":1,"prev_event_id":{prev}}}"#);
+        assert_eq!(Event::from_json(text.as_bytes()).unwrap().prev(), None, "{prev}");
+    }
+}
+
+#[test]
+fn event_type_absent_or_not_a_string_is_empty() {
+    let e = Event::from_json(br#"{"event_id":1,"execution_id":1,"event_type":7}"#).unwrap();
+    assert_eq!(e.event_type(), "");
+    let e = Event::from_json(br#"{"event_id":1,"execution_id":1,"event_type":"pl\u0061ybook_started"}"#)
+        .unwrap();
+    assert!(e.is_genesis(), "escapes are decoded before classifying");
+    let huge = "x".repeat(1 << 20);
+    let text = format!(r#"{{"event_id":1,"execution_id":1,"event_type":"{huge}"}}"#);
+    assert_eq!(Event::from_json(text.as_bytes()).unwrap().event_type().len(), 1 << 20);
+}
+
+#[test]
+fn truncated_invalid_utf8_and_trailing_garbage_are_json_errors() {
+    for bad in [
+        &br#"{"event_id":1,"execution_id":1"#[..],
+        b"{\"event_id\":1,\"execution_id\":1,\"x\":\"\xff\"}",
+        br#"{"event_id":1,"execution_id":1} x"#,
+        b"",
+        b"   ",
+        br#"{"event_id":1,"event_id":2,"execution_id":1}"#,
+    ] {
+        assert!(matches!(Event::from_json(bad), Err(EventError::Json(_))), "{bad:?}");
+    }
+}
+
+#[test]
+fn deeply_nested_payload_is_accepted_without_recursion() {
+    let depth = 100_000;
+    let text = format!(
+        r#"{{"event_id":1,"execution_id":1,"result":{}{}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    let e = Event::from_json(text.as_bytes()).unwrap();
+    assert_eq!(e.payload().len(), text.len());
+    assert_eq!(e.to_slim().payload().len(), text.len(), "slim skips it the same way");
+    let nested_type = format!(
+        r#"{{"event_id":1,"execution_id":1,"event_type":{}{}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    assert_eq!(Event::from_json(nested_type.as_bytes()).unwrap().event_type(), "");
+}
+
+#[test]
+fn slim_projection_keeps_only_slim_keys_and_the_link() {
+    let text = r#"{"event_id":3,"execution_id":1,"prev_event_id":2,"event_type":"step","worker_id":"w","result":{"r":1},"error":null}"#;
+    let slim = Event::from_json(text.as_bytes()).unwrap().to_slim();
+    assert_eq!(
+        std::str::from_utf8(slim.payload()).unwrap(),
+        r#"{"event_id":3,"execution_id":1,"event_type":"step","result":{"r":1}}"#
+    );
+    assert_eq!(slim.prev(), Some(2));
+}
