@@ -25,6 +25,10 @@ pub enum Incomplete {
     /// The walk took more hops than the configured limit.
     #[error("the walk exceeded its hop limit")]
     WalkLimit,
+    /// A build without an expected head found no event to start from (the execution has
+    /// nothing indexed).
+    #[error("the execution has no indexed events")]
+    NoEvents,
 }
 
 /// One execution's events by id.

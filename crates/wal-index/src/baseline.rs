@@ -1,0 +1,390 @@
+//! [`MutexIndex`]: today's design, reproduced faithfully so every claim is measured against
+//! it in the same run.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use chain_fold::{
+    AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, SpineCache,
+};
+
+use crate::config::{DriveBudget, IndexConfig};
+use crate::drive::{Tally, wait_async, wait_blocking};
+use crate::engine::incomplete;
+use crate::eviction::{self, Candidate};
+use crate::report::{
+    ApplyError, Applied, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
+};
+
+struct Entry {
+    chain: Chain,
+    cache: SpineCache,
+    last_used: u64,
+    pending_sink: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    executions: HashMap<ExecutionId, Entry>,
+    stats: IndexStats,
+}
+
+/// Today's index: one async mutex around a `HashMap` of per-execution chains, and one
+/// global "something was appended" notification.
+///
+/// What it reproduces, on purpose:
+///
+/// - the drain takes the mutex **for every applied event**, and again to evict a batch's
+///   terminal executions;
+/// - every applied event, of any execution, wakes **every** waiting drive;
+/// - a build's timer starts **before** it takes the mutex, so `Build::waited` is the
+///   lock wait production's `index_lock_wait_seconds_total` reports;
+/// - a build copies **every payload of the spine** out under the lock
+///   ([`chain_fold::Spine::deep_copy`]).
+///
+/// What it does not do: sleep, spin, or take the lock more often than today. It uses the
+/// same pure core (`chain-fold`) as the engine, so a difference measured between them is
+/// the concurrency design, not the chain code. Its synchronous methods block the calling
+/// thread on the async mutex (`async_lock`'s `lock_blocking`); `drive` awaits it.
+pub struct MutexIndex {
+    config: IndexConfig,
+    inner: async_lock::Mutex<Inner>,
+    appended: event_listener::Event,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for MutexIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MutexIndex")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MutexIndex {
+    fn default() -> Self {
+        MutexIndex::new(IndexConfig::default())
+    }
+}
+
+impl Inner {
+    fn entry(&mut self, execution_id: ExecutionId, config: &IndexConfig, now: u64) -> &mut Entry {
+        self.executions.entry(execution_id).or_insert_with(|| Entry {
+            chain: Chain::new(config.order),
+            cache: SpineCache::default(),
+            last_used: now,
+            pending_sink: false,
+        })
+    }
+
+    fn apply(&mut self, event: Event, config: &IndexConfig, now: u64) -> bool {
+        let entry = self.entry(event.execution_id(), config, now);
+        let (len, bytes) = (entry.chain.len(), entry.chain.bytes());
+        let is_new = entry.chain.apply(event);
+        entry.last_used = entry.last_used.max(now);
+        let (new_len, new_bytes) = (entry.chain.len(), entry.chain.bytes());
+        if len == 0 && new_len > 0 {
+            self.stats.executions += 1;
+        }
+        self.stats.events += new_len - len;
+        self.stats.bytes = self.stats.bytes + new_bytes - bytes;
+        is_new
+    }
+
+    /// `None` if absent, `Some(false)` if gated.
+    fn evict(&mut self, execution_id: ExecutionId, sink_gate: bool) -> Option<bool> {
+        let entry = self.executions.get(&execution_id)?;
+        if sink_gate && entry.pending_sink {
+            return Some(false);
+        }
+        let entry = self.executions.remove(&execution_id)?;
+        if !entry.chain.is_empty() {
+            self.stats.executions -= 1;
+        }
+        self.stats.events -= entry.chain.len();
+        self.stats.bytes -= entry.chain.bytes();
+        Some(true)
+    }
+}
+
+impl MutexIndex {
+    /// An empty index.
+    pub fn new(config: IndexConfig) -> MutexIndex {
+        MutexIndex {
+            config,
+            inner: async_lock::Mutex::new(Inner::default()),
+            appended: event_listener::Event::new(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The configuration the index was built with.
+    pub fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn prepare(&self, event: Event) -> Event {
+        if self.config.slim { event.to_slim() } else { event }
+    }
+
+    /// Indexes one event under the global mutex, then wakes every waiting drive.
+    pub fn apply(&self, event: Event) -> Applied {
+        let event = self.prepare(event);
+        let mut applied = Applied {
+            execution_id: event.execution_id(),
+            event_id: event.id(),
+            is_new: false,
+            is_terminal: event.is_terminal(),
+        };
+        let now = self.nanos(Instant::now());
+        applied.is_new = self.inner.lock_blocking().apply(event, &self.config, now);
+        self.appended.notify(usize::MAX);
+        applied
+    }
+
+    /// Decodes and applies one WAL payload.
+    pub fn apply_json(&self, payload: &[u8]) -> Result<Applied, ApplyError> {
+        Ok(self.apply(Event::from_json(payload)?))
+    }
+
+    /// Applies each event as today's drain does (lock, apply, unlock, wake everyone, per
+    /// event), then takes the lock once more to evict the batch's terminal executions.
+    pub fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
+        let mut report = BatchReport::default();
+        let mut touched: Vec<ExecutionId> = Vec::new();
+        let mut terminal: Vec<ExecutionId> = Vec::new();
+        for event in events {
+            let applied = self.apply(event);
+            report.applied += 1;
+            report.new += usize::from(applied.is_new);
+            if !touched.contains(&applied.execution_id) {
+                touched.push(applied.execution_id);
+            }
+            if applied.is_terminal && !terminal.contains(&applied.execution_id) {
+                terminal.push(applied.execution_id);
+            }
+        }
+        report.executions = touched.len();
+        if !terminal.is_empty() {
+            let mut inner = self.inner.lock_blocking();
+            for execution_id in terminal {
+                match inner.evict(execution_id, self.config.sink_gate) {
+                    Some(true) => report.terminal_evicted.push(execution_id),
+                    Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
+                    None => {}
+                }
+            }
+        }
+        report
+    }
+
+    fn build_locked(
+        &self,
+        inner: &mut Inner,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        started: Instant,
+    ) -> Build {
+        let waited = started.elapsed();
+        let Some(entry) = inner.executions.get_mut(&execution_id) else {
+            let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
+            return incomplete(why, waited, started);
+        };
+        let Some(target) = expected_head.or_else(|| entry.chain.max_id()) else {
+            return incomplete(Incomplete::NoEvents, waited, started);
+        };
+        let outcome = entry.cache.advance_to(&entry.chain, target);
+        let spine = match outcome {
+            AdvanceOutcome::Incomplete(_) => None,
+            _ => {
+                entry.last_used = entry.last_used.max(self.nanos(started));
+                entry.cache.spine().map(chain_fold::Spine::deep_copy)
+            }
+        };
+        Build {
+            outcome,
+            spine,
+            waited,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// Builds under the global mutex (the timer starts before the lock, as today).
+    pub fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        let started = Instant::now();
+        let mut inner = self.inner.lock_blocking();
+        self.build_locked(&mut inner, execution_id, expected_head, started)
+    }
+
+    /// [`build`](MutexIndex::build), awaiting the mutex instead of blocking.
+    pub async fn build_async(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        let started = Instant::now();
+        let mut inner = self.inner.lock().await;
+        self.build_locked(&mut inner, execution_id, expected_head, started)
+    }
+
+    /// Today's drive: register on the global notification, build, wait, repeat.
+    pub async fn drive(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        let mut tally = Tally::start(budget);
+        loop {
+            let listener = self.appended.listen();
+            let build = self.build_async(execution_id, expected_head).await;
+            if let Some(drive) = tally.after_build(build) {
+                return drive;
+            }
+            let end = wait_async(listener, tally.cap()).await;
+            tally.after_wait(end);
+        }
+    }
+
+    /// [`drive`](MutexIndex::drive), parking the calling thread.
+    pub fn drive_blocking(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        let mut tally = Tally::start(budget);
+        loop {
+            let listener = self.appended.listen();
+            if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
+                return drive;
+            }
+            tally.after_wait(wait_blocking(listener, tally.cap()));
+        }
+    }
+
+    /// Refreshes recency; false if not resident.
+    pub fn touch(&self, execution_id: ExecutionId) -> bool {
+        let now = self.nanos(Instant::now());
+        let mut inner = self.inner.lock_blocking();
+        inner
+            .executions
+            .get_mut(&execution_id)
+            .map(|e| e.last_used = e.last_used.max(now))
+            .is_some()
+    }
+
+    /// Evicts one execution; true if one holding events was removed.
+    pub fn evict(&self, execution_id: ExecutionId) -> bool {
+        let mut inner = self.inner.lock_blocking();
+        let held_events = inner
+            .executions
+            .get(&execution_id)
+            .is_some_and(|e| !e.chain.is_empty());
+        inner.evict(execution_id, self.config.sink_gate) == Some(true) && held_events
+    }
+
+    /// One sweep under the global mutex.
+    pub fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
+        let policy = self.config.eviction;
+        if policy == Default::default() {
+            return EvictionStats::default();
+        }
+        let now = self.nanos(now);
+        let mut inner = self.inner.lock_blocking();
+        let candidates = inner
+            .executions
+            .iter()
+            .map(|(&execution_id, e)| Candidate {
+                execution_id,
+                last_used: e.last_used,
+                events: e.chain.len(),
+                bytes: e.chain.bytes(),
+                gated: self.config.sink_gate && e.pending_sink,
+            })
+            .collect();
+        let (plan, idle_empty) = eviction::plan(candidates, &policy, now, inner.stats);
+        for execution_id in idle_empty {
+            inner.evict(execution_id, self.config.sink_gate);
+        }
+        for (execution_id, _) in &plan.evicted {
+            inner.evict(*execution_id, self.config.sink_gate);
+        }
+        plan
+    }
+
+    /// Marks an execution as holding unsunk context.
+    pub fn mark_pending_sink(&self, execution_id: ExecutionId) {
+        let now = self.nanos(Instant::now());
+        self.inner
+            .lock_blocking()
+            .entry(execution_id, &self.config, now)
+            .pending_sink = true;
+    }
+
+    /// Unmarks; returns whether it was marked.
+    pub fn release_pending_sink(&self, execution_id: ExecutionId, reason: &str) -> bool {
+        let _ = reason;
+        self.confirm_sunk(execution_id)
+    }
+
+    /// Unmarks after sinking; returns whether it was marked.
+    pub fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
+        let mut inner = self.inner.lock_blocking();
+        inner
+            .executions
+            .get_mut(&execution_id)
+            .is_some_and(|e| std::mem::take(&mut e.pending_sink))
+    }
+
+    /// The resident totals.
+    pub fn stats(&self) -> IndexStats {
+        self.inner.lock_blocking().stats
+    }
+
+    /// Replays one execution's events under the mutex (held for the whole replay, as
+    /// today), then wakes every waiter.
+    pub fn rehydrate(
+        &self,
+        execution_id: ExecutionId,
+        events: impl IntoIterator<Item = Event>,
+    ) -> RehydrateReport {
+        let mut report = RehydrateReport::default();
+        let now = self.nanos(Instant::now());
+        {
+            let mut inner = self.inner.lock_blocking();
+            for event in events {
+                if event.execution_id() != execution_id {
+                    report.other_execution += 1;
+                    continue;
+                }
+                report.applied += 1;
+                report.new += usize::from(inner.apply(self.prepare(event), &self.config, now));
+            }
+        }
+        self.appended.notify(usize::MAX);
+        report
+    }
+
+    /// A copy of one execution's chain.
+    pub fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
+        self.inner
+            .lock_blocking()
+            .executions
+            .get(&execution_id)
+            .map(|e| e.chain.clone())
+    }
+
+    /// Resident execution ids, ascending.
+    pub fn execution_ids(&self) -> Vec<ExecutionId> {
+        let inner = self.inner.lock_blocking();
+        let mut ids: Vec<ExecutionId> = inner
+            .executions
+            .iter()
+            .filter(|(_, e)| !e.chain.is_empty())
+            .map(|(&id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+}

@@ -1,0 +1,203 @@
+//! The drain: pulls batches from a [`WalSource`], applies them, sweeps on an interval, and
+//! reports bad records without stopping.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use chain_fold::{Event, EventError};
+
+use crate::report::EvictionStats;
+use crate::source::{Pull, WalSource};
+use crate::state_index::StateIndex;
+
+/// Drain settings. The defaults are production's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainConfig {
+    /// Largest batch pulled and applied at once (production: 200).
+    pub batch_max: usize,
+    /// How long one pull waits for the first record (production sleeps 25 ms between
+    /// empty pulls).
+    pub idle_wait: Duration,
+    /// How often the eviction sweep runs.
+    pub sweep_every: Duration,
+}
+
+impl Default for DrainConfig {
+    fn default() -> Self {
+        DrainConfig {
+            batch_max: 200,
+            idle_wait: Duration::from_millis(25),
+            sweep_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A record the drain could not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRecord {
+    /// Its position in the WAL.
+    pub position: u64,
+    /// Why.
+    pub error: EventError,
+}
+
+/// What a drain has done so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Batches applied.
+    pub batches: u64,
+    /// Events applied.
+    pub events: u64,
+    /// Records that failed to decode (skipped; their neighbours were applied).
+    pub bad: u64,
+    /// The first [`DrainReport::BAD_SAMPLES`] bad records.
+    pub bad_samples: Vec<BadRecord>,
+    /// Executions evicted after their terminal event.
+    pub terminal_evictions: u64,
+    /// Sweeps run, and what they evicted in total.
+    pub sweeps: u64,
+    /// Executions evicted by sweeps.
+    pub swept: u64,
+}
+
+impl DrainReport {
+    /// How many bad records are kept as samples.
+    pub const BAD_SAMPLES: usize = 64;
+}
+
+/// Pulls from `source` into `index`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use wal_index::{Drain, DrainConfig, JsonLinesSource, WalIndex};
+///
+/// let wal = "{\"event_id\":1,\"execution_id\":5,\"event_type\":\"playbook_started\"}\n\
+///            not json\n\
+///            {\"event_id\":2,\"execution_id\":5,\"prev_event_id\":1}\n";
+/// let index = Arc::new(WalIndex::default());
+/// let mut drain = Drain::new(index.clone(), JsonLinesSource::new(wal.as_bytes()), DrainConfig::default());
+/// let report = drain.run_until_closed().unwrap();
+/// assert_eq!((report.events, report.bad), (2, 1));
+/// assert_eq!(report.bad_samples[0].position, 2);
+/// assert_eq!(index.build(5, Some(2)).spine.unwrap().ids(), vec![1, 2]);
+/// ```
+pub struct Drain<I, S> {
+    index: Arc<I>,
+    source: S,
+    config: DrainConfig,
+    report: DrainReport,
+    last_sweep: Instant,
+}
+
+impl<I: StateIndex, S: WalSource> Drain<I, S> {
+    /// A drain that has not pulled anything yet.
+    pub fn new(index: Arc<I>, source: S, config: DrainConfig) -> Self {
+        Drain {
+            index,
+            source,
+            config,
+            report: DrainReport::default(),
+            last_sweep: Instant::now(),
+        }
+    }
+
+    /// One pull-apply step (and a sweep if one is due). Returns false once the source is
+    /// closed.
+    pub fn step(&mut self) -> io::Result<bool> {
+        let pulled = self.source.pull(self.config.batch_max, self.config.idle_wait)?;
+        let more = match pulled {
+            Pull::Closed => false,
+            Pull::Idle => true,
+            Pull::Records(records) => {
+                let mut events = Vec::with_capacity(records.len());
+                for record in records {
+                    match Event::from_json_bytes(record.payload) {
+                        Ok(event) => events.push(event),
+                        Err(error) => self.bad(record.position, error),
+                    }
+                }
+                if !events.is_empty() {
+                    self.report.events += events.len() as u64;
+                    self.report.batches += 1;
+                    let batch = self.index.apply_batch(events);
+                    self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
+                }
+                true
+            }
+        };
+        if self.last_sweep.elapsed() >= self.config.sweep_every {
+            self.sweep();
+        }
+        Ok(more)
+    }
+
+    fn bad(&mut self, position: u64, error: EventError) {
+        self.report.bad += 1;
+        if self.report.bad_samples.len() < DrainReport::BAD_SAMPLES {
+            self.report.bad_samples.push(BadRecord { position, error });
+        }
+    }
+
+    /// Runs one eviction sweep now.
+    pub fn sweep(&mut self) -> EvictionStats {
+        self.last_sweep = Instant::now();
+        let stats = self.index.enforce_limits_at(self.last_sweep);
+        self.report.sweeps += 1;
+        self.report.swept += stats.evicted.len() as u64;
+        stats
+    }
+
+    /// Steps until the source closes.
+    pub fn run_until_closed(&mut self) -> io::Result<&DrainReport> {
+        while self.step()? {}
+        Ok(&self.report)
+    }
+
+    /// Steps until the source closes or `stop` is set.
+    pub fn run_until(&mut self, stop: &AtomicBool) -> io::Result<&DrainReport> {
+        // Relaxed: the flag carries no data; the drain only needs to see it eventually.
+        while !stop.load(Ordering::Relaxed) && self.step()? {}
+        Ok(&self.report)
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> &DrainReport {
+        &self.report
+    }
+}
+
+impl<I: StateIndex, S: WalSource + 'static> Drain<I, S> {
+    /// Runs the drain on its own thread until the source closes or the handle stops it.
+    pub fn spawn(mut self) -> DrainHandle {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("wal-drain".into())
+            .spawn(move || self.run_until(&flag).cloned());
+        DrainHandle { stop, thread }
+    }
+}
+
+/// A drain running on its own thread.
+#[derive(Debug)]
+pub struct DrainHandle {
+    stop: Arc<AtomicBool>,
+    thread: io::Result<std::thread::JoinHandle<io::Result<DrainReport>>>,
+}
+
+impl DrainHandle {
+    /// Waits for the source to close, then returns the report.
+    pub fn join(self) -> io::Result<DrainReport> {
+        self.thread?
+            .join()
+            .map_err(|_| io::Error::other("the drain thread panicked"))?
+    }
+
+    /// Stops the drain after its current step and returns the report.
+    pub fn stop(self) -> io::Result<DrainReport> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.join()
+    }
+}

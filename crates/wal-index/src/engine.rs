@@ -1,0 +1,462 @@
+//! [`WalIndex`]: the engine. Per-execution snapshots, wait-free builds, targeted wake-ups.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use chain_fold::{
+    AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, advance,
+};
+
+use crate::config::{DriveBudget, IndexConfig};
+use crate::drive::{Tally, wait_async, wait_blocking};
+use crate::eviction::{self, Candidate};
+use crate::report::{
+    ApplyError, Applied, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
+    RehydrateReport,
+};
+use crate::slot::{Evicted, Slot, SlotEviction};
+use crate::sync::{self, Arc, Mutex, Swap};
+
+type Directory = imbl::HashMap<ExecutionId, Arc<Slot>>;
+
+/// The state-builder index: one published snapshot per execution, read without locks.
+///
+/// # Model
+///
+/// Each execution has a *slot*. Its chain is an immutable, structurally shared
+/// [`Chain`] behind an atomic pointer: appliers build the next version off to the side and
+/// publish it with one pointer store; builds load the pointer and walk a snapshot nobody
+/// will ever mutate. The slot also holds the execution's spine cache (published by
+/// compare-and-swap, so concurrent builds share it without a lock) and its own wait list,
+/// notified only when *its* snapshot changes.
+///
+/// The directory from execution id to slot is itself an immutable map behind an atomic
+/// pointer: looking an execution up is a load, and only creating or removing a slot
+/// (first event of an execution, eviction) copies the map's O(log n) changed path under a
+/// writers-only lock.
+///
+/// # Progress guarantees
+///
+/// | operation | guarantee | what it may wait for |
+/// |---|---|---|
+/// | [`build`](WalIndex::build), [`stats`](WalIndex::stats) reads of snapshots | wait-free\* | nothing the drain holds |
+/// | [`apply`](WalIndex::apply), [`apply_batch`](WalIndex::apply_batch), [`rehydrate`](WalIndex::rehydrate) | blocking | other writers of the *same* execution; the directory lock when an execution is new |
+/// | [`evict`](WalIndex::evict), [`enforce_limits_at`](WalIndex::enforce_limits_at) | blocking | writers of the evicted executions, other evictors |
+/// | [`drive`](WalIndex::drive) / [`drive_blocking`](WalIndex::drive_blocking) | blocking by design | its own execution's next publish, or its per-wait cap |
+/// | [`stats`](WalIndex::stats) | blocking, briefly | a writer's three-counter update (never a walk) |
+///
+/// \* arc-swap's load is wait-free on its fast path and lock-free on its fallback. A
+/// build also allocates (its spine), which is as wait-free as the allocator.
+///
+/// # Costs and limits
+///
+/// Publishing costs one allocation per touched execution per batch, plus the path copy in
+/// the persistent chain. A reader that keeps an old snapshot keeps its memory alive (that
+/// is what makes eviction safe under readers); the byte ledger counts only what the index
+/// itself holds. `stats()` takes a tiny lock that only writers share, so it never waits
+/// for a walk, but it does serialize with appliers.
+///
+/// ```
+/// use chain_fold::Event;
+/// use wal_index::{DriveBudget, IndexConfig, WalIndex};
+///
+/// let index = WalIndex::new(IndexConfig::default());
+/// index.apply(Event::minimal(1, 7, None, "playbook_started"));
+/// index.apply(Event::minimal(2, 7, Some(1), "step"));
+/// let build = index.build(7, Some(2));
+/// assert_eq!(build.spine.unwrap().ids(), vec![1, 2]);
+///
+/// // A drive for a tip that is not indexed yet waits for exactly its execution.
+/// let drive = std::thread::scope(|s| {
+///     let waiter = s.spawn(|| index.drive_blocking(7, Some(3), DriveBudget::default()));
+///     std::thread::sleep(std::time::Duration::from_millis(20));
+///     index.apply(Event::minimal(3, 7, Some(2), "step"));
+///     waiter.join().unwrap()
+/// });
+/// assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
+/// ```
+pub struct WalIndex {
+    config: IndexConfig,
+    directory: Swap<Directory>,
+    /// Serializes directory writers (slot creation and removal). Builds never take it.
+    directory_writer: Mutex<()>,
+    /// The three resident totals, changed together under one lock by writers only.
+    totals: Mutex<IndexStats>,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for WalIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalIndex")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Default for WalIndex {
+    fn default() -> Self {
+        WalIndex::new(IndexConfig::default())
+    }
+}
+
+impl WalIndex {
+    /// An empty index.
+    pub fn new(config: IndexConfig) -> WalIndex {
+        WalIndex {
+            config,
+            directory: sync::new_swap(Arc::new(Directory::new())),
+            directory_writer: Mutex::new(()),
+            totals: Mutex::new(IndexStats::default()),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The configuration the index was built with.
+    pub fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
+        sync::load(&self.directory).get(&execution_id).cloned()
+    }
+
+    fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
+        if let Some(slot) = self.lookup(execution_id) {
+            return slot;
+        }
+        let _writer = self.directory_writer.lock();
+        let directory = sync::load(&self.directory);
+        if let Some(slot) = directory.get(&execution_id) {
+            return Arc::clone(slot);
+        }
+        let slot = Arc::new(Slot::new(
+            execution_id,
+            self.config.order,
+            self.nanos(Instant::now()),
+        ));
+        let next = directory.update(execution_id, Arc::clone(&slot));
+        sync::store(&self.directory, Arc::new(next));
+        slot
+    }
+
+    /// Applies `events` of one execution through its slot, retrying on a fresh slot if the
+    /// one found was evicted meanwhile (so no event is ever applied to an orphan).
+    fn apply_to_slot(&self, execution_id: ExecutionId, events: Vec<Event>) -> crate::slot::SlotApplied {
+        let now = self.nanos(Instant::now());
+        loop {
+            let slot = self.slot_or_create(execution_id);
+            match slot.apply(events.iter().cloned(), &self.totals, now) {
+                Ok(done) => return done,
+                Err(Evicted) => {
+                    // The evictor removes the slot from the directory before it releases the
+                    // directory lock; taking that lock here waits for it, then retries.
+                    drop(self.directory_writer.lock());
+                }
+            }
+        }
+    }
+
+    fn prepare(&self, event: Event) -> Event {
+        if self.config.slim { event.to_slim() } else { event }
+    }
+
+    /// Indexes one event, publishes its execution's new snapshot and wakes that execution's
+    /// waiters. Never evicts: terminal eviction happens at a batch boundary
+    /// ([`apply_batch`](WalIndex::apply_batch)).
+    pub fn apply(&self, event: Event) -> Applied {
+        let event = self.prepare(event);
+        let applied = Applied {
+            execution_id: event.execution_id(),
+            event_id: event.id(),
+            is_new: false,
+            is_terminal: event.is_terminal(),
+        };
+        let done = self.apply_to_slot(applied.execution_id, vec![event]);
+        Applied {
+            is_new: done.new == 1,
+            ..applied
+        }
+    }
+
+    /// Decodes and applies one WAL payload.
+    pub fn apply_json(&self, payload: &[u8]) -> Result<Applied, ApplyError> {
+        Ok(self.apply(Event::from_json(payload)?))
+    }
+
+    /// Applies a batch: each touched execution is published once and its waiters woken
+    /// once, in order of first appearance; then the executions whose terminal event was in
+    /// the batch are evicted (unless the sink gate holds them).
+    pub fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
+        let mut order: Vec<ExecutionId> = Vec::new();
+        let mut groups: HashMap<ExecutionId, Vec<Event>> = HashMap::new();
+        for event in events {
+            let event = self.prepare(event);
+            groups
+                .entry(event.execution_id())
+                .or_insert_with(|| {
+                    order.push(event.execution_id());
+                    Vec::new()
+                })
+                .push(event);
+        }
+        let mut report = BatchReport {
+            executions: order.len(),
+            ..BatchReport::default()
+        };
+        let mut terminal = Vec::new();
+        for execution_id in order {
+            let group = groups.remove(&execution_id).unwrap_or_default();
+            let done = self.apply_to_slot(execution_id, group);
+            report.applied += done.applied;
+            report.new += done.new;
+            if done.terminal {
+                terminal.push(execution_id);
+            }
+        }
+        for execution_id in terminal {
+            match self.evict_slot(execution_id) {
+                SlotEviction::Evicted { .. } => report.terminal_evicted.push(execution_id),
+                SlotEviction::KeptBySinkGate => {
+                    report.terminal_kept_by_sink_gate.push(execution_id)
+                }
+                SlotEviction::AlreadyGone => {}
+            }
+        }
+        report
+    }
+
+    /// Removes `execution_id`'s slot.
+    fn evict_slot(&self, execution_id: ExecutionId) -> SlotEviction {
+        let _writer = self.directory_writer.lock();
+        let directory = sync::load(&self.directory);
+        let Some(slot) = directory.get(&execution_id) else {
+            return SlotEviction::AlreadyGone;
+        };
+        let result = slot.evict(&self.totals, self.config.sink_gate);
+        if let SlotEviction::Evicted { .. } = result {
+            sync::store(&self.directory, Arc::new(directory.without(&execution_id)));
+        }
+        result
+    }
+
+    /// Builds the spine at `expected_head` (`None`: at the largest indexed id, the legacy
+    /// path). Wait-free: it loads two pointers and walks an immutable snapshot.
+    pub fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        let started = Instant::now();
+        let Some(slot) = self.lookup(execution_id) else {
+            let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
+            return incomplete(why, started.elapsed(), started);
+        };
+        let chain = slot.chain();
+        let cached = slot.cached_spine();
+        let waited = started.elapsed();
+        let Some(target) = expected_head.or_else(|| chain.max_id()) else {
+            return incomplete(Incomplete::NoEvents, waited, started);
+        };
+        let result = advance(&chain, Option::as_ref(&cached), target);
+        if let Some(spine) = &result.spine {
+            if result.outcome != AdvanceOutcome::CacheHit {
+                slot.publish_spine(&cached, spine.clone());
+            }
+            slot.touch(self.nanos(started));
+        }
+        Build {
+            outcome: result.outcome,
+            spine: result.spine,
+            waited,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// Builds until served, waiting on this execution's own wait list between builds, within
+    /// `budget`. Runtime-agnostic.
+    pub async fn drive(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        let mut tally = Tally::start(budget);
+        loop {
+            let listener = self.slot_or_create(execution_id).listen();
+            if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
+                return drive;
+            }
+            let end = wait_async(listener, tally.cap()).await;
+            tally.after_wait(end);
+        }
+    }
+
+    /// [`drive`](WalIndex::drive), parking the calling thread between builds.
+    pub fn drive_blocking(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        let mut tally = Tally::start(budget);
+        loop {
+            let listener = self.slot_or_create(execution_id).listen();
+            if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
+                return drive;
+            }
+            tally.after_wait(wait_blocking(listener, tally.cap()));
+        }
+    }
+
+    /// Refreshes `execution_id`'s recency; false if it is not resident.
+    pub fn touch(&self, execution_id: ExecutionId) -> bool {
+        self.lookup(execution_id)
+            .map(|slot| slot.touch(self.nanos(Instant::now())))
+            .is_some()
+    }
+
+    /// Evicts one execution now. Readers holding its snapshot keep a valid one; its waiters
+    /// are woken. Returns true if an execution holding events was removed; false if none
+    /// was resident or the sink gate holds it.
+    pub fn evict(&self, execution_id: ExecutionId) -> bool {
+        matches!(self.evict_slot(execution_id), SlotEviction::Evicted { events } if events > 0)
+    }
+
+    /// One sweep of the eviction policy as of `now`: TTL, then LRU to the execution cap,
+    /// then LRU to the byte ceiling, skipping executions the sink gate holds.
+    pub fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
+        let policy = self.config.eviction;
+        if policy == Default::default() {
+            return EvictionStats::default();
+        }
+        let candidates: Vec<Candidate> = sync::load(&self.directory)
+            .values()
+            .map(|slot| {
+                let chain = slot.chain();
+                Candidate {
+                    execution_id: slot.execution_id,
+                    last_used: slot.last_used(),
+                    events: chain.len(),
+                    bytes: chain.bytes(),
+                    gated: self.config.sink_gate && slot.is_pending_sink(),
+                }
+            })
+            .collect();
+        let (mut plan, idle_empty) =
+            eviction::plan(candidates, &policy, self.nanos(now), self.stats());
+        let _writer = self.directory_writer.lock();
+        let mut directory = Directory::clone(&sync::load(&self.directory));
+        for execution_id in idle_empty {
+            if let Some(slot) = directory.get(&execution_id) {
+                if let SlotEviction::Evicted { .. } = slot.evict(&self.totals, self.config.sink_gate) {
+                    directory.remove(&execution_id);
+                }
+            }
+        }
+        plan.evicted.retain(|(execution_id, reason)| {
+            let Some(slot) = directory.get(execution_id) else {
+                return false;
+            };
+            match slot.evict(&self.totals, self.config.sink_gate) {
+                SlotEviction::Evicted { .. } => {
+                    directory.remove(execution_id);
+                    true
+                }
+                SlotEviction::KeptBySinkGate => {
+                    plan.kept_by_sink_gate += 1;
+                    match reason {
+                        EvictReason::Ttl => plan.ttl -= 1,
+                        EvictReason::MaxExecutions => plan.max_executions -= 1,
+                        _ => plan.byte_ceiling -= 1,
+                    }
+                    false
+                }
+                SlotEviction::AlreadyGone => false,
+            }
+        });
+        sync::store(&self.directory, Arc::new(directory));
+        plan
+    }
+
+    /// Marks `execution_id` as holding unsunk business context: with the sink gate on, no
+    /// eviction (terminal, TTL, LRU, byte ceiling, explicit) removes it until released.
+    pub fn mark_pending_sink(&self, execution_id: ExecutionId) {
+        loop {
+            if self.slot_or_create(execution_id).mark_pending_sink().is_ok() {
+                return;
+            }
+            drop(self.directory_writer.lock());
+        }
+    }
+
+    /// Unmarks `execution_id` without dropping its chain (`reason` is for the caller's
+    /// logs and metrics). Returns whether it was marked.
+    pub fn release_pending_sink(&self, execution_id: ExecutionId, reason: &str) -> bool {
+        let _ = reason;
+        self.lookup(execution_id)
+            .is_some_and(|slot| slot.clear_pending_sink())
+    }
+
+    /// Unmarks `execution_id` after its context was sunk. Returns whether it was marked.
+    pub fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
+        self.lookup(execution_id)
+            .is_some_and(|slot| slot.clear_pending_sink())
+    }
+
+    /// The resident totals, all three from one state.
+    pub fn stats(&self) -> IndexStats {
+        *self.totals.lock()
+    }
+
+    /// Replays one execution's retained events into the index (rehydrate on miss), as one
+    /// published snapshot that wakes its waiters. Events of other executions are skipped
+    /// and counted. Never evicts, even if a terminal event is replayed.
+    pub fn rehydrate(
+        &self,
+        execution_id: ExecutionId,
+        events: impl IntoIterator<Item = Event>,
+    ) -> RehydrateReport {
+        let mut report = RehydrateReport::default();
+        let mine: Vec<Event> = events
+            .into_iter()
+            .filter(|e| {
+                let ok = e.execution_id() == execution_id;
+                report.other_execution += usize::from(!ok);
+                ok
+            })
+            .map(|e| self.prepare(e))
+            .collect();
+        if !mine.is_empty() {
+            let done = self.apply_to_slot(execution_id, mine);
+            report.applied = done.applied;
+            report.new = done.new;
+        }
+        report
+    }
+
+    /// A snapshot of one execution's chain (O(1); it stays valid whatever happens next).
+    pub fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
+        self.lookup(execution_id).map(|slot| Chain::clone(&slot.chain()))
+    }
+
+    /// The ids of resident executions (those holding at least one event), ascending.
+    pub fn execution_ids(&self) -> Vec<ExecutionId> {
+        let mut ids: Vec<ExecutionId> = sync::load(&self.directory)
+            .values()
+            .filter(|slot| !slot.chain().is_empty())
+            .map(|slot| slot.execution_id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+pub(crate) fn incomplete(why: Incomplete, waited: Duration, started: Instant) -> Build {
+    Build {
+        outcome: AdvanceOutcome::Incomplete(why),
+        spine: None,
+        waited,
+        elapsed: started.elapsed(),
+    }
+}

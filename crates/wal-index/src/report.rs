@@ -1,0 +1,155 @@
+//! What the index's operations return.
+
+use std::time::Duration;
+
+use chain_fold::{AdvanceOutcome, EventError, EventId, ExecutionId, Incomplete, Spine};
+
+/// The result of applying one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// The event's execution.
+    pub execution_id: ExecutionId,
+    /// The event's id.
+    pub event_id: EventId,
+    /// False for a redelivery of an id already indexed.
+    pub is_new: bool,
+    /// The event has a terminal type (the batch that holds it evicts the execution).
+    pub is_terminal: bool,
+}
+
+/// Why `apply_json` refused a payload. Nothing was indexed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    /// The payload is not a chainable event.
+    #[error(transparent)]
+    Decode(#[from] EventError),
+}
+
+/// The result of applying one batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Events applied (redeliveries included).
+    pub applied: usize,
+    /// Events whose id was new.
+    pub new: usize,
+    /// Distinct executions the batch touched (each published and woken once).
+    pub executions: usize,
+    /// Executions evicted after the batch because it held their terminal event.
+    pub terminal_evicted: Vec<ExecutionId>,
+    /// Executions whose terminal event arrived but that the sink gate kept resident.
+    pub terminal_kept_by_sink_gate: Vec<ExecutionId>,
+}
+
+/// The result of one build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Build {
+    /// What the build did.
+    pub outcome: AdvanceOutcome,
+    /// The spine, unless the outcome is `Incomplete`.
+    pub spine: Option<Spine>,
+    /// Time from the build's start until the index could be read: the mutex wait in the
+    /// baseline, two snapshot loads in the engine. Production's
+    /// `index_lock_wait_seconds_total` measures this.
+    pub waited: Duration,
+    /// The whole build, `waited` included (production's `build_duration_seconds`).
+    pub elapsed: Duration,
+}
+
+/// How a drive ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriveOutcome {
+    /// A build produced the spine at the expected head.
+    Served(Spine),
+    /// The budget ran out; this is why the last build was incomplete.
+    Incomplete(Incomplete),
+}
+
+impl DriveOutcome {
+    /// The spine, if served.
+    pub fn spine(&self) -> Option<&Spine> {
+        match self {
+            DriveOutcome::Served(spine) => Some(spine),
+            DriveOutcome::Incomplete(_) => None,
+        }
+    }
+}
+
+/// The result of one drive: builds, and waits between them, until served or out of budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drive {
+    /// Served or incomplete.
+    pub outcome: DriveOutcome,
+    /// Builds performed (at most `budget.waits + 1`).
+    pub builds: u32,
+    /// Waits that ended because the execution's snapshot changed (or it was evicted).
+    pub wakes: u32,
+    /// Waits that ended at the per-wait cap.
+    pub timeouts: u32,
+    /// From the drive's start to its end.
+    pub elapsed: Duration,
+}
+
+/// Why an execution left the index (the `reason` label of `evictions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EvictReason {
+    /// Its terminal event was in the last batch.
+    Terminal,
+    /// Idle longer than the TTL.
+    Ttl,
+    /// Least recently used while over the execution cap.
+    MaxExecutions,
+    /// Least recently used while over the byte ceiling.
+    ByteCeiling,
+    /// `evict` was called.
+    Explicit,
+}
+
+impl EvictReason {
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            EvictReason::Terminal => "terminal",
+            EvictReason::Ttl => "ttl",
+            EvictReason::MaxExecutions => "max_executions",
+            EvictReason::ByteCeiling => "byte_ceiling",
+            EvictReason::Explicit => "explicit",
+        }
+    }
+}
+
+/// What one `enforce_limits_at` sweep evicted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictionStats {
+    /// Evicted for idling past the TTL.
+    pub ttl: usize,
+    /// Evicted (LRU) to get under the execution cap.
+    pub max_executions: usize,
+    /// Evicted (LRU) to get under the byte ceiling.
+    pub byte_ceiling: usize,
+    /// Executions a limit would have evicted but the sink gate kept.
+    pub kept_by_sink_gate: usize,
+    /// The evicted executions, in eviction order.
+    pub evicted: Vec<(ExecutionId, EvictReason)>,
+}
+
+/// Resident totals. All three always describe the same state of the index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Executions holding at least one event.
+    pub executions: usize,
+    /// Events resident.
+    pub events: usize,
+    /// Bytes charged by the byte ledger (payloads plus per-event overhead).
+    pub bytes: usize,
+}
+
+/// What one `rehydrate` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RehydrateReport {
+    /// Events applied to the execution.
+    pub applied: usize,
+    /// Of those, events that were not indexed before.
+    pub new: usize,
+    /// Events skipped because they belong to another execution.
+    pub other_execution: usize,
+}

@@ -1,0 +1,193 @@
+//! One execution's slot in the engine: its published chain snapshot, its shared spine
+//! cache, its wait list and its sink-gate mark.
+//!
+//! # Who writes what
+//!
+//! | field | written by | under | read by |
+//! |---|---|---|---|
+//! | `chain` | appliers | `writer` | builds, sweeps (no lock) |
+//! | `spine` | builds | nothing: compare-and-swap | builds (no lock) |
+//! | `writer` (`evicted`) | evictors, appliers, `mark_pending_sink` | itself | the same |
+//! | `pending_sink` | `mark`/`release`/`confirm` | `writer` to set, nothing to clear | evictors, under `writer` |
+//! | `last_used` | appliers, builds | nothing (relaxed store) | sweeps |
+//!
+//! Builds never take `writer`; that is the whole point.
+
+use chain_fold::{Chain, Event, ExecutionId, Spine, SpineOrder};
+
+use crate::report::IndexStats;
+use crate::sync::{self, Arc, AtomicBool, AtomicU64, Mutex, Notify, Ordering, Swap};
+
+/// The slot was evicted while the caller held it; look the execution up again.
+#[derive(Debug)]
+pub(crate) struct Evicted;
+
+/// What [`Slot::evict`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotEviction {
+    /// Someone else evicted it first.
+    AlreadyGone,
+    /// The sink gate holds it.
+    KeptBySinkGate,
+    /// Removed; it held this many events (0 for a slot a drive or mark created early).
+    Evicted { events: usize },
+}
+
+/// What one locked apply did to a slot.
+#[derive(Debug, Default)]
+pub(crate) struct SlotApplied {
+    pub(crate) applied: usize,
+    pub(crate) new: usize,
+    pub(crate) terminal: bool,
+}
+
+pub(crate) struct Slot {
+    pub(crate) execution_id: ExecutionId,
+    chain: Swap<Chain>,
+    spine: Swap<Option<Spine>>,
+    /// `true` once evicted; the lock serializes appliers, evictors and sink-gate marks.
+    writer: Mutex<bool>,
+    changed: Notify,
+    last_used: AtomicU64,
+    pending_sink: AtomicBool,
+}
+
+impl Slot {
+    pub(crate) fn new(execution_id: ExecutionId, order: SpineOrder, now: u64) -> Slot {
+        Slot {
+            execution_id,
+            chain: sync::new_swap(Arc::new(Chain::new(order))),
+            spine: sync::new_swap(Arc::new(None)),
+            writer: Mutex::new(false),
+            changed: sync::new_notify(),
+            last_used: AtomicU64::new(now),
+            pending_sink: AtomicBool::new(false),
+        }
+    }
+
+    /// The published chain. Wait-free in the common case (arc-swap's load).
+    pub(crate) fn chain(&self) -> Arc<Chain> {
+        sync::load(&self.chain)
+    }
+
+    /// The shared spine cache as last published.
+    pub(crate) fn cached_spine(&self) -> Arc<Option<Spine>> {
+        sync::load(&self.spine)
+    }
+
+    /// Publishes `spine` if the cache still holds `seen`; a concurrent build that published
+    /// first wins and this one's result is simply not cached. Never blocks.
+    pub(crate) fn publish_spine(&self, seen: &Arc<Option<Spine>>, spine: Spine) -> bool {
+        sync::compare_and_swap(&self.spine, seen, Arc::new(Some(spine)))
+    }
+
+    /// Registers a waiter. Call before building, so a publish after the build wakes it.
+    pub(crate) fn listen(&self) -> crate::sync::Listener {
+        self.changed.listen()
+    }
+
+    pub(crate) fn touch(&self, now: u64) {
+        // Relaxed: recency is a hint for sweeps; no other data is published through it.
+        self.last_used.fetch_max(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn last_used(&self) -> u64 {
+        self.last_used.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_pending_sink(&self) -> bool {
+        // Acquire pairs with the Release in `mark_pending_sink`/`clear_pending_sink`; the
+        // evictor reads it under `writer`, which is what actually orders it against a mark.
+        self.pending_sink.load(Ordering::Acquire)
+    }
+
+    /// Applies `events` (all of this execution) as one published snapshot, and updates
+    /// the index totals in the same critical section, so a concurrent eviction or `stats()`
+    /// sees either none or all of it.
+    pub(crate) fn apply(
+        &self,
+        events: impl IntoIterator<Item = Event>,
+        totals: &Mutex<IndexStats>,
+        now: u64,
+    ) -> Result<SlotApplied, Evicted> {
+        let evicted = self.writer.lock();
+        if *evicted {
+            return Err(Evicted);
+        }
+        let current = self.chain();
+        let mut chain = Chain::clone(&current);
+        let (len_before, bytes_before) = (chain.len(), chain.bytes());
+        let mut done = SlotApplied::default();
+        for event in events {
+            done.terminal |= event.is_terminal();
+            done.applied += 1;
+            done.new += usize::from(chain.apply(event));
+        }
+        if done.applied == 0 {
+            return Ok(done);
+        }
+        {
+            let mut t = totals.lock();
+            if len_before == 0 && !chain.is_empty() {
+                t.executions += 1;
+            }
+            t.events += chain.len() - len_before;
+            t.bytes = t.bytes + chain.bytes() - bytes_before;
+        }
+        // The snapshot store is a release (arc-swap stores are SeqCst); it pairs with the
+        // acquire load in `chain()`, so a build that sees the new chain sees every event in
+        // it fully constructed.
+        sync::store(&self.chain, Arc::new(chain));
+        self.touch(now);
+        drop(evicted);
+        // After the store: a waiter registered before its build either saw the new chain in
+        // that build or is woken here (event-listener's notify and listen are SeqCst).
+        self.changed.notify(usize::MAX);
+        Ok(done)
+    }
+
+    /// Evicts the slot unless the sink gate holds it. Subtracts exactly what the slot holds
+    /// from the totals, and wakes its waiters so they re-register on a future slot.
+    pub(crate) fn evict(&self, totals: &Mutex<IndexStats>, sink_gate: bool) -> SlotEviction {
+        let mut evicted = self.writer.lock();
+        if *evicted {
+            return SlotEviction::AlreadyGone;
+        }
+        if sink_gate && self.is_pending_sink() {
+            return SlotEviction::KeptBySinkGate;
+        }
+        *evicted = true;
+        let chain = self.chain();
+        {
+            let mut t = totals.lock();
+            if !chain.is_empty() {
+                t.executions -= 1;
+            }
+            t.events -= chain.len();
+            t.bytes -= chain.bytes();
+        }
+        drop(evicted);
+        self.changed.notify(usize::MAX);
+        SlotEviction::Evicted {
+            events: chain.len(),
+        }
+    }
+
+    /// Marks the slot as holding unsunk context. Fails if the slot was evicted first.
+    pub(crate) fn mark_pending_sink(&self) -> Result<(), Evicted> {
+        let evicted = self.writer.lock();
+        if *evicted {
+            return Err(Evicted);
+        }
+        // Release pairs with the Acquire in `is_pending_sink`.
+        self.pending_sink.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Clears the mark; returns whether it was set.
+    pub(crate) fn clear_pending_sink(&self) -> bool {
+        // AcqRel: the swap both reads the mark (pairs with the Release that set it) and
+        // publishes the clear (pairs with `is_pending_sink`).
+        self.pending_sink.swap(false, Ordering::AcqRel)
+    }
+}

@@ -1,0 +1,160 @@
+//! Where a drain reads the WAL from: an in-memory channel or a JSON-lines file.
+
+use std::io::{self, BufRead};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+/// One raw WAL record: its position in the log and its payload, not yet decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Sequence number (channel) or 1-based line number (file).
+    pub position: u64,
+    /// The payload bytes.
+    pub payload: Bytes,
+}
+
+/// What one pull returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pull {
+    /// Up to `max` records, in log order.
+    Records(Vec<Record>),
+    /// Nothing arrived within the wait; the log is still open.
+    Idle,
+    /// The log ended (file at EOF, every channel writer dropped) and everything was read.
+    Closed,
+}
+
+/// A write-ahead log a [`Drain`](crate::Drain) pulls batches from.
+pub trait WalSource: Send {
+    /// Returns up to `max` records, waiting at most `wait` for the first one.
+    fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull>;
+}
+
+/// Creates an in-memory WAL: the writer appends payloads, the source yields them in order.
+///
+/// ```
+/// use std::time::Duration;
+/// use wal_index::{Pull, WalSource, channel_wal};
+///
+/// let (writer, mut source) = channel_wal();
+/// writer.append(br#"{"event_id":1,"execution_id":1}"#.to_vec());
+/// drop(writer);
+/// let Pull::Records(batch) = source.pull(200, Duration::ZERO).unwrap() else { panic!() };
+/// assert_eq!(batch.len(), 1);
+/// assert_eq!(source.pull(200, Duration::ZERO).unwrap(), Pull::Closed);
+/// ```
+pub fn channel_wal() -> (WalWriter, ChannelSource) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    (
+        WalWriter {
+            tx,
+            next: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        },
+        ChannelSource { rx },
+    )
+}
+
+/// The appending end of [`channel_wal`]. Clone it to append from several threads.
+#[derive(Debug, Clone)]
+pub struct WalWriter {
+    tx: crossbeam_channel::Sender<Record>,
+    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl WalWriter {
+    /// Appends one payload; returns its position, or `None` if the source was dropped.
+    pub fn append(&self, payload: impl Into<Bytes>) -> Option<u64> {
+        // Relaxed: positions only need to be unique; the channel orders the records.
+        let position = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.tx
+            .send(Record {
+                position,
+                payload: payload.into(),
+            })
+            .ok()
+            .map(|()| position)
+    }
+}
+
+/// The reading end of [`channel_wal`].
+#[derive(Debug)]
+pub struct ChannelSource {
+    rx: crossbeam_channel::Receiver<Record>,
+}
+
+impl WalSource for ChannelSource {
+    fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
+        let first = match self.rx.recv_timeout(wait) {
+            Ok(record) => record,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Ok(Pull::Idle),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(Pull::Closed),
+        };
+        let mut batch = Vec::with_capacity(max.clamp(1, 1024));
+        batch.push(first);
+        while batch.len() < max {
+            match self.rx.try_recv() {
+                Ok(record) => batch.push(record),
+                Err(_) => break,
+            }
+        }
+        Ok(Pull::Records(batch))
+    }
+}
+
+/// A JSON-lines WAL file: one payload per line. Blank lines are skipped; a line that is not
+/// valid UTF-8 or JSON is still yielded, so the drain counts it as a bad record with its
+/// line number instead of stopping.
+#[derive(Debug)]
+pub struct JsonLinesSource<R> {
+    reader: R,
+    line: u64,
+    done: bool,
+}
+
+impl<R: BufRead + Send> JsonLinesSource<R> {
+    /// Reads from any buffered reader.
+    pub fn new(reader: R) -> Self {
+        JsonLinesSource {
+            reader,
+            line: 0,
+            done: false,
+        }
+    }
+}
+
+impl JsonLinesSource<io::BufReader<std::fs::File>> {
+    /// Opens a file.
+    pub fn open(path: impl AsRef<std::path::Path>) -> io::Result<Self> {
+        Ok(Self::new(io::BufReader::new(std::fs::File::open(path)?)))
+    }
+}
+
+impl<R: BufRead + Send> WalSource for JsonLinesSource<R> {
+    fn pull(&mut self, max: usize, _wait: Duration) -> io::Result<Pull> {
+        let mut batch = Vec::new();
+        while !self.done && batch.len() < max {
+            let mut buf = Vec::new();
+            if self.reader.read_until(b'\n', &mut buf)? == 0 {
+                self.done = true;
+                break;
+            }
+            self.line += 1;
+            while matches!(buf.last(), Some(b'\n' | b'\r')) {
+                buf.pop();
+            }
+            if buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            batch.push(Record {
+                position: self.line,
+                payload: Bytes::from(buf),
+            });
+        }
+        Ok(if batch.is_empty() {
+            Pull::Closed
+        } else {
+            Pull::Records(batch)
+        })
+    }
+}
