@@ -240,6 +240,7 @@ impl WalIndex {
         let result = slot.evict(&self.totals, self.config.sink_gate);
         if let SlotEviction::Evicted { .. } = result {
             sync::store(&self.directory, Arc::new(directory.without(&execution_id)));
+            slot.wake_all();
         }
         result
     }
@@ -347,10 +348,11 @@ impl WalIndex {
             eviction::plan(candidates, &policy, self.nanos(now), self.stats());
         let _writer = self.directory_writer.lock();
         let mut directory = Directory::clone(&sync::load(&self.directory));
+        let mut removed: Vec<Arc<Slot>> = Vec::new();
         for execution_id in idle_empty {
             if let Some(slot) = directory.get(&execution_id) {
                 if let SlotEviction::Evicted { .. } = slot.evict(&self.totals, self.config.sink_gate) {
-                    directory.remove(&execution_id);
+                    removed.extend(directory.remove(&execution_id));
                 }
             }
         }
@@ -360,7 +362,7 @@ impl WalIndex {
             };
             match slot.evict(&self.totals, self.config.sink_gate) {
                 SlotEviction::Evicted { .. } => {
-                    directory.remove(execution_id);
+                    removed.extend(directory.remove(execution_id));
                     true
                 }
                 SlotEviction::KeptBySinkGate => {
@@ -376,6 +378,9 @@ impl WalIndex {
             }
         });
         sync::store(&self.directory, Arc::new(directory));
+        for slot in removed {
+            slot.wake_all();
+        }
         plan
     }
 

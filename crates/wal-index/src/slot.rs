@@ -146,8 +146,10 @@ impl Slot {
         Ok(done)
     }
 
-    /// Evicts the slot unless the sink gate holds it. Subtracts exactly what the slot holds
-    /// from the totals, and wakes its waiters so they re-register on a future slot.
+    /// Evicts the slot unless the sink gate holds it, subtracting exactly what the slot
+    /// holds from the totals. The caller removes it from the directory and *then* calls
+    /// [`Slot::wake_all`], so a woken waiter that looks the execution up again cannot find
+    /// this slot and listen on it forever.
     pub(crate) fn evict(&self, totals: &Mutex<IndexStats>, sink_gate: bool) -> SlotEviction {
         let mut evicted = self.writer.lock();
         if *evicted {
@@ -167,10 +169,14 @@ impl Slot {
             t.bytes -= chain.bytes();
         }
         drop(evicted);
-        self.changed.notify(usize::MAX);
         SlotEviction::Evicted {
             events: chain.len(),
         }
+    }
+
+    /// Wakes every waiter (after an eviction was published in the directory).
+    pub(crate) fn wake_all(&self) {
+        self.changed.notify(usize::MAX);
     }
 
     /// Marks the slot as holding unsunk context. Fails if the slot was evicted first.
