@@ -170,6 +170,7 @@ impl MutexIndex {
         }
         report.executions = touched.len();
         if !terminal.is_empty() {
+            terminal.sort_unstable();
             let mut inner = self.inner.lock_blocking();
             for execution_id in terminal {
                 match inner.evict(execution_id, self.config.sink_gate) {

@@ -1,6 +1,5 @@
 //! [`WalIndex`]: the engine. Per-execution snapshots, wait-free builds, targeted wake-ups.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chain_fold::{
@@ -122,7 +121,7 @@ impl WalIndex {
     }
 
     fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
-        sync::load(&self.directory).get(&execution_id).cloned()
+        sync::peek(&self.directory, |directory| directory.get(&execution_id).cloned())
     }
 
     fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
@@ -146,11 +145,15 @@ impl WalIndex {
 
     /// Applies `events` of one execution through its slot, retrying on a fresh slot if the
     /// one found was evicted meanwhile (so no event is ever applied to an orphan).
-    fn apply_to_slot(&self, execution_id: ExecutionId, events: Vec<Event>) -> crate::slot::SlotApplied {
-        let now = self.nanos(Instant::now());
+    fn apply_to_slot(
+        &self,
+        execution_id: ExecutionId,
+        mut events: impl Iterator<Item = Event>,
+        now: u64,
+    ) -> crate::slot::SlotApplied {
         loop {
             let slot = self.slot_or_create(execution_id);
-            match slot.apply(events.iter().cloned(), &self.totals, now) {
+            match slot.apply(&mut events, &self.totals, now) {
                 Ok(done) => return done,
                 Err(Evicted) => {
                     // The evictor removes the slot from the directory before it releases the
@@ -176,7 +179,8 @@ impl WalIndex {
             is_new: false,
             is_terminal: event.is_terminal(),
         };
-        let done = self.apply_to_slot(applied.execution_id, vec![event]);
+        let now = self.nanos(Instant::now());
+        let done = self.apply_to_slot(applied.execution_id, std::iter::once(event), now);
         Applied {
             is_new: done.new == 1,
             ..applied
@@ -189,29 +193,21 @@ impl WalIndex {
     }
 
     /// Applies a batch: each touched execution is published once and its waiters woken
-    /// once, in order of first appearance; then the executions whose terminal event was in
+    /// once (in ascending execution id); then the executions whose terminal event was in
     /// the batch are evicted (unless the sink gate holds them).
     pub fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
-        let mut order: Vec<ExecutionId> = Vec::new();
-        let mut groups: HashMap<ExecutionId, Vec<Event>> = HashMap::new();
-        for event in events {
-            let event = self.prepare(event);
-            groups
-                .entry(event.execution_id())
-                .or_insert_with(|| {
-                    order.push(event.execution_id());
-                    Vec::new()
-                })
-                .push(event);
-        }
-        let mut report = BatchReport {
-            executions: order.len(),
-            ..BatchReport::default()
-        };
+        let mut events: Vec<Event> = events.into_iter().map(|e| self.prepare(e)).collect();
+        // A stable sort groups each execution's events, keeping their WAL order.
+        events.sort_by_key(Event::execution_id);
+        let now = self.nanos(Instant::now());
+        let mut report = BatchReport::default();
         let mut terminal = Vec::new();
-        for execution_id in order {
-            let group = groups.remove(&execution_id).unwrap_or_default();
-            let done = self.apply_to_slot(execution_id, group);
+        let mut events = events.into_iter().peekable();
+        while let Some(first) = events.next() {
+            let execution_id = first.execution_id();
+            let rest = std::iter::from_fn(|| events.next_if(|e| e.execution_id() == execution_id));
+            let done = self.apply_to_slot(execution_id, std::iter::once(first).chain(rest), now);
+            report.executions += 1;
             report.applied += done.applied;
             report.new += done.new;
             if done.terminal {
@@ -253,13 +249,18 @@ impl WalIndex {
             let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
             return incomplete(why, started.elapsed(), started);
         };
-        let chain = slot.chain();
+        // The cache is loaded as an owned Arc (its identity is what the compare-and-swap
+        // below compares); the chain is only borrowed for the walk, without touching its
+        // reference count, so builds of one hot execution do not contend on it.
         let cached = slot.cached_spine();
-        let waited = started.elapsed();
-        let Some(target) = expected_head.or_else(|| chain.max_id()) else {
+        let (result, waited) = slot.with_chain(|chain| {
+            let waited = started.elapsed();
+            let target = expected_head.or_else(|| chain.max_id());
+            (target.map(|t| advance(chain, Option::as_ref(&cached), t)), waited)
+        });
+        let Some(result) = result else {
             return incomplete(Incomplete::NoEvents, waited, started);
         };
-        let result = advance(&chain, Option::as_ref(&cached), target);
         if let Some(spine) = &result.spine {
             if result.outcome != AdvanceOutcome::CacheHit {
                 slot.publish_spine(&cached, spine.clone());
@@ -334,12 +335,12 @@ impl WalIndex {
         let candidates: Vec<Candidate> = sync::load(&self.directory)
             .values()
             .map(|slot| {
-                let chain = slot.chain();
+                let (events, bytes) = slot.with_chain(|chain| (chain.len(), chain.bytes()));
                 Candidate {
                     execution_id: slot.execution_id,
                     last_used: slot.last_used(),
-                    events: chain.len(),
-                    bytes: chain.bytes(),
+                    events,
+                    bytes,
                     gated: self.config.sink_gate && slot.is_pending_sink(),
                 }
             })
@@ -433,7 +434,8 @@ impl WalIndex {
             .map(|e| self.prepare(e))
             .collect();
         if !mine.is_empty() {
-            let done = self.apply_to_slot(execution_id, mine);
+            let now = self.nanos(Instant::now());
+            let done = self.apply_to_slot(execution_id, mine.into_iter(), now);
             report.applied = done.applied;
             report.new = done.new;
         }
@@ -449,7 +451,7 @@ impl WalIndex {
     pub fn execution_ids(&self) -> Vec<ExecutionId> {
         let mut ids: Vec<ExecutionId> = sync::load(&self.directory)
             .values()
-            .filter(|slot| !slot.chain().is_empty())
+            .filter(|slot| !slot.with_chain(Chain::is_empty))
             .map(|slot| slot.execution_id)
             .collect();
         ids.sort_unstable();

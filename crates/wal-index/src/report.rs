@@ -34,9 +34,10 @@ pub struct BatchReport {
     pub new: usize,
     /// Distinct executions the batch touched (each published and woken once).
     pub executions: usize,
-    /// Executions evicted after the batch because it held their terminal event.
+    /// Executions evicted after the batch because it held their terminal event, ascending.
     pub terminal_evicted: Vec<ExecutionId>,
-    /// Executions whose terminal event arrived but that the sink gate kept resident.
+    /// Executions whose terminal event arrived but that the sink gate kept resident,
+    /// ascending.
     pub terminal_kept_by_sink_gate: Vec<ExecutionId>,
 }
 

@@ -70,6 +70,11 @@ impl Slot {
         sync::load(&self.chain)
     }
 
+    /// Runs `f` on the published chain without touching its reference count.
+    pub(crate) fn with_chain<R>(&self, f: impl FnOnce(&Chain) -> R) -> R {
+        sync::peek(&self.chain, f)
+    }
+
     /// The shared spine cache as last published.
     pub(crate) fn cached_spine(&self) -> Arc<Option<Spine>> {
         sync::load(&self.spine)
@@ -104,9 +109,12 @@ impl Slot {
     /// Applies `events` (all of this execution) as one published snapshot, and updates
     /// the index totals in the same critical section, so a concurrent eviction or `stats()`
     /// sees either none or all of it.
+    ///
+    /// `events` is consumed only on success: after `Err(Evicted)` the caller retries with
+    /// the same iterator on a fresh slot.
     pub(crate) fn apply(
         &self,
-        events: impl IntoIterator<Item = Event>,
+        events: &mut impl Iterator<Item = Event>,
         totals: &Mutex<IndexStats>,
         now: u64,
     ) -> Result<SlotApplied, Evicted> {

@@ -43,6 +43,13 @@ mod imp {
         swap.load_full()
     }
 
+    /// Runs `f` on the current value without touching its reference count (arc-swap's
+    /// debt-list `load`), so concurrent readers of one hot cell do not contend on it. Keep
+    /// `f` short: the guard occupies one of the thread's few debt slots while it runs.
+    pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
+        f(&swap.load())
+    }
+
     /// Publishes `value` (a release store; pairs with the acquire in [`load`]).
     pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
         swap.store(value);
@@ -82,6 +89,10 @@ mod imp {
 
     pub(crate) fn load<T>(swap: &Swap<T>) -> Arc<T> {
         Arc::clone(&swap.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
+        f(&swap.0.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
