@@ -30,7 +30,8 @@ impl AdvanceOutcome {
     }
 
     /// Every label, in the order metrics pre-register them.
-    pub const LABELS: [&'static str; 4] = ["cache_hit", "incremental", "cold_rebuild", "incomplete"];
+    pub const LABELS: [&'static str; 4] =
+        ["cache_hit", "incremental", "cold_rebuild", "incomplete"];
 }
 
 /// The result of [`advance`]: the outcome, and the spine to cache from now on.
@@ -68,15 +69,14 @@ pub fn advance(chain: &Chain, cached: Option<&Spine>, target: EventId) -> Advanc
     if !chain.contains(target) {
         return incomplete(Incomplete::TipMissing(target));
     }
-    let cached = cached.filter(|s| s.generation() == chain.rewrites() && s.order() == chain.order());
-    if let Some(spine) = cached {
-        if spine.head() == target {
-            return Advance {
-                outcome: AdvanceOutcome::CacheHit,
-                spine: Some(spine.clone()),
-                appended: false,
-            };
-        }
+    let cached =
+        cached.filter(|s| s.generation() == chain.rewrites() && s.order() == chain.order());
+    if let Some(spine) = cached.filter(|s| s.head() == target) {
+        return Advance {
+            outcome: AdvanceOutcome::CacheHit,
+            spine: Some(spine.clone()),
+            appended: false,
+        };
     }
     let walk = match chain.walk_back(target, cached.map(Spine::head)) {
         Ok(walk) => walk,

@@ -270,20 +270,12 @@ impl Event {
             },
         };
         let event_type: Box<str> = match env.event_type {
-            Some(raw) if raw.get().starts_with('"') => {
-                serde_json::from_str::<String>(raw.get())
-                    .map_err(|e| EventError::Json(e.to_string()))?
-                    .into_boxed_str()
-            }
+            Some(raw) if raw.get().starts_with('"') => serde_json::from_str::<String>(raw.get())
+                .map_err(|e| EventError::Json(e.to_string()))?
+                .into_boxed_str(),
             _ => Box::from(""),
         };
-        Ok(Self::assemble(
-            id,
-            execution_id,
-            prev,
-            event_type,
-            payload,
-        ))
+        Ok(Self::assemble(id, execution_id, prev, event_type, payload))
     }
 
     /// Builds an event from already-decoded parts.

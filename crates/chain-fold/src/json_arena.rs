@@ -54,7 +54,10 @@ impl Arena {
 
     /// The immutable prefix `[0, len)`.
     fn prefix(&self, len: usize) -> &[u8] {
-        assert!(len <= self.capacity(), "a version cannot end past its arena");
+        assert!(
+            len <= self.capacity(),
+            "a version cannot end past its arena"
+        );
         // SAFETY: `len` is the end of a version that was fully written before the caller
         // could hold it, and bytes below any version's end are never written again (the
         // module's ownership protocol). `UnsafeCell<u8>` has the layout of `u8`.
@@ -228,7 +231,9 @@ impl JsonArray {
 
 impl std::fmt::Debug for JsonArray {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JsonArray").field("len", &self.len()).finish()
+        f.debug_struct("JsonArray")
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -254,7 +259,10 @@ mod tests {
     use super::*;
 
     fn payloads(items: &[&'static str]) -> Vec<Bytes> {
-        items.iter().map(|s| Bytes::from_static(s.as_bytes())).collect()
+        items
+            .iter()
+            .map(|s| Bytes::from_static(s.as_bytes()))
+            .collect()
     }
 
     fn joined(a: &JsonArray) -> String {

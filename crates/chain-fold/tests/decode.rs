@@ -33,37 +33,67 @@ fn payload_not_an_object() {
 
 #[test]
 fn missing_and_null_ids() {
-    assert_eq!(err(r#"{"execution_id":1}"#), EventError::Missing { field: Field::EventId });
+    assert_eq!(
+        err(r#"{"execution_id":1}"#),
+        EventError::Missing {
+            field: Field::EventId
+        }
+    );
     assert_eq!(
         err(r#"{"event_id":null,"execution_id":1}"#),
-        EventError::Missing { field: Field::EventId }
+        EventError::Missing {
+            field: Field::EventId
+        }
     );
-    assert_eq!(err(r#"{"event_id":1}"#), EventError::Missing { field: Field::ExecutionId });
+    assert_eq!(
+        err(r#"{"event_id":1}"#),
+        EventError::Missing {
+            field: Field::ExecutionId
+        }
+    );
 }
 
 #[test]
 fn string_ids_are_a_clear_error() {
     assert!(matches!(
         err(r#"{"event_id":"1","execution_id":1}"#),
-        EventError::StringId { field: Field::EventId, .. }
+        EventError::StringId {
+            field: Field::EventId,
+            ..
+        }
     ));
     assert!(matches!(
         err(r#"{"event_id":1,"execution_id":"1"}"#),
-        EventError::StringId { field: Field::ExecutionId, .. }
+        EventError::StringId {
+            field: Field::ExecutionId,
+            ..
+        }
     ));
     assert!(matches!(
         err(r#"{"event_id":1,"execution_id":1,"prev_event_id":"0"}"#),
-        EventError::StringId { field: Field::PrevEventId, .. }
+        EventError::StringId {
+            field: Field::PrevEventId,
+            ..
+        }
     ));
 }
 
 #[test]
 fn float_and_overflowing_ids() {
-    assert!(matches!(err(r#"{"event_id":1.5,"execution_id":1}"#), EventError::NotAnInteger { .. }));
-    assert!(matches!(err(r#"{"event_id":1e3,"execution_id":1}"#), EventError::NotAnInteger { .. }));
+    assert!(matches!(
+        err(r#"{"event_id":1.5,"execution_id":1}"#),
+        EventError::NotAnInteger { .. }
+    ));
+    assert!(matches!(
+        err(r#"{"event_id":1e3,"execution_id":1}"#),
+        EventError::NotAnInteger { .. }
+    ));
     assert!(matches!(
         err(r#"{"event_id":9223372036854775808,"execution_id":1}"#),
-        EventError::OutOfRange { field: Field::EventId, .. }
+        EventError::OutOfRange {
+            field: Field::EventId,
+            ..
+        }
     ));
     assert!(matches!(
         err(r#"{"event_id":-99999999999999999999,"execution_id":1}"#),
@@ -71,7 +101,10 @@ fn float_and_overflowing_ids() {
     ));
     assert!(matches!(
         err(r#"{"event_id":true,"execution_id":1}"#),
-        EventError::WrongType { found: "boolean", .. }
+        EventError::WrongType {
+            found: "boolean",
+            ..
+        }
     ));
     let e = Event::from_json(br#"{"event_id":-9223372036854775808,"execution_id":0}"#).unwrap();
     assert_eq!(e.id(), i64::MIN);
@@ -81,7 +114,11 @@ fn float_and_overflowing_ids() {
 fn non_integer_prev_is_a_root_as_today() {
     for prev in ["null", "1.5", "true", "{}", "[]"] {
         let text = format!(r#"{{"event_id":2,"execution_id":1,"prev_event_id":{prev}}}"#);
-        assert_eq!(Event::from_json(text.as_bytes()).unwrap().prev(), None, "{prev}");
+        assert_eq!(
+            Event::from_json(text.as_bytes()).unwrap().prev(),
+            None,
+            "{prev}"
+        );
     }
 }
 
@@ -89,12 +126,20 @@ fn non_integer_prev_is_a_root_as_today() {
 fn event_type_absent_or_not_a_string_is_empty() {
     let e = Event::from_json(br#"{"event_id":1,"execution_id":1,"event_type":7}"#).unwrap();
     assert_eq!(e.event_type(), "");
-    let e = Event::from_json(br#"{"event_id":1,"execution_id":1,"event_type":"pl\u0061ybook_started"}"#)
-        .unwrap();
+    let e = Event::from_json(
+        br#"{"event_id":1,"execution_id":1,"event_type":"pl\u0061ybook_started"}"#,
+    )
+    .unwrap();
     assert!(e.is_genesis(), "escapes are decoded before classifying");
     let huge = "x".repeat(1 << 20);
     let text = format!(r#"{{"event_id":1,"execution_id":1,"event_type":"{huge}"}}"#);
-    assert_eq!(Event::from_json(text.as_bytes()).unwrap().event_type().len(), 1 << 20);
+    assert_eq!(
+        Event::from_json(text.as_bytes())
+            .unwrap()
+            .event_type()
+            .len(),
+        1 << 20
+    );
 }
 
 #[test]
@@ -107,7 +152,10 @@ fn truncated_invalid_utf8_and_trailing_garbage_are_json_errors() {
         b"   ",
         br#"{"event_id":1,"event_id":2,"execution_id":1}"#,
     ] {
-        assert!(matches!(Event::from_json(bad), Err(EventError::Json(_))), "{bad:?}");
+        assert!(
+            matches!(Event::from_json(bad), Err(EventError::Json(_))),
+            "{bad:?}"
+        );
     }
 }
 
@@ -121,13 +169,22 @@ fn deeply_nested_payload_is_accepted_without_recursion() {
     );
     let e = Event::from_json(text.as_bytes()).unwrap();
     assert_eq!(e.payload().len(), text.len());
-    assert_eq!(e.to_slim().payload().len(), text.len(), "slim skips it the same way");
+    assert_eq!(
+        e.to_slim().payload().len(),
+        text.len(),
+        "slim skips it the same way"
+    );
     let nested_type = format!(
         r#"{{"event_id":1,"execution_id":1,"event_type":{}{}}}"#,
         "[".repeat(depth),
         "]".repeat(depth)
     );
-    assert_eq!(Event::from_json(nested_type.as_bytes()).unwrap().event_type(), "");
+    assert_eq!(
+        Event::from_json(nested_type.as_bytes())
+            .unwrap()
+            .event_type(),
+        ""
+    );
 }
 
 #[test]

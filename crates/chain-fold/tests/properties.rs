@@ -1,9 +1,7 @@
 //! Property tests over random chains: random inversions, gaps, redeliveries and arrival
 //! orders.
 
-use chain_fold::{
-    AdvanceOutcome, Chain, Event, Fold, FoldCache, SpineCache, SpineOrder, fold_all,
-};
+use chain_fold::{AdvanceOutcome, Chain, Event, Fold, FoldCache, SpineCache, SpineOrder, fold_all};
 use proptest::prelude::*;
 
 /// A random execution: a genesis and `n` more events whose ids are a random permutation
@@ -35,22 +33,33 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         let held_back = proptest::collection::vec(any::<bool>(), n);
         let targets = proptest::collection::vec(0..n, 1..12);
         let pad = proptest::collection::vec(0u8..40, n);
-        (ids, arrival, held_back, targets, pad).prop_map(move |(ids, arrival, held, targets, pad)| {
-            let links = (0..n)
-                .map(|i| (ids[i], if i == 0 { None } else { Some(ids[i - 1]) }))
-                .collect();
-            // A gap: an event held back arrives only at the very end (or never, if it is
-            // in the second half of the hold-back mask).
-            let mut arrival: Vec<usize> = arrival.into_iter().filter(|&i| !held[i]).collect();
-            arrival.extend((0..n).filter(|&i| held[i] && i % 2 == 0));
-            Scenario { links, arrival, targets, pad }
-        })
+        (ids, arrival, held_back, targets, pad).prop_map(
+            move |(ids, arrival, held, targets, pad)| {
+                let links = (0..n)
+                    .map(|i| (ids[i], if i == 0 { None } else { Some(ids[i - 1]) }))
+                    .collect();
+                // A gap: an event held back arrives only at the very end (or never, if it is
+                // in the second half of the hold-back mask).
+                let mut arrival: Vec<usize> = arrival.into_iter().filter(|&i| !held[i]).collect();
+                arrival.extend((0..n).filter(|&i| held[i] && i % 2 == 0));
+                Scenario {
+                    links,
+                    arrival,
+                    targets,
+                    pad,
+                }
+            },
+        )
     })
 }
 
 fn event(links: &[(i64, Option<i64>)], pad: &[u8], index: usize) -> Event {
     let (id, prev) = links[index];
-    let ty = if index == 0 { "playbook_started" } else { "step" };
+    let ty = if index == 0 {
+        "playbook_started"
+    } else {
+        "step"
+    };
     let payload = serde_json::json!({
         "event_id": id, "execution_id": 1, "prev_event_id": prev, "event_type": ty,
         "pad": "p".repeat(pad[index] as usize),

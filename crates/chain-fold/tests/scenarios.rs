@@ -5,7 +5,11 @@ use chain_fold::{
 };
 
 fn ev(id: i64, prev: Option<i64>) -> Event {
-    let ty = if prev.is_none() { "playbook_started" } else { "step" };
+    let ty = if prev.is_none() {
+        "playbook_started"
+    } else {
+        "step"
+    };
     Event::minimal(id, 1, prev, ty)
 }
 
@@ -18,8 +22,13 @@ fn chain_of(order: SpineOrder, events: &[(i64, Option<i64>)]) -> Chain {
 }
 
 /// `1 playbook_started <- 2 <- 3 <- 100 <- 50`, 50 arrived last.
-const INVERSION: [(i64, Option<i64>); 5] =
-    [(1, None), (2, Some(1)), (3, Some(2)), (100, Some(3)), (50, Some(100))];
+const INVERSION: [(i64, Option<i64>); 5] = [
+    (1, None),
+    (2, Some(1)),
+    (3, Some(2)),
+    (100, Some(3)),
+    (50, Some(100)),
+];
 
 #[test]
 fn inversion_walk_from_tip_keeps_the_low_id_tip() {
@@ -46,7 +55,10 @@ fn inversion_in_event_id_order_sorts_by_id() {
 fn inversion_advance_before_the_tip_is_indexed_is_incomplete() {
     let chain = chain_of(SpineOrder::Causal, &INVERSION[..4]);
     let mut cache = SpineCache::default();
-    assert_eq!(cache.advance_to(&chain, 100), AdvanceOutcome::ColdRebuild(4));
+    assert_eq!(
+        cache.advance_to(&chain, 100),
+        AdvanceOutcome::ColdRebuild(4)
+    );
     assert_eq!(
         cache.advance_to(&chain, 50),
         AdvanceOutcome::Incomplete(Incomplete::TipMissing(50))
@@ -182,7 +194,10 @@ fn redelivery_changes_nothing() {
     let mut cache = SpineCache::default();
     cache.advance_to(&chain, 50);
     assert!(!chain.apply(ev(3, Some(2))), "a redelivery is not new");
-    assert_eq!((chain.len(), chain.bytes(), chain.walk_from(50).unwrap()), before);
+    assert_eq!(
+        (chain.len(), chain.bytes(), chain.walk_from(50).unwrap()),
+        before
+    );
     assert_eq!(chain.rewrites(), 0);
     assert_eq!(cache.advance_to(&chain, 50), AdvanceOutcome::CacheHit);
 }
@@ -269,7 +284,10 @@ fn json_array_is_the_payloads_in_spine_order() {
     let spine = chain.walk_from(50).unwrap();
     let parsed: Vec<serde_json::Value> =
         serde_json::from_slice(&spine.json_array().to_bytes()).unwrap();
-    let ids: Vec<i64> = parsed.iter().map(|v| v["event_id"].as_i64().unwrap()).collect();
+    let ids: Vec<i64> = parsed
+        .iter()
+        .map(|v| v["event_id"].as_i64().unwrap())
+        .collect();
     assert_eq!(ids, vec![1, 2, 3, 100, 50]);
 }
 
@@ -295,5 +313,8 @@ fn fold_cache_folds_only_the_tail_and_refolds_on_rebuild() {
     // Event-id order placed 50 before 100: the fold was redone, not appended to.
     assert_eq!(folds.state().unwrap(), &vec![1, 2, 3, 50, 100]);
     assert_eq!(folds.advance_to(&chain, 3), AdvanceOutcome::ColdRebuild(3));
-    assert_eq!(folds.state().unwrap(), &fold_all(&Ids, folds.spine().unwrap()));
+    assert_eq!(
+        folds.state().unwrap(),
+        &fold_all(&Ids, folds.spine().unwrap())
+    );
 }

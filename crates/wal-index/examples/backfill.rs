@@ -17,7 +17,11 @@ fn events(total: i64, per_execution: i64) -> Vec<Event> {
             for e in 0..live {
                 let exec = group * live + e;
                 let id = exec * per_execution + k + 1;
-                let (prev, ty) = if k == 0 { (None, "playbook_started") } else { (Some(id - 1), "step") };
+                let (prev, ty) = if k == 0 {
+                    (None, "playbook_started")
+                } else {
+                    (Some(id - 1), "step")
+                };
                 out.push(Event::from_parts(id, exec, prev, ty, payload.clone()));
             }
         }

@@ -4,16 +4,13 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use chain_fold::{
-    AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, SpineCache,
-};
+use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, SpineCache};
 
 use crate::config::{DriveBudget, IndexConfig};
 use crate::drive::{Tally, wait_async, wait_blocking};
-use crate::engine::incomplete;
 use crate::eviction::{self, Candidate};
 use crate::report::{
-    ApplyError, Applied, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
+    Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
 };
 
 struct Entry {
@@ -69,12 +66,14 @@ impl Default for MutexIndex {
 
 impl Inner {
     fn entry(&mut self, execution_id: ExecutionId, config: &IndexConfig, now: u64) -> &mut Entry {
-        self.executions.entry(execution_id).or_insert_with(|| Entry {
-            chain: Chain::new(config.order),
-            cache: SpineCache::default(),
-            last_used: now,
-            pending_sink: false,
-        })
+        self.executions
+            .entry(execution_id)
+            .or_insert_with(|| Entry {
+                chain: Chain::new(config.order),
+                cache: SpineCache::default(),
+                last_used: now,
+                pending_sink: false,
+            })
     }
 
     fn apply(&mut self, event: Event, config: &IndexConfig, now: u64) -> bool {
@@ -128,7 +127,11 @@ impl MutexIndex {
     }
 
     fn prepare(&self, event: Event) -> Event {
-        if self.config.slim { event.to_slim() } else { event }
+        if self.config.slim {
+            event.to_slim()
+        } else {
+            event
+        }
     }
 
     /// Indexes one event under the global mutex, then wakes every waiting drive.
@@ -191,12 +194,17 @@ impl MutexIndex {
         started: Instant,
     ) -> Build {
         let waited = started.elapsed();
+        let incomplete = |why| Build {
+            outcome: AdvanceOutcome::Incomplete(why),
+            spine: None,
+            waited,
+            elapsed: started.elapsed(),
+        };
         let Some(entry) = inner.executions.get_mut(&execution_id) else {
-            let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
-            return incomplete(why, waited, started);
+            return incomplete(expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing));
         };
         let Some(target) = expected_head.or_else(|| entry.chain.max_id()) else {
-            return incomplete(Incomplete::NoEvents, waited, started);
+            return incomplete(Incomplete::NoEvents);
         };
         let outcome = entry.cache.advance_to(&entry.chain, target);
         let spine = match outcome {
@@ -222,7 +230,11 @@ impl MutexIndex {
     }
 
     /// [`build`](MutexIndex::build), awaiting the mutex instead of blocking.
-    pub async fn build_async(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+    pub async fn build_async(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+    ) -> Build {
         let started = Instant::now();
         let mut inner = self.inner.lock().await;
         self.build_locked(&mut inner, execution_id, expected_head, started)

@@ -115,7 +115,9 @@ impl IndexConfig {
     /// assert_eq!(config.eviction.max_bytes, Some(256 << 20));
     /// assert_eq!(config.eviction.ttl, Some(std::time::Duration::from_secs(900)));
     /// ```
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<IndexConfig, ConfigError> {
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<IndexConfig, ConfigError> {
         let vars = Vars(lookup);
         let order = match vars.get("NOETL_OFFSERVER_SPINE_ORDER") {
             None => SpineOrder::Causal,
@@ -130,8 +132,12 @@ impl IndexConfig {
             order,
             eviction: EvictionPolicy {
                 max_bytes: vars.limit("NOETL_STATE_INDEX_MAX_BYTES")?.map(to_usize),
-                ttl: vars.limit("NOETL_STATE_INDEX_TTL_SECS")?.map(Duration::from_secs),
-                max_executions: vars.limit("NOETL_STATE_INDEX_MAX_EXECUTIONS")?.map(to_usize),
+                ttl: vars
+                    .limit("NOETL_STATE_INDEX_TTL_SECS")?
+                    .map(Duration::from_secs),
+                max_executions: vars
+                    .limit("NOETL_STATE_INDEX_MAX_EXECUTIONS")?
+                    .map(to_usize),
             },
             slim: vars.flag("NOETL_STATE_INDEX_SLIM")?,
             sink_gate: vars.flag("NOETL_SINK_GATE_EVICTION")?,
@@ -172,7 +178,9 @@ impl DriveBudget {
     }
 
     /// [`DriveBudget::from_env`] over any lookup function.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<DriveBudget, ConfigError> {
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<DriveBudget, ConfigError> {
         let vars = Vars(lookup);
         let mut budget = DriveBudget::default();
         let number = |var: &'static str| -> Result<Option<u64>, ConfigError> {
@@ -207,13 +215,24 @@ mod tests {
     use super::*;
 
     fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |var| pairs.iter().find(|(k, _)| *k == var).map(|(_, v)| (*v).to_owned())
+        move |var| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == var)
+                .map(|(_, v)| (*v).to_owned())
+        }
     }
 
     #[test]
     fn defaults_when_nothing_is_set() {
-        assert_eq!(IndexConfig::from_lookup(|_| None).unwrap(), IndexConfig::default());
-        assert_eq!(DriveBudget::from_lookup(|_| None).unwrap(), DriveBudget::default());
+        assert_eq!(
+            IndexConfig::from_lookup(|_| None).unwrap(),
+            IndexConfig::default()
+        );
+        assert_eq!(
+            DriveBudget::from_lookup(|_| None).unwrap(),
+            DriveBudget::default()
+        );
         assert_eq!(DriveBudget::default().total(), Duration::from_secs(1));
     }
 
@@ -237,13 +256,19 @@ mod tests {
 
     #[test]
     fn malformed_values_are_errors_naming_the_variable() {
-        let err = IndexConfig::from_lookup(lookup(&[("NOETL_STATE_INDEX_TTL_SECS", "15m")])).unwrap_err();
+        let err =
+            IndexConfig::from_lookup(lookup(&[("NOETL_STATE_INDEX_TTL_SECS", "15m")])).unwrap_err();
         assert_eq!(err.var, "NOETL_STATE_INDEX_TTL_SECS");
-        let err = IndexConfig::from_lookup(lookup(&[("NOETL_SINK_GATE_EVICTION", "maybe")])).unwrap_err();
+        let err =
+            IndexConfig::from_lookup(lookup(&[("NOETL_SINK_GATE_EVICTION", "maybe")])).unwrap_err();
         assert_eq!(err.var, "NOETL_SINK_GATE_EVICTION");
-        let err = IndexConfig::from_lookup(lookup(&[("NOETL_OFFSERVER_SPINE_ORDER", "max")])).unwrap_err();
+        let err = IndexConfig::from_lookup(lookup(&[("NOETL_OFFSERVER_SPINE_ORDER", "max")]))
+            .unwrap_err();
         assert!(err.to_string().contains("causal"));
-        assert!(DriveBudget::from_lookup(lookup(&[("NOETL_STATE_BUILDER_DRIVE_RETRIES", "-1")])).is_err());
+        assert!(
+            DriveBudget::from_lookup(lookup(&[("NOETL_STATE_BUILDER_DRIVE_RETRIES", "-1")]))
+                .is_err()
+        );
     }
 
     #[test]

@@ -106,7 +106,9 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// One pull-apply step (and a sweep if one is due). Returns false once the source is
     /// closed.
     pub fn step(&mut self) -> io::Result<bool> {
-        let pulled = self.source.pull(self.config.batch_max, self.config.idle_wait)?;
+        let pulled = self
+            .source
+            .pull(self.config.batch_max, self.config.idle_wait)?;
         let more = match pulled {
             Pull::Closed => false,
             Pull::Idle => true,

@@ -2,15 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use chain_fold::{
-    AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, advance,
-};
+use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, advance};
 
 use crate::config::{DriveBudget, IndexConfig};
 use crate::drive::{Tally, wait_async, wait_blocking};
 use crate::eviction::{self, Candidate};
 use crate::report::{
-    ApplyError, Applied, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
+    Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
     RehydrateReport,
 };
 use crate::slot::{Evicted, Slot, SlotEviction};
@@ -121,7 +119,9 @@ impl WalIndex {
     }
 
     fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
-        sync::peek(&self.directory, |directory| directory.get(&execution_id).cloned())
+        sync::peek(&self.directory, |directory| {
+            directory.get(&execution_id).cloned()
+        })
     }
 
     fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
@@ -165,7 +165,11 @@ impl WalIndex {
     }
 
     fn prepare(&self, event: Event) -> Event {
-        if self.config.slim { event.to_slim() } else { event }
+        if self.config.slim {
+            event.to_slim()
+        } else {
+            event
+        }
     }
 
     /// Indexes one event, publishes its execution's new snapshot and wakes that execution's
@@ -242,24 +246,24 @@ impl WalIndex {
     }
 
     /// Builds the spine at `expected_head` (`None`: at the largest indexed id, the legacy
-    /// path). Wait-free: it loads two pointers and walks an immutable snapshot.
+    /// path). Wait-free: it loads two pointers and walks an immutable snapshot; it has no
+    /// step that can block, so `Build::waited` is always zero.
     pub fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
         let started = Instant::now();
         let Some(slot) = self.lookup(execution_id) else {
             let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
-            return incomplete(why, started.elapsed(), started);
+            return incomplete(why, started);
         };
         // The cache is loaded as an owned Arc (its identity is what the compare-and-swap
         // below compares); the chain is only borrowed for the walk, without touching its
         // reference count, so builds of one hot execution do not contend on it.
         let cached = slot.cached_spine();
-        let (result, waited) = slot.with_chain(|chain| {
-            let waited = started.elapsed();
+        let result = slot.with_chain(|chain| {
             let target = expected_head.or_else(|| chain.max_id());
-            (target.map(|t| advance(chain, Option::as_ref(&cached), t)), waited)
+            target.map(|t| advance(chain, Option::as_ref(&cached), t))
         });
         let Some(result) = result else {
-            return incomplete(Incomplete::NoEvents, waited, started);
+            return incomplete(Incomplete::NoEvents, started);
         };
         if let Some(spine) = &result.spine {
             if result.outcome != AdvanceOutcome::CacheHit {
@@ -270,7 +274,8 @@ impl WalIndex {
         Build {
             outcome: result.outcome,
             spine: result.spine,
-            waited,
+            // Nothing above can block: no lock, no wait loop (see the progress table).
+            waited: Duration::ZERO,
             elapsed: started.elapsed(),
         }
     }
@@ -351,10 +356,11 @@ impl WalIndex {
         let mut directory = Directory::clone(&sync::load(&self.directory));
         let mut removed: Vec<Arc<Slot>> = Vec::new();
         for execution_id in idle_empty {
-            if let Some(slot) = directory.get(&execution_id) {
-                if let SlotEviction::Evicted { .. } = slot.evict(&self.totals, self.config.sink_gate) {
-                    removed.extend(directory.remove(&execution_id));
-                }
+            let evicted = directory
+                .get(&execution_id)
+                .map(|slot| slot.evict(&self.totals, self.config.sink_gate));
+            if let Some(SlotEviction::Evicted { .. }) = evicted {
+                removed.extend(directory.remove(&execution_id));
             }
         }
         plan.evicted.retain(|(execution_id, reason)| {
@@ -389,7 +395,11 @@ impl WalIndex {
     /// eviction (terminal, TTL, LRU, byte ceiling, explicit) removes it until released.
     pub fn mark_pending_sink(&self, execution_id: ExecutionId) {
         loop {
-            if self.slot_or_create(execution_id).mark_pending_sink().is_ok() {
+            if self
+                .slot_or_create(execution_id)
+                .mark_pending_sink()
+                .is_ok()
+            {
                 return;
             }
             drop(self.directory_writer.lock());
@@ -444,7 +454,8 @@ impl WalIndex {
 
     /// A snapshot of one execution's chain (O(1); it stays valid whatever happens next).
     pub fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
-        self.lookup(execution_id).map(|slot| Chain::clone(&slot.chain()))
+        self.lookup(execution_id)
+            .map(|slot| Chain::clone(&slot.chain()))
     }
 
     /// The ids of resident executions (those holding at least one event), ascending.
@@ -459,11 +470,11 @@ impl WalIndex {
     }
 }
 
-pub(crate) fn incomplete(why: Incomplete, waited: Duration, started: Instant) -> Build {
+fn incomplete(why: Incomplete, started: Instant) -> Build {
     Build {
         outcome: AdvanceOutcome::Incomplete(why),
         spine: None,
-        waited,
+        waited: Duration::ZERO,
         elapsed: started.elapsed(),
     }
 }

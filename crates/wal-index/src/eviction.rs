@@ -138,7 +138,12 @@ mod tests {
 
     #[test]
     fn ttl_then_lru_by_count_then_by_bytes() {
-        let cands = vec![c(1, 0, 10, false), c(2, 50, 10, false), c(3, 60, 100, false), c(4, 70, 10, false)];
+        let cands = vec![
+            c(1, 0, 10, false),
+            c(2, 50, 10, false),
+            c(3, 60, 100, false),
+            c(4, 70, 10, false),
+        ];
         let policy = EvictionPolicy {
             ttl: Some(Duration::from_nanos(60)),
             max_executions: Some(2),
@@ -147,7 +152,11 @@ mod tests {
         let (s, _) = plan(cands.clone(), &policy, 100, totals(&cands));
         assert_eq!(
             s.evicted,
-            vec![(1, EvictReason::Ttl), (2, EvictReason::MaxExecutions), (3, EvictReason::ByteCeiling)]
+            vec![
+                (1, EvictReason::Ttl),
+                (2, EvictReason::MaxExecutions),
+                (3, EvictReason::ByteCeiling)
+            ]
         );
         assert_eq!((s.ttl, s.max_executions, s.byte_ceiling), (1, 1, 1));
     }
@@ -168,7 +177,12 @@ mod tests {
     #[test]
     fn no_policy_evicts_nothing() {
         let cands = vec![c(1, 0, 10, false)];
-        let (s, _) = plan(cands.clone(), &EvictionPolicy::default(), u64::MAX, totals(&cands));
+        let (s, _) = plan(
+            cands.clone(),
+            &EvictionPolicy::default(),
+            u64::MAX,
+            totals(&cands),
+        );
         assert_eq!(s, EvictionStats::default());
     }
 }

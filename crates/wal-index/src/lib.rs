@@ -53,7 +53,7 @@ pub use config::{ConfigError, DriveBudget, EvictionPolicy, IndexConfig};
 pub use drain::{BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
 pub use engine::WalIndex;
 pub use report::{
-    ApplyError, Applied, BatchReport, Build, Drive, DriveOutcome, EvictReason, EvictionStats,
+    Applied, ApplyError, BatchReport, Build, Drive, DriveOutcome, EvictReason, EvictionStats,
     IndexStats, RehydrateReport,
 };
 pub use source::{ChannelSource, JsonLinesSource, Pull, Record, WalSource, WalWriter, channel_wal};

@@ -48,9 +48,10 @@ pub struct Build {
     pub outcome: AdvanceOutcome,
     /// The spine, unless the outcome is `Incomplete`.
     pub spine: Option<Spine>,
-    /// Time from the build's start until the index could be read: the mutex wait in the
-    /// baseline, two snapshot loads in the engine. Production's
-    /// `index_lock_wait_seconds_total` measures this.
+    /// Time the build was blocked before it could read the index: the mutex wait in the
+    /// baseline (production's `index_lock_wait_seconds_total`). Always zero in the engine,
+    /// whose build has no step that can block; its snapshot loads count as work, in
+    /// `elapsed`.
     pub waited: Duration,
     /// The whole build, `waited` included (production's `build_duration_seconds`).
     pub elapsed: Duration,

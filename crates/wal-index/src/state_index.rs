@@ -8,7 +8,7 @@ use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::config::{DriveBudget, IndexConfig};
 use crate::report::{
-    ApplyError, Applied, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
+    Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
 };
 
 /// The state-builder index interface. See [`WalIndex`](crate::WalIndex) for the semantics
@@ -120,7 +120,11 @@ macro_rules! delegate_state_index {
             fn mark_pending_sink(&self, execution_id: chain_fold::ExecutionId) {
                 <$ty>::mark_pending_sink(self, execution_id)
             }
-            fn release_pending_sink(&self, execution_id: chain_fold::ExecutionId, reason: &str) -> bool {
+            fn release_pending_sink(
+                &self,
+                execution_id: chain_fold::ExecutionId,
+                reason: &str,
+            ) -> bool {
                 <$ty>::release_pending_sink(self, execution_id, reason)
             }
             fn confirm_sunk(&self, execution_id: chain_fold::ExecutionId) -> bool {

@@ -143,9 +143,17 @@ mod imp {
         /// Blocks until a notification newer than the registration (loom has no clock, so
         /// there is no timeout under the model).
         pub(crate) fn wait(self) {
-            let mut count = self.notify.notified.lock().unwrap_or_else(|e| e.into_inner());
+            let mut count = self
+                .notify
+                .notified
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             while *count == self.seen {
-                count = self.notify.changed.wait(count).unwrap_or_else(|e| e.into_inner());
+                count = self
+                    .notify
+                    .changed
+                    .wait(count)
+                    .unwrap_or_else(|e| e.into_inner());
             }
         }
     }

@@ -93,7 +93,10 @@ fn mutex_drive_on_a_is_woken_by_events_of_b_as_today() {
     };
     let drive = drive_across_noise::<MutexIndex>(budget);
     assert_eq!(drive.wakes, 1);
-    assert!(drive.outcome.spine().is_none(), "woken for nothing, budget spent");
+    assert!(
+        drive.outcome.spine().is_none(),
+        "woken for nothing, budget spent"
+    );
 }
 
 fn drive_is_served_when_the_tip_lands<I: StateIndex>() {
@@ -113,7 +116,11 @@ fn drive_is_served_when_the_tip_lands<I: StateIndex>() {
     assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
     assert_eq!(drive.timeouts, 0);
     // Async under tokio.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let drive = rt.block_on(async {
         let waiting = {
             let index = Arc::clone(&index);
@@ -161,7 +168,11 @@ fn drive_for_an_execution_never_seen_is_woken_by_its_first_events() {
     });
     assert_eq!(drive.outcome.spine().unwrap().len(), 2);
     assert_eq!(drive.timeouts, 0);
-    assert_eq!(index.stats().executions, 1, "the waiting slot is not an extra execution");
+    assert_eq!(
+        index.stats().executions,
+        1,
+        "the waiting slot is not an extra execution"
+    );
 }
 
 #[test]
@@ -220,7 +231,10 @@ fn many_threads_building_one_execution_agree<I: StateIndex>() {
         final_build.outcome,
         AdvanceOutcome::Incremental(_) | AdvanceOutcome::ColdRebuild(200)
     ));
-    assert_eq!(final_build.spine.unwrap().ids(), (1..=200).collect::<Vec<_>>());
+    assert_eq!(
+        final_build.spine.unwrap().ids(),
+        (1..=200).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -289,5 +303,8 @@ fn a_reader_holding_a_snapshot_of_an_evicted_execution_keeps_it() {
     assert!(index.evict(3));
     assert_eq!(index.stats(), IndexStats::default());
     assert_eq!(snapshot.walk_from(10).unwrap(), spine);
-    assert_eq!(spine.json_array().to_bytes().len(), spine.json_array().len());
+    assert_eq!(
+        spine.json_array().to_bytes().len(),
+        spine.json_array().len()
+    );
 }

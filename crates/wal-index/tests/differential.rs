@@ -89,7 +89,9 @@ impl Model {
     }
 
     fn evict(&mut self, exec: ExecutionId) -> bool {
-        let Some(entry) = self.executions.get(&exec) else { return false };
+        let Some(entry) = self.executions.get(&exec) else {
+            return false;
+        };
         if self.config.sink_gate && entry.pending {
             return false;
         }
@@ -100,7 +102,12 @@ impl Model {
 
     fn build(&mut self, exec: ExecutionId, head: Option<i64>) -> (AdvanceOutcome, Option<Vec<u8>>) {
         let Some(entry) = self.executions.get_mut(&exec) else {
-            return (AdvanceOutcome::Incomplete(head.map_or(Incomplete::NoEvents, Incomplete::TipMissing)), None);
+            return (
+                AdvanceOutcome::Incomplete(
+                    head.map_or(Incomplete::NoEvents, Incomplete::TipMissing),
+                ),
+                None,
+            );
         };
         let Some(target) = head.or_else(|| entry.chain.max_id()) else {
             return (AdvanceOutcome::Incomplete(Incomplete::NoEvents), None);
@@ -108,7 +115,10 @@ impl Model {
         let outcome = entry.cache.advance_to(&entry.chain, target);
         let json = match outcome {
             AdvanceOutcome::Incomplete(_) => None,
-            _ => entry.cache.spine().map(|s| s.json_array().to_bytes().to_vec()),
+            _ => entry
+                .cache
+                .spine()
+                .map(|s| s.json_array().to_bytes().to_vec()),
         };
         (outcome, json)
     }
@@ -124,7 +134,11 @@ impl Model {
     }
 
     fn ids(&self) -> Vec<ExecutionId> {
-        self.executions.iter().filter(|(_, e)| !e.chain.is_empty()).map(|(&id, _)| id).collect()
+        self.executions
+            .iter()
+            .filter(|(_, e)| !e.chain.is_empty())
+            .map(|(&id, _)| id)
+            .collect()
     }
 }
 
@@ -141,7 +155,12 @@ enum Seen {
 }
 
 fn run_index<I: StateIndex>(index: &I, op: &Op, far: Instant) -> Seen {
-    let json = |b: wal_index::Build| Seen::Build(b.outcome, b.spine.map(|s| s.json_array().to_bytes().to_vec()));
+    let json = |b: wal_index::Build| {
+        Seen::Build(
+            b.outcome,
+            b.spine.map(|s| s.json_array().to_bytes().to_vec()),
+        )
+    };
     match op {
         Op::Apply(e, k) => {
             let a = index.apply(pool_event(*e, *k));
@@ -149,11 +168,19 @@ fn run_index<I: StateIndex>(index: &I, op: &Op, far: Instant) -> Seen {
         }
         Op::Batch(v) => {
             let r = index.apply_batch(v.iter().map(|&(e, k)| pool_event(e, k)).collect());
-            Seen::Batch(r.applied, r.new, r.terminal_evicted, r.terminal_kept_by_sink_gate)
+            Seen::Batch(
+                r.applied,
+                r.new,
+                r.terminal_evicted,
+                r.terminal_kept_by_sink_gate,
+            )
         }
         Op::Build(e, h) => json(index.build(*e, h.map(|i| HEADS[i]))),
         Op::Drive(e, h) => {
-            let budget = DriveBudget { waits: 0, wait: Duration::ZERO };
+            let budget = DriveBudget {
+                waits: 0,
+                wait: Duration::ZERO,
+            };
             let d = index.drive_blocking(*e, Some(HEADS[*h]), budget);
             Seen::Flag(d.outcome.spine().is_some())
         }
@@ -196,7 +223,11 @@ fn run_model(m: &mut Model, op: &Op) -> Seen {
             terminal.sort_unstable();
             let (mut evicted, mut kept) = (Vec::new(), Vec::new());
             for e in terminal {
-                if m.evict(e) { evicted.push(e) } else { kept.push(e) }
+                if m.evict(e) {
+                    evicted.push(e)
+                } else {
+                    kept.push(e)
+                }
             }
             Seen::Batch(v.len(), new, evicted, kept)
         }
@@ -228,7 +259,9 @@ fn run_model(m: &mut Model, op: &Op) -> Seen {
             Seen::Nothing
         }
         Op::Release(e) | Op::Confirm(e) => Seen::Flag(
-            m.executions.get_mut(e).is_some_and(|x| std::mem::take(&mut x.pending)),
+            m.executions
+                .get_mut(e)
+                .is_some_and(|x| std::mem::take(&mut x.pending)),
         ),
         Op::Rehydrate(e, v) => {
             let (mut applied, mut new, mut other) = (0, 0, 0);

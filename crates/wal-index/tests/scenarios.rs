@@ -14,7 +14,13 @@ fn ids<I: StateIndex>(index: &I, exec: i64, head: Option<i64>) -> Vec<i64> {
 }
 
 fn inversion<I: StateIndex>(index: &I) {
-    for (id, prev) in [(1, None), (2, Some(1)), (3, Some(2)), (100, Some(3)), (50, Some(100))] {
+    for (id, prev) in [
+        (1, None),
+        (2, Some(1)),
+        (3, Some(2)),
+        (100, Some(3)),
+        (50, Some(100)),
+    ] {
         index.apply(ev(9, id, prev));
     }
 }
@@ -24,7 +30,11 @@ fn inversion_is_walked_from_the_named_tip<I: StateIndex>() {
     inversion(&index);
     assert_eq!(ids(&index, 9, Some(50)), vec![1, 2, 3, 100, 50]);
     assert_eq!(ids(&index, 9, Some(100)), vec![1, 2, 3, 100]);
-    assert_eq!(ids(&index, 9, None), vec![1, 2, 3, 100], "None is the legacy max-id head");
+    assert_eq!(
+        ids(&index, 9, None),
+        vec![1, 2, 3, 100],
+        "None is the legacy max-id head"
+    );
 }
 
 fn inversion_in_event_id_order<I: StateIndex>() {
@@ -41,7 +51,10 @@ fn tip_not_indexed_is_incomplete_then_incremental_equals_cold<I: StateIndex>() {
     for (id, prev) in [(1, None), (2, Some(1)), (3, Some(2)), (100, Some(3))] {
         index.apply(ev(9, id, prev));
     }
-    assert_eq!(index.build(9, Some(100)).outcome, AdvanceOutcome::ColdRebuild(4));
+    assert_eq!(
+        index.build(9, Some(100)).outcome,
+        AdvanceOutcome::ColdRebuild(4)
+    );
     assert_eq!(
         index.build(9, Some(50)).outcome,
         AdvanceOutcome::Incomplete(Incomplete::TipMissing(50))
@@ -64,21 +77,36 @@ fn unknown_execution_is_incomplete<I: StateIndex>() {
         index.build(1, Some(5)).outcome,
         AdvanceOutcome::Incomplete(Incomplete::TipMissing(5))
     );
-    assert_eq!(index.build(1, None).outcome, AdvanceOutcome::Incomplete(Incomplete::NoEvents));
+    assert_eq!(
+        index.build(1, None).outcome,
+        AdvanceOutcome::Incomplete(Incomplete::NoEvents)
+    );
 }
 
 fn genesis_missing_hop_cycle_and_repair<I: StateIndex>() {
     let index = I::with_config(IndexConfig::default());
     index.apply(Event::minimal(1, 1, None, "not_genesis"));
     index.apply(ev(1, 2, Some(1)));
-    assert_eq!(index.build(1, Some(2)).outcome, AdvanceOutcome::Incomplete(Incomplete::NoGenesis));
+    assert_eq!(
+        index.build(1, Some(2)).outcome,
+        AdvanceOutcome::Incomplete(Incomplete::NoGenesis)
+    );
     index.apply(ev(2, 1, None));
     index.apply(ev(2, 3, Some(2)));
-    assert_eq!(index.build(2, Some(3)).outcome, AdvanceOutcome::Incomplete(Incomplete::MissingHop(2)));
+    assert_eq!(
+        index.build(2, Some(3)).outcome,
+        AdvanceOutcome::Incomplete(Incomplete::MissingHop(2))
+    );
     index.apply(ev(2, 2, Some(1)));
-    assert_eq!(index.build(2, Some(3)).outcome, AdvanceOutcome::ColdRebuild(3));
+    assert_eq!(
+        index.build(2, Some(3)).outcome,
+        AdvanceOutcome::ColdRebuild(3)
+    );
     index.apply(ev(3, 7, Some(7)));
-    assert_eq!(index.build(3, Some(7)).outcome, AdvanceOutcome::Incomplete(Incomplete::Cycle(7)));
+    assert_eq!(
+        index.build(3, Some(7)).outcome,
+        AdvanceOutcome::Incomplete(Incomplete::Cycle(7))
+    );
 }
 
 fn target_moving_back_is_a_cold_rebuild<I: StateIndex>() {
@@ -86,8 +114,14 @@ fn target_moving_back_is_a_cold_rebuild<I: StateIndex>() {
     for e in linear(1, 1, 5) {
         index.apply(e);
     }
-    assert_eq!(index.build(1, Some(5)).outcome, AdvanceOutcome::ColdRebuild(5));
-    assert_eq!(index.build(1, Some(3)).outcome, AdvanceOutcome::ColdRebuild(3));
+    assert_eq!(
+        index.build(1, Some(5)).outcome,
+        AdvanceOutcome::ColdRebuild(5)
+    );
+    assert_eq!(
+        index.build(1, Some(3)).outcome,
+        AdvanceOutcome::ColdRebuild(3)
+    );
 }
 
 fn redelivery_never_double_counts<I: StateIndex>() {
@@ -99,7 +133,10 @@ fn redelivery_never_double_counts<I: StateIndex>() {
     assert_eq!((first.new, again.new), (4, 0));
     assert_eq!(index.stats(), stats);
     assert_eq!(stats.events, 4);
-    assert_eq!(index.build(1, Some(4)).outcome, AdvanceOutcome::ColdRebuild(4));
+    assert_eq!(
+        index.build(1, Some(4)).outcome,
+        AdvanceOutcome::ColdRebuild(4)
+    );
     index.apply(ev(1, 4, Some(3)));
     assert_eq!(index.build(1, Some(4)).outcome, AdvanceOutcome::CacheHit);
 }
@@ -114,7 +151,11 @@ fn terminal_event_evicts_after_the_batch<I: StateIndex>() {
     assert_eq!(report.executions, 2);
     assert_eq!(index.execution_ids(), vec![2]);
     let stats = index.stats();
-    assert_eq!((stats.executions, stats.events), (1, 2), "all three drop together");
+    assert_eq!(
+        (stats.executions, stats.events),
+        (1, 2),
+        "all three drop together"
+    );
     assert_eq!(stats.bytes, index.chain(2).unwrap().bytes());
 }
 
@@ -145,12 +186,22 @@ fn sink_gate_blocks_every_eviction_until_released<I: StateIndex>() {
     assert!(!index.evict(1));
     let far = Instant::now() + Duration::from_secs(3600);
     let sweep = index.enforce_limits_at(far);
-    assert_eq!(sweep.evicted.iter().map(|e| e.0).collect::<Vec<_>>(), vec![2]);
-    assert_eq!(sweep.kept_by_sink_gate, 1, "a sweep of only gated executions terminates");
+    assert_eq!(
+        sweep.evicted.iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert_eq!(
+        sweep.kept_by_sink_gate, 1,
+        "a sweep of only gated executions terminates"
+    );
     assert_eq!(index.execution_ids(), vec![1]);
     assert!(index.release_pending_sink(1, "test"));
     assert!(!index.confirm_sunk(1), "already released");
-    assert_eq!(ids(&index, 1, Some(3)), vec![1, 2, 3], "release keeps the chain");
+    assert_eq!(
+        ids(&index, 1, Some(3)),
+        vec![1, 2, 3],
+        "release keeps the chain"
+    );
     assert_eq!(index.enforce_limits_at(far).ttl, 1);
     assert_eq!(index.stats(), IndexStats::default());
 }
@@ -177,7 +228,10 @@ fn lru_and_byte_ceiling_evict_least_recently_used<I: StateIndex>() {
     }
     assert!(index.touch(1));
     let sweep = index.enforce_limits_at(Instant::now());
-    assert_eq!(sweep.evicted, vec![(2, wal_index::EvictReason::MaxExecutions)]);
+    assert_eq!(
+        sweep.evicted,
+        vec![(2, wal_index::EvictReason::MaxExecutions)]
+    );
     let one = index.chain(1).unwrap().bytes();
     let capped = I::with_config(IndexConfig {
         eviction: EvictionPolicy {
@@ -203,14 +257,25 @@ fn rehydrate_replays_one_execution_and_skips_others<I: StateIndex>() {
     retained.push(end(5, 4, 3));
     retained.extend(linear(6, 1, 2));
     let report = index.rehydrate(5, retained);
-    assert_eq!((report.applied, report.new, report.other_execution), (4, 4, 2));
-    assert_eq!(ids(&index, 5, Some(4)), vec![1, 2, 3, 4], "rehydrate never evicts");
+    assert_eq!(
+        (report.applied, report.new, report.other_execution),
+        (4, 4, 2)
+    );
+    assert_eq!(
+        ids(&index, 5, Some(4)),
+        vec![1, 2, 3, 4],
+        "rehydrate never evicts"
+    );
     assert_eq!(index.stats().events, 4);
 }
 
 fn apply_json_reports_bad_payloads<I: StateIndex>() {
     let index = I::with_config(IndexConfig::default());
-    assert!(index.apply_json(br#"{"event_id":"1","execution_id":1}"#).is_err());
+    assert!(
+        index
+            .apply_json(br#"{"event_id":"1","execution_id":1}"#)
+            .is_err()
+    );
     let applied = index
         .apply_json(br#"{"event_id":1,"execution_id":1,"event_type":"playbook_started"}"#)
         .unwrap();
@@ -224,7 +289,9 @@ fn slim_index_stores_the_projection<I: StateIndex>() {
         ..IndexConfig::default()
     });
     index
-        .apply_json(br#"{"event_id":1,"execution_id":1,"event_type":"playbook_started","worker_id":"w9"}"#)
+        .apply_json(
+            br#"{"event_id":1,"execution_id":1,"event_type":"playbook_started","worker_id":"w9"}"#,
+        )
         .unwrap();
     let spine = index.build(1, Some(1)).spine.unwrap();
     assert_eq!(
@@ -249,7 +316,10 @@ fn drive_runs_out_of_budget_with_the_reason<I: StateIndex>() {
         wait: Duration::from_millis(5),
     };
     let drive = index.drive_blocking(1, Some(9), budget);
-    assert_eq!(drive.outcome, DriveOutcome::Incomplete(Incomplete::TipMissing(9)));
+    assert_eq!(
+        drive.outcome,
+        DriveOutcome::Incomplete(Incomplete::TipMissing(9))
+    );
     assert_eq!((drive.builds, drive.timeouts), (3, 2));
 }
 

@@ -5,7 +5,11 @@ use chain_fold::{Event, EventId, ExecutionId};
 
 /// An event with a minimal envelope; a root is a genesis.
 pub fn ev(execution: ExecutionId, id: EventId, prev: Option<EventId>) -> Event {
-    let ty = if prev.is_none() { "playbook_started" } else { "step" };
+    let ty = if prev.is_none() {
+        "playbook_started"
+    } else {
+        "step"
+    };
     Event::minimal(id, execution, prev, ty)
 }
 

@@ -1,0 +1,86 @@
+//! chain-fold: per-hop cost of a cold walk, cost of a cache hit, and an incremental
+//! advance by one event, on chains of growing length.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use chain_fold::{Chain, Event, SpineCache, advance};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use sb_benches::{chain, payload};
+
+fn cold_walk(c: &mut Criterion) {
+    let body = payload(64);
+    let mut group = c.benchmark_group("chain_fold/cold_walk");
+    for len in [11i64, 1_000, 100_000] {
+        let chain = chain(len, &body);
+        group.throughput(Throughput::Elements(len as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(len), &chain, |b, chain| {
+            b.iter(|| black_box(chain.walk_from(len)).is_ok())
+        });
+    }
+    group.finish();
+}
+
+fn cache_hit(c: &mut Criterion) {
+    let body = payload(64);
+    let mut group = c.benchmark_group("chain_fold/cache_hit");
+    for len in [10i64, 1_000, 100_000] {
+        let chain = chain(len, &body);
+        let spine = chain.walk_from(len).ok();
+        group.bench_with_input(BenchmarkId::from_parameter(len), &chain, |b, chain| {
+            b.iter(|| black_box(advance(chain, spine.as_ref(), len)).outcome)
+        });
+    }
+    group.finish();
+}
+
+/// Advance by one event on a chain of `len` to `1.1 len + 10` events: each iteration
+/// appends one event (untimed) and times the incremental advance, including serving the
+/// JSON; the chain is rebuilt (untimed) when it outgrows the range, so every measured
+/// advance extends a spine version exactly once, as a drain-driven build does.
+fn incremental_by_one(c: &mut Criterion) {
+    let body = payload(64);
+    let mut group = c.benchmark_group("chain_fold/incremental_1");
+    for len in [10i64, 1_000, 100_000] {
+        group.bench_function(BenchmarkId::from_parameter(len), |b| {
+            b.iter_custom(|iters| {
+                let limit = len + len / 10 + 10;
+                let reset = || -> (Chain, SpineCache, i64) {
+                    let chain = chain(len, &body);
+                    let mut cache = SpineCache::default();
+                    cache.advance_to(&chain, len);
+                    (chain, cache, len)
+                };
+                let (mut chain, mut cache, mut tip) = reset();
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    if tip >= limit {
+                        (chain, cache, tip) = reset();
+                    }
+                    chain.apply(Event::from_parts(
+                        tip + 1,
+                        1,
+                        Some(tip),
+                        "step",
+                        body.clone(),
+                    ));
+                    tip += 1;
+                    let started = Instant::now();
+                    let outcome = cache.advance_to(&chain, tip);
+                    let json = cache.spine().map(|s| s.json_array());
+                    timed += started.elapsed();
+                    black_box((outcome, json));
+                }
+                timed
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = cold_walk, cache_hit, incremental_by_one
+}
+criterion_main!(benches);

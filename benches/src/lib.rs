@@ -1,0 +1,62 @@
+//! Workload builders shared by the benchmarks.
+//!
+//! Every generator is deterministic: the same arguments give the same events, so runs are
+//! comparable across engines and machines.
+
+use bytes::Bytes;
+use chain_fold::{Chain, Event, EventId, ExecutionId, SpineOrder};
+
+/// A slim payload of `size` bytes (a JSON object padded with a string).
+pub fn payload(size: usize) -> Bytes {
+    let pad = size.saturating_sub(12);
+    Bytes::from(format!(r#"{{"pad":"{}"}}"#, "x".repeat(pad)))
+}
+
+/// One execution's linear chain of `len` events with ids `first..first + len`, genesis
+/// first; with `terminal`, the last event is `playbook_completed`.
+pub fn linear(
+    execution: ExecutionId,
+    first: EventId,
+    len: i64,
+    terminal: bool,
+    body: &Bytes,
+) -> Vec<Event> {
+    (0..len)
+        .map(|k| {
+            let id = first + k;
+            let ty = match k {
+                0 => "playbook_started",
+                k if terminal && k == len - 1 => "playbook_completed",
+                _ => "step",
+            };
+            Event::from_parts(id, execution, (k > 0).then(|| id - 1), ty, body.clone())
+        })
+        .collect()
+}
+
+/// A chain of `len` events (one execution).
+pub fn chain(len: i64, body: &Bytes) -> Chain {
+    let mut chain = Chain::new(SpineOrder::Causal);
+    for event in linear(1, 1, len, false, body) {
+        chain.apply(event);
+    }
+    chain
+}
+
+/// A WAL of `executions` executions of `per_execution` events each, ending in a terminal
+/// event, interleaved round-robin over `live` executions at a time as a busy WAL is.
+pub fn interleaved(executions: i64, per_execution: i64, live: i64, body: &Bytes) -> Vec<Event> {
+    let mut out = Vec::with_capacity((executions * per_execution) as usize);
+    let live = live.max(1);
+    for group in 0..(executions + live - 1) / live {
+        let members: Vec<Vec<Event>> = (0..live)
+            .map(|e| group * live + e)
+            .filter(|&exec| exec < executions)
+            .map(|exec| linear(exec, exec * per_execution + 1, per_execution, true, body))
+            .collect();
+        for k in 0..per_execution as usize {
+            out.extend(members.iter().map(|m| m[k].clone()));
+        }
+    }
+    out
+}
