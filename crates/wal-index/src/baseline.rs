@@ -7,10 +7,13 @@ use std::time::Instant;
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, SpineCache};
 
 use crate::config::{DriveBudget, IndexConfig};
-use crate::drive::{Tally, wait_async, wait_blocking};
+use crate::drive::{Tally, observed, wait_async, wait_blocking};
+use crate::engine::report_sweep;
+use crate::observe::{IndexObserver, NoopObserver};
 use crate::eviction::{self, Candidate};
 use crate::report::{
-    Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
+    Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
+    RehydrateReport,
 };
 
 struct Entry {
@@ -45,6 +48,7 @@ struct Inner {
 /// thread on the async mutex (`async_lock`'s `lock_blocking`); `drive` awaits it.
 pub struct MutexIndex {
     config: IndexConfig,
+    observer: std::sync::Arc<dyn IndexObserver>,
     inner: async_lock::Mutex<Inner>,
     appended: event_listener::Event,
     epoch: Instant,
@@ -76,7 +80,13 @@ impl Inner {
             })
     }
 
-    fn apply(&mut self, event: Event, config: &IndexConfig, now: u64) -> bool {
+    fn apply(
+        &mut self,
+        event: Event,
+        config: &IndexConfig,
+        now: u64,
+        observer: &dyn IndexObserver,
+    ) -> bool {
         let entry = self.entry(event.execution_id(), config, now);
         let (len, bytes) = (entry.chain.len(), entry.chain.bytes());
         let is_new = entry.chain.apply(event);
@@ -87,11 +97,17 @@ impl Inner {
         }
         self.stats.events += new_len - len;
         self.stats.bytes = self.stats.bytes + new_bytes - bytes;
+        observer.residency(self.stats);
         is_new
     }
 
     /// `None` if absent, `Some(false)` if gated.
-    fn evict(&mut self, execution_id: ExecutionId, sink_gate: bool) -> Option<bool> {
+    fn evict(
+        &mut self,
+        execution_id: ExecutionId,
+        sink_gate: bool,
+        observer: &dyn IndexObserver,
+    ) -> Option<bool> {
         let entry = self.executions.get(&execution_id)?;
         if sink_gate && entry.pending_sink {
             return Some(false);
@@ -102,6 +118,7 @@ impl Inner {
         }
         self.stats.events -= entry.chain.len();
         self.stats.bytes -= entry.chain.bytes();
+        observer.residency(self.stats);
         Some(true)
     }
 }
@@ -109,8 +126,14 @@ impl Inner {
 impl MutexIndex {
     /// An empty index.
     pub fn new(config: IndexConfig) -> MutexIndex {
+        MutexIndex::with_observer(config, std::sync::Arc::new(NoopObserver))
+    }
+
+    /// An empty index reporting to `observer`.
+    pub fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> MutexIndex {
         MutexIndex {
             config,
+            observer,
             inner: async_lock::Mutex::new(Inner::default()),
             appended: event_listener::Event::new(),
             epoch: Instant::now(),
@@ -120,6 +143,11 @@ impl MutexIndex {
     /// The configuration the index was built with.
     pub fn config(&self) -> &IndexConfig {
         &self.config
+    }
+
+    /// The observer this index reports to.
+    pub fn observer(&self) -> &dyn IndexObserver {
+        &*self.observer
     }
 
     fn nanos(&self, at: Instant) -> u64 {
@@ -144,7 +172,10 @@ impl MutexIndex {
             is_terminal: event.is_terminal(),
         };
         let now = self.nanos(Instant::now());
-        applied.is_new = self.inner.lock_blocking().apply(event, &self.config, now);
+        applied.is_new = self
+            .inner
+            .lock_blocking()
+            .apply(event, &self.config, now, self.observer());
         self.appended.notify(usize::MAX);
         applied
     }
@@ -176,12 +207,16 @@ impl MutexIndex {
             terminal.sort_unstable();
             let mut inner = self.inner.lock_blocking();
             for execution_id in terminal {
-                match inner.evict(execution_id, self.config.sink_gate) {
+                match inner.evict(execution_id, self.config.sink_gate, self.observer()) {
                     Some(true) => report.terminal_evicted.push(execution_id),
                     Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
                     None => {}
                 }
             }
+        }
+        if !report.terminal_evicted.is_empty() {
+            self.observer()
+                .evicted(EvictReason::Terminal, report.terminal_evicted.len());
         }
         report
     }
@@ -194,11 +229,15 @@ impl MutexIndex {
         started: Instant,
     ) -> Build {
         let waited = started.elapsed();
-        let incomplete = |why| Build {
-            outcome: AdvanceOutcome::Incomplete(why),
-            spine: None,
-            waited,
-            elapsed: started.elapsed(),
+        let incomplete = |why| {
+            let build = Build {
+                outcome: AdvanceOutcome::Incomplete(why),
+                spine: None,
+                waited,
+                elapsed: started.elapsed(),
+            };
+            self.observer().build(&build.outcome, build.elapsed, build.waited);
+            build
         };
         let Some(entry) = inner.executions.get_mut(&execution_id) else {
             return incomplete(expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing));
@@ -214,12 +253,14 @@ impl MutexIndex {
                 entry.cache.spine().map(chain_fold::Spine::deep_copy)
             }
         };
-        Build {
+        let build = Build {
             outcome,
             spine,
             waited,
             elapsed: started.elapsed(),
-        }
+        };
+        self.observer().build(&build.outcome, build.elapsed, build.waited);
+        build
     }
 
     /// Builds under the global mutex (the timer starts before the lock, as today).
@@ -252,15 +293,27 @@ impl MutexIndex {
             let listener = self.appended.listen();
             let build = self.build_async(execution_id, expected_head).await;
             if let Some(drive) = tally.after_build(build) {
-                return drive;
+                return observed(drive, self.observer());
             }
             let end = wait_async(listener, tally.cap()).await;
-            tally.after_wait(end);
+            tally.after_wait(end, self.observer());
         }
     }
 
     /// [`drive`](MutexIndex::drive), parking the calling thread.
     pub fn drive_blocking(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        observed(
+            self.drive_blocking_unobserved(execution_id, expected_head, budget),
+            self.observer(),
+        )
+    }
+
+    pub(crate) fn drive_blocking_unobserved(
         &self,
         execution_id: ExecutionId,
         expected_head: Option<EventId>,
@@ -272,7 +325,7 @@ impl MutexIndex {
             if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
                 return drive;
             }
-            tally.after_wait(wait_blocking(listener, tally.cap()));
+            tally.after_wait(wait_blocking(listener, tally.cap()), self.observer());
         }
     }
 
@@ -294,7 +347,12 @@ impl MutexIndex {
             .executions
             .get(&execution_id)
             .is_some_and(|e| !e.chain.is_empty());
-        inner.evict(execution_id, self.config.sink_gate) == Some(true) && held_events
+        let evicted =
+            inner.evict(execution_id, self.config.sink_gate, self.observer()) == Some(true) && held_events;
+        if evicted {
+            self.observer().evicted(EvictReason::Explicit, 1);
+        }
+        evicted
     }
 
     /// One sweep under the global mutex.
@@ -318,11 +376,13 @@ impl MutexIndex {
             .collect();
         let (plan, idle_empty) = eviction::plan(candidates, &policy, now, inner.stats);
         for execution_id in idle_empty {
-            inner.evict(execution_id, self.config.sink_gate);
+            inner.evict(execution_id, self.config.sink_gate, self.observer());
         }
         for (execution_id, _) in &plan.evicted {
-            inner.evict(*execution_id, self.config.sink_gate);
+            inner.evict(*execution_id, self.config.sink_gate, self.observer());
         }
+        drop(inner);
+        report_sweep(self.observer(), &plan);
         plan
     }
 
@@ -372,7 +432,8 @@ impl MutexIndex {
                     continue;
                 }
                 report.applied += 1;
-                report.new += usize::from(inner.apply(self.prepare(event), &self.config, now));
+                let event = self.prepare(event);
+                report.new += usize::from(inner.apply(event, &self.config, now, self.observer()));
             }
         }
         self.appended.notify(usize::MAX);

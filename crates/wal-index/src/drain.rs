@@ -69,6 +69,9 @@ impl DrainReport {
 
 /// Pulls from `source` into `index`.
 ///
+/// It reports `wal_events` (records consumed, bad ones included) and `healthy` (up after a
+/// successful pull, down when the source errors) to the index's observer.
+///
 /// ```
 /// use std::sync::Arc;
 /// use wal_index::{Drain, DrainConfig, JsonLinesSource, WalIndex};
@@ -89,6 +92,7 @@ pub struct Drain<I, S> {
     config: DrainConfig,
     report: DrainReport,
     last_sweep: Instant,
+    healthy: Option<bool>,
 }
 
 impl<I: StateIndex, S: WalSource> Drain<I, S> {
@@ -100,19 +104,28 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             config,
             report: DrainReport::default(),
             last_sweep: Instant::now(),
+            healthy: None,
         }
     }
 
     /// One pull-apply step (and a sweep if one is due). Returns false once the source is
     /// closed.
     pub fn step(&mut self) -> io::Result<bool> {
-        let pulled = self
-            .source
-            .pull(self.config.batch_max, self.config.idle_wait)?;
+        let pulled = match self.source.pull(self.config.batch_max, self.config.idle_wait) {
+            Ok(pulled) => {
+                self.set_healthy(true);
+                pulled
+            }
+            Err(error) => {
+                self.set_healthy(false);
+                return Err(error);
+            }
+        };
         let more = match pulled {
             Pull::Closed => false,
             Pull::Idle => true,
             Pull::Records(records) => {
+                self.index.observer().wal_events(records.len() as u64);
                 let mut events = Vec::with_capacity(records.len());
                 for record in records {
                     match Event::from_json_bytes(record.payload) {
@@ -133,6 +146,13 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             self.sweep();
         }
         Ok(more)
+    }
+
+    fn set_healthy(&mut self, up: bool) {
+        if self.healthy != Some(up) {
+            self.healthy = Some(up);
+            self.index.observer().healthy(up);
+        }
     }
 
     fn bad(&mut self, position: u64, error: EventError) {

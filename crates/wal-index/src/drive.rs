@@ -9,6 +9,7 @@ use chain_fold::Incomplete;
 use event_listener::Listener as _;
 
 use crate::config::DriveBudget;
+use crate::observe::{IndexObserver, WaitLabel};
 use crate::report::{Build, Drive, DriveOutcome};
 use crate::sync::Listener;
 
@@ -87,14 +88,29 @@ impl Tally {
         })
     }
 
-    pub(crate) fn after_wait(&mut self, end: WaitEnd) {
+    pub(crate) fn after_wait(&mut self, end: WaitEnd, observer: &dyn IndexObserver) {
         match end {
-            WaitEnd::Woken => self.wakes += 1,
-            WaitEnd::TimedOut => self.timeouts += 1,
+            WaitEnd::Woken => {
+                self.wakes += 1;
+                observer.drive_wait(WaitLabel::Woken);
+            }
+            WaitEnd::TimedOut => {
+                self.timeouts += 1;
+                observer.drive_wait(WaitLabel::Timeout);
+            }
         }
     }
 
     pub(crate) fn cap(&self) -> Duration {
         self.budget.wait
     }
+}
+
+/// Reports a finished drive's outcome and hands it back.
+pub(crate) fn observed(drive: Drive, observer: &dyn IndexObserver) -> Drive {
+    observer.drive(match drive.outcome {
+        DriveOutcome::Served(_) => crate::observe::DriveLabel::Served,
+        DriveOutcome::Incomplete(_) => crate::observe::DriveLabel::FallbackIncomplete,
+    });
+    drive
 }

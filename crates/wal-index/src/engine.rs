@@ -4,8 +4,10 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, advance};
 
+use crate::accounting::Accounting;
 use crate::config::{DriveBudget, IndexConfig};
-use crate::drive::{Tally, wait_async, wait_blocking};
+use crate::drive::{Tally, observed, wait_async, wait_blocking};
+use crate::observe::{IndexObserver, NoopObserver};
 use crate::eviction::{self, Candidate};
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
@@ -78,7 +80,7 @@ pub struct WalIndex {
     /// Serializes directory writers (slot creation and removal). Builds never take it.
     directory_writer: Mutex<()>,
     /// The three resident totals, changed together under one lock by writers only.
-    totals: Mutex<IndexStats>,
+    accounting: Accounting,
     epoch: Instant,
 }
 
@@ -100,13 +102,24 @@ impl Default for WalIndex {
 impl WalIndex {
     /// An empty index.
     pub fn new(config: IndexConfig) -> WalIndex {
+        WalIndex::with_observer(config, std::sync::Arc::new(NoopObserver))
+    }
+
+    /// An empty index that reports builds, drives, residency and evictions to `observer`
+    /// (for instance `sb_metrics::StateBuilderMetrics`).
+    pub fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> WalIndex {
         WalIndex {
             config,
             directory: sync::new_swap(Arc::new(Directory::new())),
             directory_writer: Mutex::new(()),
-            totals: Mutex::new(IndexStats::default()),
+            accounting: Accounting::new(observer),
             epoch: Instant::now(),
         }
+    }
+
+    /// The observer this index reports to.
+    pub fn observer(&self) -> &dyn IndexObserver {
+        self.accounting.observer()
     }
 
     /// The configuration the index was built with.
@@ -153,7 +166,7 @@ impl WalIndex {
     ) -> crate::slot::SlotApplied {
         loop {
             let slot = self.slot_or_create(execution_id);
-            match slot.apply(&mut events, &self.totals, now) {
+            match slot.apply(&mut events, &self.accounting, now) {
                 Ok(done) => return done,
                 Err(Evicted) => {
                     // The evictor removes the slot from the directory before it releases the
@@ -227,6 +240,10 @@ impl WalIndex {
                 SlotEviction::AlreadyGone => {}
             }
         }
+        if !report.terminal_evicted.is_empty() {
+            self.observer()
+                .evicted(EvictReason::Terminal, report.terminal_evicted.len());
+        }
         report
     }
 
@@ -237,7 +254,7 @@ impl WalIndex {
         let Some(slot) = directory.get(&execution_id) else {
             return SlotEviction::AlreadyGone;
         };
-        let result = slot.evict(&self.totals, self.config.sink_gate);
+        let result = slot.evict(&self.accounting, self.config.sink_gate);
         if let SlotEviction::Evicted { .. } = result {
             sync::store(&self.directory, Arc::new(directory.without(&execution_id)));
             slot.wake_all();
@@ -252,7 +269,7 @@ impl WalIndex {
         let started = Instant::now();
         let Some(slot) = self.lookup(execution_id) else {
             let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
-            return incomplete(why, started);
+            return self.incomplete(why, started);
         };
         // The cache is loaded as an owned Arc (its identity is what the compare-and-swap
         // below compares); the chain is only borrowed for the walk, without touching its
@@ -263,7 +280,7 @@ impl WalIndex {
             target.map(|t| advance(chain, Option::as_ref(&cached), t))
         });
         let Some(result) = result else {
-            return incomplete(Incomplete::NoEvents, started);
+            return self.incomplete(Incomplete::NoEvents, started);
         };
         if let Some(spine) = &result.spine {
             if result.outcome != AdvanceOutcome::CacheHit {
@@ -271,13 +288,26 @@ impl WalIndex {
             }
             slot.touch(self.nanos(started));
         }
-        Build {
+        let build = Build {
             outcome: result.outcome,
             spine: result.spine,
             // Nothing above can block: no lock, no wait loop (see the progress table).
             waited: Duration::ZERO,
             elapsed: started.elapsed(),
-        }
+        };
+        self.observer().build(&build.outcome, build.elapsed, build.waited);
+        build
+    }
+
+    fn incomplete(&self, why: Incomplete, started: Instant) -> Build {
+        let build = Build {
+            outcome: AdvanceOutcome::Incomplete(why),
+            spine: None,
+            waited: Duration::ZERO,
+            elapsed: started.elapsed(),
+        };
+        self.observer().build(&build.outcome, build.elapsed, build.waited);
+        build
     }
 
     /// Builds until served, waiting on this execution's own wait list between builds, within
@@ -292,15 +322,29 @@ impl WalIndex {
         loop {
             let listener = self.slot_or_create(execution_id).listen();
             if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
-                return drive;
+                return observed(drive, self.observer());
             }
             let end = wait_async(listener, tally.cap()).await;
-            tally.after_wait(end);
+            tally.after_wait(end, self.observer());
         }
     }
 
     /// [`drive`](WalIndex::drive), parking the calling thread between builds.
     pub fn drive_blocking(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        observed(
+            self.drive_blocking_unobserved(execution_id, expected_head, budget),
+            self.observer(),
+        )
+    }
+
+    /// The drive loop without reporting its final outcome (a rehydrating caller reports
+    /// it once it knows whether the replay served).
+    pub(crate) fn drive_blocking_unobserved(
         &self,
         execution_id: ExecutionId,
         expected_head: Option<EventId>,
@@ -312,7 +356,7 @@ impl WalIndex {
             if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
                 return drive;
             }
-            tally.after_wait(wait_blocking(listener, tally.cap()));
+            tally.after_wait(wait_blocking(listener, tally.cap()), self.observer());
         }
     }
 
@@ -327,7 +371,12 @@ impl WalIndex {
     /// are woken. Returns true if an execution holding events was removed; false if none
     /// was resident or the sink gate holds it.
     pub fn evict(&self, execution_id: ExecutionId) -> bool {
-        matches!(self.evict_slot(execution_id), SlotEviction::Evicted { events } if events > 0)
+        let evicted =
+            matches!(self.evict_slot(execution_id), SlotEviction::Evicted { events } if events > 0);
+        if evicted {
+            self.observer().evicted(EvictReason::Explicit, 1);
+        }
+        evicted
     }
 
     /// One sweep of the eviction policy as of `now`: TTL, then LRU to the execution cap,
@@ -358,7 +407,7 @@ impl WalIndex {
         for execution_id in idle_empty {
             let evicted = directory
                 .get(&execution_id)
-                .map(|slot| slot.evict(&self.totals, self.config.sink_gate));
+                .map(|slot| slot.evict(&self.accounting, self.config.sink_gate));
             if let Some(SlotEviction::Evicted { .. }) = evicted {
                 removed.extend(directory.remove(&execution_id));
             }
@@ -367,7 +416,7 @@ impl WalIndex {
             let Some(slot) = directory.get(execution_id) else {
                 return false;
             };
-            match slot.evict(&self.totals, self.config.sink_gate) {
+            match slot.evict(&self.accounting, self.config.sink_gate) {
                 SlotEviction::Evicted { .. } => {
                     removed.extend(directory.remove(execution_id));
                     true
@@ -388,6 +437,8 @@ impl WalIndex {
         for slot in removed {
             slot.wake_all();
         }
+        drop(_writer);
+        report_sweep(self.observer(), &plan);
         plan
     }
 
@@ -422,7 +473,7 @@ impl WalIndex {
 
     /// The resident totals, all three from one state.
     pub fn stats(&self) -> IndexStats {
-        *self.totals.lock()
+        self.accounting.get()
     }
 
     /// Replays one execution's retained events into the index (rehydrate on miss), as one
@@ -470,11 +521,17 @@ impl WalIndex {
     }
 }
 
-fn incomplete(why: Incomplete, started: Instant) -> Build {
-    Build {
-        outcome: AdvanceOutcome::Incomplete(why),
-        spine: None,
-        waited: Duration::ZERO,
-        elapsed: started.elapsed(),
+
+
+/// Reports a sweep's evictions per reason.
+pub(crate) fn report_sweep(observer: &dyn IndexObserver, plan: &EvictionStats) {
+    for (reason, count) in [
+        (EvictReason::Ttl, plan.ttl),
+        (EvictReason::MaxExecutions, plan.max_executions),
+        (EvictReason::ByteCeiling, plan.byte_ceiling),
+    ] {
+        if count > 0 {
+            observer.evicted(reason, count);
+        }
     }
 }

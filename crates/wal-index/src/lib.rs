@@ -36,12 +36,15 @@
 //! See `docs/protocol.md` in the repository for the publish and wait protocols, and
 //! [`WalIndex`] for each operation's progress guarantee.
 
+mod accounting;
 mod baseline;
 mod config;
 mod drain;
 mod drive;
 mod engine;
 mod eviction;
+mod observe;
+mod rehydrate;
 mod report;
 mod slot;
 mod source;
@@ -52,9 +55,11 @@ pub use baseline::MutexIndex;
 pub use config::{ConfigError, DriveBudget, EvictionPolicy, IndexConfig};
 pub use drain::{BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
 pub use engine::WalIndex;
+pub use observe::{DriveLabel, IndexObserver, NoopObserver, RehydrateLabel, WaitLabel};
 pub use report::{
     Applied, ApplyError, BatchReport, Build, Drive, DriveOutcome, EvictReason, EvictionStats,
     IndexStats, RehydrateReport,
 };
+pub use rehydrate::{RehydrateGate, RehydratePermit};
 pub use source::{ChannelSource, JsonLinesSource, Pull, Record, WalSource, WalWriter, channel_wal};
 pub use state_index::StateIndex;

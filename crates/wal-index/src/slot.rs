@@ -15,7 +15,7 @@
 
 use chain_fold::{Chain, Event, ExecutionId, Spine, SpineOrder};
 
-use crate::report::IndexStats;
+use crate::accounting::Accounting;
 use crate::sync::{self, Arc, AtomicBool, AtomicU64, Mutex, Notify, Ordering, Swap};
 
 /// The slot was evicted while the caller held it; look the execution up again.
@@ -115,7 +115,7 @@ impl Slot {
     pub(crate) fn apply(
         &self,
         events: &mut impl Iterator<Item = Event>,
-        totals: &Mutex<IndexStats>,
+        accounting: &Accounting,
         now: u64,
     ) -> Result<SlotApplied, Evicted> {
         let evicted = self.writer.lock();
@@ -134,14 +134,13 @@ impl Slot {
         if done.applied == 0 {
             return Ok(done);
         }
-        {
-            let mut t = totals.lock();
+        accounting.change(|t| {
             if len_before == 0 && !chain.is_empty() {
                 t.executions += 1;
             }
             t.events += chain.len() - len_before;
             t.bytes = t.bytes + chain.bytes() - bytes_before;
-        }
+        });
         // The snapshot store is a release (arc-swap stores are SeqCst); it pairs with the
         // acquire load in `chain()`, so a build that sees the new chain sees every event in
         // it fully constructed.
@@ -158,7 +157,7 @@ impl Slot {
     /// holds from the totals. The caller removes it from the directory and *then* calls
     /// [`Slot::wake_all`], so a woken waiter that looks the execution up again cannot find
     /// this slot and listen on it forever.
-    pub(crate) fn evict(&self, totals: &Mutex<IndexStats>, sink_gate: bool) -> SlotEviction {
+    pub(crate) fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
         let mut evicted = self.writer.lock();
         if *evicted {
             return SlotEviction::AlreadyGone;
@@ -168,14 +167,13 @@ impl Slot {
         }
         *evicted = true;
         let chain = self.chain();
-        {
-            let mut t = totals.lock();
+        accounting.change(|t| {
             if !chain.is_empty() {
                 t.executions -= 1;
             }
             t.events -= chain.len();
             t.bytes -= chain.bytes();
-        }
+        });
         drop(evicted);
         SlotEviction::Evicted {
             events: chain.len(),

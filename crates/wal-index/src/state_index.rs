@@ -7,6 +7,8 @@ use std::time::Instant;
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::config::{DriveBudget, IndexConfig};
+use crate::observe::{DriveLabel, IndexObserver, RehydrateLabel};
+use crate::rehydrate::RehydrateGate;
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
 };
@@ -20,8 +22,14 @@ pub trait StateIndex: Send + Sync + 'static {
     fn with_config(config: IndexConfig) -> Self
     where
         Self: Sized;
+    /// An empty index reporting to `observer`.
+    fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> Self
+    where
+        Self: Sized;
     /// The configuration.
     fn config(&self) -> &IndexConfig;
+    /// The observer the index reports to.
+    fn observer(&self) -> &dyn IndexObserver;
     /// Indexes one event (never evicts).
     fn apply(&self, event: Event) -> Applied;
     /// Decodes and indexes one payload.
@@ -39,6 +47,15 @@ pub trait StateIndex: Send + Sync + 'static {
     ) -> impl Future<Output = Drive> + Send;
     /// [`StateIndex::drive`], parking the thread.
     fn drive_blocking(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive;
+    /// The drive loop without reporting its final outcome. Used by
+    /// [`StateIndex::drive_or_rehydrate_blocking`]; not meant to be called directly.
+    #[doc(hidden)]
+    fn drive_blocking_unobserved(
         &self,
         execution_id: ExecutionId,
         expected_head: Option<EventId>,
@@ -64,6 +81,61 @@ pub trait StateIndex: Send + Sync + 'static {
     fn chain(&self, execution_id: ExecutionId) -> Option<Chain>;
     /// Resident execution ids, ascending.
     fn execution_ids(&self) -> Vec<ExecutionId>;
+
+    /// A drive with today's rehydrate-on-miss: if the budget runs out, replay the
+    /// execution's retained events (`retained` is called only then) and build once more.
+    /// At most `gate.max_concurrent()` replays run at once; past that the drive falls back
+    /// (`throttled`). Reports `drive_builds_total` as `served`, `served_rehydrated` or
+    /// `fallback_incomplete`, and `rehydrate_total` for the replay.
+    fn drive_or_rehydrate_blocking(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+        gate: &RehydrateGate,
+        retained: impl FnOnce(ExecutionId) -> Vec<Event>,
+    ) -> (Drive, Option<RehydrateLabel>)
+    where
+        Self: Sized,
+    {
+        let mut drive = self.drive_blocking_unobserved(execution_id, expected_head, budget);
+        if drive.outcome.spine().is_some() {
+            self.observer().drive(DriveLabel::Served);
+            return (drive, None);
+        }
+        let replay = match gate.try_enter() {
+            None => RehydrateLabel::Throttled,
+            Some(_permit) => {
+                let events = retained(execution_id);
+                if events.is_empty() {
+                    RehydrateLabel::Empty
+                } else {
+                    self.rehydrate(execution_id, events);
+                    let build = self.build(execution_id, expected_head);
+                    drive.builds += 1;
+                    match build.spine {
+                        Some(spine) => {
+                            drive.outcome = crate::DriveOutcome::Served(spine);
+                            RehydrateLabel::Served
+                        }
+                        None => {
+                            if let chain_fold::AdvanceOutcome::Incomplete(why) = build.outcome {
+                                drive.outcome = crate::DriveOutcome::Incomplete(why);
+                            }
+                            RehydrateLabel::Incomplete
+                        }
+                    }
+                }
+            }
+        };
+        self.observer().rehydrate(replay);
+        self.observer().drive(if replay == RehydrateLabel::Served {
+            DriveLabel::ServedRehydrated
+        } else {
+            DriveLabel::FallbackIncomplete
+        });
+        (drive, Some(replay))
+    }
 }
 
 macro_rules! delegate_state_index {
@@ -73,8 +145,25 @@ macro_rules! delegate_state_index {
             fn with_config(config: $crate::IndexConfig) -> Self {
                 <$ty>::new(config)
             }
+            fn with_observer(
+                config: $crate::IndexConfig,
+                observer: std::sync::Arc<dyn $crate::IndexObserver>,
+            ) -> Self {
+                <$ty>::with_observer(config, observer)
+            }
             fn config(&self) -> &$crate::IndexConfig {
                 <$ty>::config(self)
+            }
+            fn observer(&self) -> &dyn $crate::IndexObserver {
+                <$ty>::observer(self)
+            }
+            fn drive_blocking_unobserved(
+                &self,
+                execution_id: chain_fold::ExecutionId,
+                expected_head: Option<chain_fold::EventId>,
+                budget: $crate::DriveBudget,
+            ) -> $crate::Drive {
+                <$ty>::drive_blocking_unobserved(self, execution_id, expected_head, budget)
             }
             fn apply(&self, event: chain_fold::Event) -> $crate::Applied {
                 <$ty>::apply(self, event)
