@@ -9,8 +9,8 @@ use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete,
 use crate::config::{DriveBudget, IndexConfig};
 use crate::drive::{Tally, observed, wait_async, wait_blocking};
 use crate::engine::report_sweep;
-use crate::observe::{IndexObserver, NoopObserver};
 use crate::eviction::{self, Candidate};
+use crate::observe::{IndexObserver, NoopObserver};
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
     RehydrateReport,
@@ -130,7 +130,10 @@ impl MutexIndex {
     }
 
     /// An empty index reporting to `observer`.
-    pub fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> MutexIndex {
+    pub fn with_observer(
+        config: IndexConfig,
+        observer: std::sync::Arc<dyn IndexObserver>,
+    ) -> MutexIndex {
         MutexIndex {
             config,
             observer,
@@ -172,10 +175,10 @@ impl MutexIndex {
             is_terminal: event.is_terminal(),
         };
         let now = self.nanos(Instant::now());
-        applied.is_new = self
-            .inner
-            .lock_blocking()
-            .apply(event, &self.config, now, self.observer());
+        applied.is_new =
+            self.inner
+                .lock_blocking()
+                .apply(event, &self.config, now, self.observer());
         self.appended.notify(usize::MAX);
         applied
     }
@@ -236,7 +239,8 @@ impl MutexIndex {
                 waited,
                 elapsed: started.elapsed(),
             };
-            self.observer().build(&build.outcome, build.elapsed, build.waited);
+            self.observer()
+                .build(&build.outcome, build.elapsed, build.waited);
             build
         };
         let Some(entry) = inner.executions.get_mut(&execution_id) else {
@@ -259,7 +263,8 @@ impl MutexIndex {
             waited,
             elapsed: started.elapsed(),
         };
-        self.observer().build(&build.outcome, build.elapsed, build.waited);
+        self.observer()
+            .build(&build.outcome, build.elapsed, build.waited);
         build
     }
 
@@ -347,8 +352,9 @@ impl MutexIndex {
             .executions
             .get(&execution_id)
             .is_some_and(|e| !e.chain.is_empty());
-        let evicted =
-            inner.evict(execution_id, self.config.sink_gate, self.observer()) == Some(true) && held_events;
+        let evicted = inner.evict(execution_id, self.config.sink_gate, self.observer())
+            == Some(true)
+            && held_events;
         if evicted {
             self.observer().evicted(EvictReason::Explicit, 1);
         }

@@ -111,7 +111,10 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// One pull-apply step (and a sweep if one is due). Returns false once the source is
     /// closed.
     pub fn step(&mut self) -> io::Result<bool> {
-        let pulled = match self.source.pull(self.config.batch_max, self.config.idle_wait) {
+        let pulled = match self
+            .source
+            .pull(self.config.batch_max, self.config.idle_wait)
+        {
             Ok(pulled) => {
                 self.set_healthy(true);
                 pulled

@@ -7,8 +7,8 @@ use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete,
 use crate::accounting::Accounting;
 use crate::config::{DriveBudget, IndexConfig};
 use crate::drive::{Tally, observed, wait_async, wait_blocking};
-use crate::observe::{IndexObserver, NoopObserver};
 use crate::eviction::{self, Candidate};
+use crate::observe::{IndexObserver, NoopObserver};
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
     RehydrateReport,
@@ -107,7 +107,10 @@ impl WalIndex {
 
     /// An empty index that reports builds, drives, residency and evictions to `observer`
     /// (for instance `sb_metrics::StateBuilderMetrics`).
-    pub fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> WalIndex {
+    pub fn with_observer(
+        config: IndexConfig,
+        observer: std::sync::Arc<dyn IndexObserver>,
+    ) -> WalIndex {
         WalIndex {
             config,
             directory: sync::new_swap(Arc::new(Directory::new())),
@@ -295,7 +298,8 @@ impl WalIndex {
             waited: Duration::ZERO,
             elapsed: started.elapsed(),
         };
-        self.observer().build(&build.outcome, build.elapsed, build.waited);
+        self.observer()
+            .build(&build.outcome, build.elapsed, build.waited);
         build
     }
 
@@ -306,7 +310,8 @@ impl WalIndex {
             waited: Duration::ZERO,
             elapsed: started.elapsed(),
         };
-        self.observer().build(&build.outcome, build.elapsed, build.waited);
+        self.observer()
+            .build(&build.outcome, build.elapsed, build.waited);
         build
     }
 
@@ -520,8 +525,6 @@ impl WalIndex {
         ids
     }
 }
-
-
 
 /// Reports a sweep's evictions per reason.
 pub(crate) fn report_sweep(observer: &dyn IndexObserver, plan: &EvictionStats) {

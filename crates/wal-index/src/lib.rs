@@ -56,10 +56,10 @@ pub use config::{ConfigError, DriveBudget, EvictionPolicy, IndexConfig};
 pub use drain::{BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
 pub use engine::WalIndex;
 pub use observe::{DriveLabel, IndexObserver, NoopObserver, RehydrateLabel, WaitLabel};
+pub use rehydrate::{RehydrateGate, RehydratePermit};
 pub use report::{
     Applied, ApplyError, BatchReport, Build, Drive, DriveOutcome, EvictReason, EvictionStats,
     IndexStats, RehydrateReport,
 };
-pub use rehydrate::{RehydrateGate, RehydratePermit};
 pub use source::{ChannelSource, JsonLinesSource, Pull, Record, WalSource, WalWriter, channel_wal};
 pub use state_index::StateIndex;

@@ -1,0 +1,200 @@
+//! [`StateBuilderMetrics`]: metric handles registered once, recorded from the index hooks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chain_fold::AdvanceOutcome;
+use metrics::{Counter, Gauge, Histogram, Label};
+use wal_index::{DriveLabel, EvictReason, IndexObserver, IndexStats, RehydrateLabel, WaitLabel};
+
+use crate::series::{
+    BUILD_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES, EVICTION_REASONS, Kind, REHYDRATE_OUTCOMES,
+    SERIES, WAIT_OUTCOMES, name,
+};
+
+/// Registers help texts and units of every series with the installed recorder.
+pub fn describe(prefix: &str) {
+    for series in SERIES {
+        let full = format!("{prefix}{}", series.name);
+        match series.kind {
+            Kind::Counter => metrics::describe_counter!(full, series.unit, series.help),
+            Kind::Gauge => metrics::describe_gauge!(full, series.unit, series.help),
+            Kind::Histogram => metrics::describe_histogram!(full, series.unit, series.help),
+        }
+    }
+}
+
+/// The state-builder series, as handles bound to the recorder that was current when
+/// [`StateBuilderMetrics::register`] ran.
+///
+/// Pass it to an index as its observer:
+///
+/// ```
+/// use std::sync::Arc;
+/// use sb_metrics::StateBuilderMetrics;
+/// use wal_index::{IndexConfig, WalIndex};
+///
+/// let metrics = StateBuilderMetrics::register();
+/// let index = WalIndex::with_observer(IndexConfig::default(), metrics);
+/// # let _ = index;
+/// ```
+///
+/// Handles are resolved once, so recording is a few atomic operations with no name lookup.
+/// The flip side, as everywhere in the `metrics` facade: register *after* installing the
+/// recorder (or inside `metrics::with_local_recorder`), or the handles record nowhere.
+/// This crate never installs a recorder itself except through [`crate::exporter`].
+#[derive(Debug)]
+pub struct StateBuilderMetrics {
+    builds: [Counter; 4],
+    build_duration: [Histogram; 4],
+    lock_wait: [Gauge; 4],
+    chain_hops: Histogram,
+    drive_builds: [Counter; 7],
+    drive_wait: [Counter; 2],
+    executions: Gauge,
+    events: Gauge,
+    bytes: Gauge,
+    evictions: [Counter; 5],
+    rehydrate: [Counter; 4],
+    wal_events: Counter,
+    healthy: Gauge,
+}
+
+fn labelled<T, const N: usize>(
+    values: &[&'static str; N],
+    make: impl Fn(Vec<Label>) -> T,
+    key: &'static str,
+) -> [T; N] {
+    std::array::from_fn(|i| make(vec![Label::new(key, values[i])]))
+}
+
+fn index_of(values: &[&str], label: &str) -> usize {
+    values.iter().position(|v| *v == label).unwrap_or(0)
+}
+
+impl StateBuilderMetrics {
+    /// Describes and registers every series under [`DEFAULT_PREFIX`], pre-registering each
+    /// counter label value at zero so dashboards see the series before the first event.
+    pub fn register() -> Arc<StateBuilderMetrics> {
+        Self::register_with_prefix(DEFAULT_PREFIX)
+    }
+
+    /// [`StateBuilderMetrics::register`] under another prefix.
+    pub fn register_with_prefix(prefix: &str) -> Arc<StateBuilderMetrics> {
+        describe(prefix);
+        let n = |suffix: &str| format!("{prefix}{suffix}");
+        let counter = |suffix: &str| {
+            let name = n(suffix);
+            move |labels: Vec<Label>| metrics::counter!(name.clone(), labels)
+        };
+        let gauge = |suffix: &str| {
+            let name = n(suffix);
+            move |labels: Vec<Label>| metrics::gauge!(name.clone(), labels)
+        };
+        let histogram = |suffix: &str| {
+            let name = n(suffix);
+            move |labels: Vec<Label>| metrics::histogram!(name.clone(), labels)
+        };
+        let m = StateBuilderMetrics {
+            builds: labelled(&BUILD_OUTCOMES, counter(name::BUILDS_TOTAL), "outcome"),
+            build_duration: labelled(
+                &BUILD_OUTCOMES,
+                histogram(name::BUILD_DURATION_SECONDS),
+                "outcome",
+            ),
+            lock_wait: labelled(
+                &BUILD_OUTCOMES,
+                gauge(name::INDEX_LOCK_WAIT_SECONDS_TOTAL),
+                "outcome",
+            ),
+            chain_hops: metrics::histogram!(n(name::CHAIN_HOPS)),
+            drive_builds: labelled(
+                &DRIVE_OUTCOMES,
+                counter(name::DRIVE_BUILDS_TOTAL),
+                "outcome",
+            ),
+            drive_wait: labelled(&WAIT_OUTCOMES, counter(name::DRIVE_WAIT_TOTAL), "outcome"),
+            executions: metrics::gauge!(n(name::INDEXED_EXECUTIONS)),
+            events: metrics::gauge!(n(name::INDEX_EVENTS)),
+            bytes: metrics::gauge!(n(name::INDEX_BYTES)),
+            evictions: labelled(&EVICTION_REASONS, counter(name::EVICTIONS_TOTAL), "reason"),
+            rehydrate: labelled(
+                &REHYDRATE_OUTCOMES,
+                counter(name::REHYDRATE_TOTAL),
+                "outcome",
+            ),
+            wal_events: metrics::counter!(n(name::WAL_EVENTS_TOTAL)),
+            healthy: metrics::gauge!(n(name::HEALTHY)),
+        };
+        let counters = m
+            .builds
+            .iter()
+            .chain(&m.drive_builds)
+            .chain(&m.drive_wait)
+            .chain(&m.evictions)
+            .chain(&m.rehydrate)
+            .chain(std::iter::once(&m.wal_events));
+        for c in counters {
+            c.increment(0);
+        }
+        for g in m
+            .lock_wait
+            .iter()
+            .chain([&m.executions, &m.events, &m.bytes, &m.healthy])
+        {
+            g.increment(0.0);
+        }
+        Arc::new(m)
+    }
+
+    /// Records a drive outcome the index cannot know (`served_shard`,
+    /// `served_shard_mismatch`, `stateless_retry`, `fallback_disabled`). Unknown labels are
+    /// ignored rather than creating a series dashboards do not expect.
+    pub fn drive_outcome(&self, outcome: &str) {
+        if let Some(i) = DRIVE_OUTCOMES.iter().position(|v| *v == outcome) {
+            self.drive_builds[i].increment(1);
+        }
+    }
+}
+
+impl IndexObserver for StateBuilderMetrics {
+    fn build(&self, outcome: &AdvanceOutcome, elapsed: Duration, waited: Duration) {
+        let i = index_of(&BUILD_OUTCOMES, outcome.label());
+        self.builds[i].increment(1);
+        self.build_duration[i].record(elapsed.as_secs_f64());
+        self.lock_wait[i].increment(waited.as_secs_f64());
+        if let AdvanceOutcome::ColdRebuild(len) = outcome {
+            self.chain_hops.record(*len as f64);
+        }
+    }
+
+    fn drive_wait(&self, outcome: WaitLabel) {
+        self.drive_wait[index_of(&WAIT_OUTCOMES, outcome.label())].increment(1);
+    }
+
+    fn drive(&self, outcome: DriveLabel) {
+        self.drive_builds[index_of(&DRIVE_OUTCOMES, outcome.label())].increment(1);
+    }
+
+    fn residency(&self, stats: IndexStats) {
+        self.executions.set(stats.executions as f64);
+        self.events.set(stats.events as f64);
+        self.bytes.set(stats.bytes as f64);
+    }
+
+    fn evicted(&self, reason: EvictReason, count: usize) {
+        self.evictions[index_of(&EVICTION_REASONS, reason.label())].increment(count as u64);
+    }
+
+    fn rehydrate(&self, outcome: RehydrateLabel) {
+        self.rehydrate[index_of(&REHYDRATE_OUTCOMES, outcome.label())].increment(1);
+    }
+
+    fn wal_events(&self, count: u64) {
+        self.wal_events.increment(count);
+    }
+
+    fn healthy(&self, up: bool) {
+        self.healthy.set(if up { 1.0 } else { 0.0 });
+    }
+}

@@ -1,0 +1,192 @@
+//! Every series: name, type, labels, unit and help text, as dashboards already use them.
+
+use metrics::Unit;
+
+/// The prefix production dashboards use. Note `noetl_worker_`, not `noetl_state_builder_`.
+pub const DEFAULT_PREFIX: &str = "noetl_worker_state_builder_";
+
+/// `builds_total{outcome}` label values (`chain_fold::AdvanceOutcome::label`).
+pub const BUILD_OUTCOMES: [&str; 4] = chain_fold::AdvanceOutcome::LABELS;
+/// `drive_builds_total{outcome}` label values. The index reports the first three; the
+/// others belong to the caller (sharded pools, retries, disabled builder) and are recorded
+/// with [`StateBuilderMetrics::drive_outcome`](crate::StateBuilderMetrics::drive_outcome).
+pub const DRIVE_OUTCOMES: [&str; 7] = [
+    "served",
+    "served_rehydrated",
+    "fallback_incomplete",
+    "served_shard",
+    "served_shard_mismatch",
+    "stateless_retry",
+    "fallback_disabled",
+];
+/// `drive_wait_total{outcome}` label values.
+pub const WAIT_OUTCOMES: [&str; 2] = ["woken", "timeout"];
+/// `evictions_total{reason}` label values (`terminal` and `explicit` added to today's three).
+pub const EVICTION_REASONS: [&str; 5] = [
+    "ttl",
+    "max_executions",
+    "byte_ceiling",
+    "terminal",
+    "explicit",
+];
+/// `rehydrate_total{outcome}` label values.
+pub const REHYDRATE_OUTCOMES: [&str; 4] = ["served", "incomplete", "empty", "throttled"];
+
+/// `build_duration_seconds` buckets.
+pub const BUILD_DURATION_BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// `chain_hops` buckets (spine length of a cold rebuild).
+pub const CHAIN_HOPS_BUCKETS: [f64; 10] =
+    [1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0];
+
+/// The Prometheus type of a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic counter.
+    Counter,
+    /// Gauge.
+    Gauge,
+    /// Histogram with explicit buckets.
+    Histogram,
+}
+
+/// One series of the catalogue.
+#[derive(Debug, Clone, Copy)]
+pub struct Series {
+    /// Name without the prefix.
+    pub name: &'static str,
+    /// Prometheus type as exported.
+    pub kind: Kind,
+    /// The label name and its values, if labelled.
+    pub label: Option<(&'static str, &'static [&'static str])>,
+    /// Unit.
+    pub unit: Unit,
+    /// Help text.
+    pub help: &'static str,
+}
+
+/// Suffixes of every series, for building names.
+pub mod name {
+    /// Builds by outcome.
+    pub const BUILDS_TOTAL: &str = "builds_total";
+    /// Build duration by outcome (lock wait included).
+    pub const BUILD_DURATION_SECONDS: &str = "build_duration_seconds";
+    /// Spine length per cold rebuild.
+    pub const CHAIN_HOPS: &str = "chain_hops";
+    /// Drives by final outcome.
+    pub const DRIVE_BUILDS_TOTAL: &str = "drive_builds_total";
+    /// Drive waits by how they ended.
+    pub const DRIVE_WAIT_TOTAL: &str = "drive_wait_total";
+    /// Time builds spent blocked before reading the index, by outcome.
+    pub const INDEX_LOCK_WAIT_SECONDS_TOTAL: &str = "index_lock_wait_seconds_total";
+    /// Resident executions.
+    pub const INDEXED_EXECUTIONS: &str = "indexed_executions";
+    /// Resident events.
+    pub const INDEX_EVENTS: &str = "index_events";
+    /// Resident bytes (byte ledger).
+    pub const INDEX_BYTES: &str = "index_bytes";
+    /// Evictions by reason.
+    pub const EVICTIONS_TOTAL: &str = "evictions_total";
+    /// Rehydration attempts by outcome.
+    pub const REHYDRATE_TOTAL: &str = "rehydrate_total";
+    /// WAL records consumed by the drain.
+    pub const WAL_EVENTS_TOTAL: &str = "wal_events_total";
+    /// 1 while the drain's feed is healthy.
+    pub const HEALTHY: &str = "healthy";
+}
+
+/// The whole catalogue, in the order of the domain reference.
+pub const SERIES: [Series; 13] = [
+    Series {
+        name: name::BUILDS_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("outcome", &BUILD_OUTCOMES)),
+        unit: Unit::Count,
+        help: "State builds by outcome (cache_hit, incremental, cold_rebuild, incomplete).",
+    },
+    Series {
+        name: name::BUILD_DURATION_SECONDS,
+        kind: Kind::Histogram,
+        label: Some(("outcome", &BUILD_OUTCOMES)),
+        unit: Unit::Seconds,
+        help: "Build duration by outcome; the timer starts before any lock, so it includes index_lock_wait.",
+    },
+    Series {
+        name: name::CHAIN_HOPS,
+        kind: Kind::Histogram,
+        label: None,
+        unit: Unit::Count,
+        help: "Spine length walked by each cold rebuild.",
+    },
+    Series {
+        name: name::DRIVE_BUILDS_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("outcome", &DRIVE_OUTCOMES)),
+        unit: Unit::Count,
+        help: "Drives by final outcome.",
+    },
+    Series {
+        name: name::DRIVE_WAIT_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("outcome", &WAIT_OUTCOMES)),
+        unit: Unit::Count,
+        help: "Drive waits by how they ended: woken by the execution's snapshot changing, or timeout at the per-wait cap.",
+    },
+    Series {
+        name: name::INDEX_LOCK_WAIT_SECONDS_TOTAL,
+        kind: Kind::Gauge,
+        label: Some(("outcome", &BUILD_OUTCOMES)),
+        unit: Unit::Seconds,
+        help: "Total time builds spent blocked before they could read the index, by outcome (only ever increases; exported as a gauge because the metrics facade's counters are integers).",
+    },
+    Series {
+        name: name::INDEXED_EXECUTIONS,
+        kind: Kind::Gauge,
+        label: None,
+        unit: Unit::Count,
+        help: "Resident executions (set together with index_events and index_bytes from one accounting).",
+    },
+    Series {
+        name: name::INDEX_EVENTS,
+        kind: Kind::Gauge,
+        label: None,
+        unit: Unit::Count,
+        help: "Resident events.",
+    },
+    Series {
+        name: name::INDEX_BYTES,
+        kind: Kind::Gauge,
+        label: None,
+        unit: Unit::Bytes,
+        help: "Resident bytes charged by the byte ledger (payloads plus per-event overhead).",
+    },
+    Series {
+        name: name::EVICTIONS_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("reason", &EVICTION_REASONS)),
+        unit: Unit::Count,
+        help: "Executions evicted, by reason.",
+    },
+    Series {
+        name: name::REHYDRATE_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("outcome", &REHYDRATE_OUTCOMES)),
+        unit: Unit::Count,
+        help: "Rehydrate-on-miss attempts by outcome.",
+    },
+    Series {
+        name: name::WAL_EVENTS_TOTAL,
+        kind: Kind::Counter,
+        label: None,
+        unit: Unit::Count,
+        help: "WAL records consumed by the drain (undecodable ones included).",
+    },
+    Series {
+        name: name::HEALTHY,
+        kind: Kind::Gauge,
+        label: None,
+        unit: Unit::Count,
+        help: "1 while the drain's WAL feed is healthy, 0 while it is failing.",
+    },
+];
