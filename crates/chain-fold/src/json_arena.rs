@@ -20,6 +20,7 @@
 //! byte a reader can reach is ever written again.
 
 use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -29,7 +30,9 @@ use bytes::{Buf, Bytes};
 const MIN_CAPACITY: usize = 256;
 
 struct Arena {
-    buf: Box<[UnsafeCell<u8>]>,
+    /// Bytes below `claimed` are initialized; the rest are not (nothing is zeroed: an
+    /// arena is written once, front to back).
+    buf: Box<[UnsafeCell<MaybeUninit<u8>>]>,
     /// Bytes `[0, claimed)` belong to some version; bytes past it belong to nobody yet.
     claimed: AtomicUsize,
 }
@@ -43,7 +46,9 @@ unsafe impl Sync for Arena {}
 impl Arena {
     fn with_capacity(capacity: usize) -> Arena {
         Arena {
-            buf: (0..capacity).map(|_| UnsafeCell::new(0)).collect(),
+            buf: (0..capacity)
+                .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+                .collect(),
             claimed: AtomicUsize::new(0),
         }
     }
@@ -59,8 +64,9 @@ impl Arena {
             "a version cannot end past its arena"
         );
         // SAFETY: `len` is the end of a version that was fully written before the caller
-        // could hold it, and bytes below any version's end are never written again (the
-        // module's ownership protocol). `UnsafeCell<u8>` has the layout of `u8`.
+        // could hold it, so bytes `[0, len)` are initialized, and bytes below any version's
+        // end are never written again (the module's ownership protocol), so no `&mut`
+        // aliases them. `UnsafeCell<MaybeUninit<u8>>` has the layout of `u8`.
         unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), len) }
     }
 
@@ -75,7 +81,7 @@ impl Arena {
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     part.as_ptr(),
-                    UnsafeCell::raw_get(dst.as_ptr()),
+                    UnsafeCell::raw_get(dst.as_ptr()).cast::<u8>(),
                     part.len(),
                 );
             }

@@ -81,19 +81,33 @@ impl StateBuilderMetrics {
 
     /// [`StateBuilderMetrics::register`] under another prefix.
     pub fn register_with_prefix(prefix: &str) -> Arc<StateBuilderMetrics> {
+        Self::register_with_labels(prefix, &[])
+    }
+
+    /// [`StateBuilderMetrics::register`] under `prefix`, with `labels` added to every
+    /// series (for instance `engine="mutex"` when two indexes share one recorder).
+    pub fn register_with_labels(
+        prefix: &str,
+        labels: &[(&'static str, &'static str)],
+    ) -> Arc<StateBuilderMetrics> {
         describe(prefix);
+        let extra: Vec<Label> = labels.iter().map(|&(k, v)| Label::new(k, v)).collect();
+        let with_extra = |mut own: Vec<Label>| {
+            own.extend(extra.iter().cloned());
+            own
+        };
         let n = |suffix: &str| format!("{prefix}{suffix}");
         let counter = |suffix: &str| {
             let name = n(suffix);
-            move |labels: Vec<Label>| metrics::counter!(name.clone(), labels)
+            move |own: Vec<Label>| metrics::counter!(name.clone(), with_extra(own))
         };
         let gauge = |suffix: &str| {
             let name = n(suffix);
-            move |labels: Vec<Label>| metrics::gauge!(name.clone(), labels)
+            move |own: Vec<Label>| metrics::gauge!(name.clone(), with_extra(own))
         };
         let histogram = |suffix: &str| {
             let name = n(suffix);
-            move |labels: Vec<Label>| metrics::histogram!(name.clone(), labels)
+            move |own: Vec<Label>| metrics::histogram!(name.clone(), with_extra(own))
         };
         let m = StateBuilderMetrics {
             builds: labelled(&BUILD_OUTCOMES, counter(name::BUILDS_TOTAL), "outcome"),
@@ -107,24 +121,24 @@ impl StateBuilderMetrics {
                 gauge(name::INDEX_LOCK_WAIT_SECONDS_TOTAL),
                 "outcome",
             ),
-            chain_hops: metrics::histogram!(n(name::CHAIN_HOPS)),
+            chain_hops: histogram(name::CHAIN_HOPS)(Vec::new()),
             drive_builds: labelled(
                 &DRIVE_OUTCOMES,
                 counter(name::DRIVE_BUILDS_TOTAL),
                 "outcome",
             ),
             drive_wait: labelled(&WAIT_OUTCOMES, counter(name::DRIVE_WAIT_TOTAL), "outcome"),
-            executions: metrics::gauge!(n(name::INDEXED_EXECUTIONS)),
-            events: metrics::gauge!(n(name::INDEX_EVENTS)),
-            bytes: metrics::gauge!(n(name::INDEX_BYTES)),
+            executions: gauge(name::INDEXED_EXECUTIONS)(Vec::new()),
+            events: gauge(name::INDEX_EVENTS)(Vec::new()),
+            bytes: gauge(name::INDEX_BYTES)(Vec::new()),
             evictions: labelled(&EVICTION_REASONS, counter(name::EVICTIONS_TOTAL), "reason"),
             rehydrate: labelled(
                 &REHYDRATE_OUTCOMES,
                 counter(name::REHYDRATE_TOTAL),
                 "outcome",
             ),
-            wal_events: metrics::counter!(n(name::WAL_EVENTS_TOTAL)),
-            healthy: metrics::gauge!(n(name::HEALTHY)),
+            wal_events: counter(name::WAL_EVENTS_TOTAL)(Vec::new()),
+            healthy: gauge(name::HEALTHY)(Vec::new()),
         };
         let counters = m
             .builds

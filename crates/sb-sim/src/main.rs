@@ -1,0 +1,294 @@
+//! `sb-sim`: run the calibrated workload (or a WAL file) through both engines and print the
+//! production note's table for each.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use sb_sim::workload::{Generator, Shape, read_jsonl, write_jsonl};
+use sb_sim::{Engines, GlobalMetrics, Plan, SimConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "sb-sim",
+    version,
+    about = "State-builder index simulator: both engines, side by side"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the embedded calibrated workload (the default command).
+    Simulate(Simulate),
+    /// Feed a JSON-lines WAL file (one event per line) through the engines.
+    Replay(Replay),
+    /// Write a generated workload as a JSON-lines WAL file.
+    Generate(Generate),
+}
+
+#[derive(Args, Clone)]
+struct ShapeArgs {
+    /// Executions running at once.
+    #[arg(long, default_value_t = 64)]
+    executions: usize,
+    /// Mean events per execution.
+    #[arg(long, default_value_t = 27)]
+    events_per_execution: usize,
+    /// Payload size in bytes (full envelopes).
+    #[arg(long, default_value_t = 1024)]
+    payload_bytes: usize,
+    /// Share of events arriving as a fan-out inversion (tip id below its predecessor's).
+    #[arg(long, default_value_t = 0.1)]
+    inversion_rate: f64,
+    /// Share of events that trigger a drive (production: ~5 per 27-event execution).
+    #[arg(long, default_value_t = 0.185)]
+    drive_rate: f64,
+    /// Seed: the same seed gives the same workload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+impl ShapeArgs {
+    fn shape(&self) -> Shape {
+        Shape {
+            concurrent_executions: self.executions,
+            events_per_execution: self.events_per_execution,
+            inversion_rate: self.inversion_rate,
+            drive_rate: self.drive_rate,
+            payload_bytes: self.payload_bytes,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    /// Which engines to run.
+    #[arg(long, value_enum, default_value_t = Engines::Both)]
+    engine: Engines,
+    /// Drives in flight at once.
+    #[arg(long, default_value_t = 32)]
+    drive_concurrency: usize,
+    /// Write the report as JSON to FILE (`-` for standard output).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML page with plots to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Serve the sb-metrics Prometheus endpoint on ADDR while running (label `engine`).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+}
+
+#[derive(Args)]
+struct Simulate {
+    #[command(flatten)]
+    shape: ShapeArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Seconds of live workload per engine.
+    #[arg(long, default_value_t = 8.0)]
+    duration: f64,
+    /// Events per second the producer publishes.
+    #[arg(long, default_value_t = 4000.0)]
+    rate: f64,
+    /// Events already in the WAL when the drain starts (the pod-roll burst); 0 disables.
+    #[arg(long, default_value_t = 100_000)]
+    cold_start: usize,
+}
+
+#[derive(Args)]
+struct Replay {
+    /// The WAL file: one JSON event per line.
+    file: PathBuf,
+    #[command(flatten)]
+    run: RunArgs,
+    /// Events per second to replay at (0: as fast as possible; then the drain can apply
+    /// a terminal event, and evict its execution, before that execution's drives run).
+    #[arg(long, default_value_t = 2000.0)]
+    rate: f64,
+    /// Share of events that trigger a drive.
+    #[arg(long, default_value_t = 0.185)]
+    drive_rate: f64,
+    /// Seed for choosing which events trigger drives.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args)]
+struct Generate {
+    #[command(flatten)]
+    shape: ShapeArgs,
+    /// Events to write.
+    #[arg(long, default_value_t = 2_000)]
+    events: usize,
+    /// Undecodable lines to mix in (to exercise bad-record handling).
+    #[arg(long, default_value_t = 0)]
+    bad_lines: usize,
+    /// Output file (`-` for standard output).
+    #[arg(long, default_value = "-")]
+    out: PathBuf,
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sb-sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = Cli::parse();
+    let command = cli
+        .command
+        .unwrap_or_else(|| Command::Simulate(Simulate::parse_from_default()));
+    match command {
+        Command::Simulate(sim) => {
+            let shape = sim.shape.shape();
+            let live = (sim.rate * sim.duration).round().max(0.0) as usize;
+            let plan = Plan::generate(&shape, sim.cold_start, live);
+            let config = SimConfig {
+                rate: sim.rate,
+                drive_concurrency: sim.run.drive_concurrency,
+                ..SimConfig::default()
+            };
+            let workload = format!(
+                "simulate: {live} live events at {} ev/s ({} drives) after a {}-event cold-start backlog; {} concurrent executions of ~{} events, {} B payloads, {:.0}% inversions, seed {}",
+                sim.rate,
+                plan.drives(),
+                sim.cold_start,
+                shape.concurrent_executions,
+                shape.events_per_execution,
+                shape.payload_bytes,
+                shape.inversion_rate * 100.0,
+                shape.seed
+            );
+            finish(&plan, &config, &sim.run, workload)
+        }
+        Command::Replay(replay) => {
+            let file = std::fs::File::open(&replay.file)
+                .map_err(|e| format!("cannot open {}: {e}", replay.file.display()))?;
+            let items = read_jsonl(
+                std::io::BufReader::new(file),
+                replay.drive_rate,
+                replay.seed,
+            )?;
+            let plan = Plan {
+                backlog: Vec::new(),
+                live: items,
+            };
+            let config = SimConfig {
+                rate: replay.rate,
+                drive_concurrency: replay.run.drive_concurrency,
+                ..SimConfig::default()
+            };
+            let workload = format!(
+                "replay {}: {} records ({} undecodable), {} drives, rate {}",
+                replay.file.display(),
+                plan.live.len(),
+                plan.live.iter().filter(|i| i.ids.is_none()).count(),
+                plan.drives(),
+                if replay.rate > 0.0 {
+                    format!("{} ev/s", replay.rate)
+                } else {
+                    "unpaced".to_owned()
+                }
+            );
+            finish(&plan, &config, &replay.run, workload)
+        }
+        Command::Generate(generate) => {
+            let mut items = Generator::new(generate.shape.shape()).take(generate.events);
+            // Spread the bad lines evenly so valid events surround each.
+            let stride = (items.len() / (generate.bad_lines + 1)).max(1);
+            for k in (1..=generate.bad_lines).rev() {
+                let at = (k * stride).min(items.len());
+                items.insert(
+                    at,
+                    sb_sim::workload::Item {
+                        payload: bytes::Bytes::from(format!(
+                            "{{\"event_id\":\"bad-{k}\",\"execution_id\":1}}"
+                        )),
+                        ids: None,
+                        triggers: false,
+                    },
+                );
+            }
+            if generate.out.as_os_str() == "-" {
+                write_jsonl(&items, std::io::stdout().lock())?;
+            } else {
+                write_jsonl(
+                    &items,
+                    std::io::BufWriter::new(std::fs::File::create(&generate.out)?),
+                )?;
+                eprintln!("wrote {} lines to {}", items.len(), generate.out.display());
+            }
+            Ok(())
+        }
+    }
+}
+
+impl Simulate {
+    fn parse_from_default() -> Simulate {
+        match Cli::parse_from(["sb-sim", "simulate"]).command {
+            Some(Command::Simulate(sim)) => sim,
+            _ => unreachable!("`simulate` parses as Simulate"),
+        }
+    }
+}
+
+fn finish(
+    plan: &Plan,
+    config: &SimConfig,
+    args: &RunArgs,
+    workload: String,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let global = match args.metrics_addr {
+        Some(addr) => {
+            let prefix = sb_metrics::series::DEFAULT_PREFIX;
+            sb_metrics::exporter::install(addr, prefix)?;
+            eprintln!("serving metrics on http://{addr}/metrics");
+            Some(GlobalMetrics {
+                lockfree: sb_metrics::StateBuilderMetrics::register_with_labels(
+                    prefix,
+                    &[("engine", "lockfree")],
+                ),
+                mutex: sb_metrics::StateBuilderMetrics::register_with_labels(
+                    prefix,
+                    &[("engine", "mutex")],
+                ),
+            })
+        }
+        None => None,
+    };
+    let report = sb_sim::run(plan, config, args.engine, global.as_ref(), workload)?;
+    print!("{}", report.to_text());
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        if path.as_os_str() == "-" {
+            let mut out = std::io::stdout().lock();
+            out.write_all(json.as_bytes())?;
+            out.write_all(b"\n")?;
+        } else {
+            std::fs::write(path, json)?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, sb_sim::html::render(&report))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if args.metrics_addr.is_some() {
+        // Leave the endpoint up briefly so a scraper catches the final values.
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    Ok(())
+}

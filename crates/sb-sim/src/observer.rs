@@ -1,0 +1,207 @@
+//! The simulator's own tally of builds (independent of the metrics layer, so the report
+//! can be checked against a scrape), forwarding every hook to the metrics observers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chain_fold::AdvanceOutcome;
+use wal_index::{DriveLabel, EvictReason, IndexObserver, IndexStats, RehydrateLabel, WaitLabel};
+
+/// Build outcomes in report order.
+pub const OUTCOMES: [&str; 4] = ["incomplete", "incremental", "cold_rebuild", "cache_hit"];
+
+fn slot(outcome: &AdvanceOutcome) -> usize {
+    OUTCOMES
+        .iter()
+        .position(|o| *o == outcome.label())
+        .unwrap_or(0)
+}
+
+/// A log-scale histogram of durations: 4 buckets per doubling from 100 ns.
+#[derive(Debug)]
+pub struct LogHistogram {
+    buckets: Vec<AtomicU64>,
+}
+
+impl Default for LogHistogram {
+    fn default() -> Self {
+        LogHistogram {
+            buckets: (0..LogHistogram::BUCKETS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+}
+
+impl LogHistogram {
+    /// Number of buckets (100 ns × 2^(100/4) ≈ 56 minutes at the top).
+    pub const BUCKETS: usize = 100;
+
+    /// The bucket holding `d`.
+    pub fn index(d: Duration) -> usize {
+        let ns = d.as_nanos().max(1) as f64;
+        let i = (4.0 * (ns / 100.0).log2()).floor();
+        (i.max(0.0) as usize).min(Self::BUCKETS - 1)
+    }
+
+    /// Lower bound of bucket `i`.
+    pub fn lower_bound(i: usize) -> Duration {
+        Duration::from_nanos((100.0 * 2f64.powf(i as f64 / 4.0)) as u64)
+    }
+
+    /// Counts one sample.
+    pub fn record(&self, d: Duration) {
+        // Relaxed: independent counters, read after the run has quiesced.
+        self.buckets[Self::index(d)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts.
+    pub fn counts(&self) -> Vec<u64> {
+        self.buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+/// Counts builds per outcome, their total and waited time, their duration distribution and
+/// their outcome per time bucket; forwards every hook to `forward`.
+pub struct SimObserver {
+    started: Instant,
+    /// Width of one timeline bucket.
+    pub timeline_step: Duration,
+    builds: [AtomicU64; 4],
+    elapsed_ns: [AtomicU64; 4],
+    waited_ns: [AtomicU64; 4],
+    durations: [LogHistogram; 4],
+    timeline: Vec<[AtomicU64; 4]>,
+    wal_events: AtomicU64,
+    /// Nanoseconds since start when `wal_events` first reached `backlog`; 0 until then.
+    backlog_done_ns: AtomicU64,
+    backlog: u64,
+    forward: Vec<Arc<dyn IndexObserver>>,
+}
+
+/// A snapshot of one outcome's tally.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutcomeTally {
+    /// Builds.
+    pub builds: u64,
+    /// Sum of build durations.
+    pub elapsed: Duration,
+    /// Sum of time blocked before reading the index.
+    pub waited: Duration,
+}
+
+impl SimObserver {
+    /// A tally starting now; `backlog` is the cold-start backlog size (0 for none).
+    pub fn new(backlog: u64, forward: Vec<Arc<dyn IndexObserver>>) -> SimObserver {
+        SimObserver {
+            started: Instant::now(),
+            timeline_step: Duration::from_millis(250),
+            builds: Default::default(),
+            elapsed_ns: Default::default(),
+            waited_ns: Default::default(),
+            durations: Default::default(),
+            timeline: (0..4 * 600).map(|_| Default::default()).collect(),
+            wal_events: AtomicU64::new(0),
+            backlog_done_ns: AtomicU64::new(0),
+            backlog,
+            forward,
+        }
+    }
+
+    /// When the tally started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The tally of one outcome (index into [`OUTCOMES`]).
+    pub fn tally(&self, i: usize) -> OutcomeTally {
+        OutcomeTally {
+            builds: self.builds[i].load(Ordering::Relaxed),
+            elapsed: Duration::from_nanos(self.elapsed_ns[i].load(Ordering::Relaxed)),
+            waited: Duration::from_nanos(self.waited_ns[i].load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Build duration distribution of one outcome.
+    pub fn durations(&self, i: usize) -> Vec<u64> {
+        self.durations[i].counts()
+    }
+
+    /// Builds per outcome per timeline bucket, trimmed to the last non-empty bucket.
+    pub fn timeline(&self) -> Vec<[u64; 4]> {
+        let mut rows: Vec<[u64; 4]> = self
+            .timeline
+            .iter()
+            .map(|b| std::array::from_fn(|i| b[i].load(Ordering::Relaxed)))
+            .collect();
+        while rows.last().is_some_and(|r| r.iter().all(|&n| n == 0)) {
+            rows.pop();
+        }
+        rows
+    }
+
+    /// How long after the start the drain had consumed the whole backlog.
+    pub fn backlog_drained_after(&self) -> Option<Duration> {
+        match self.backlog_done_ns.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// WAL records the drain consumed.
+    pub fn wal_events(&self) -> u64 {
+        self.wal_events.load(Ordering::Relaxed)
+    }
+}
+
+impl IndexObserver for SimObserver {
+    fn build(&self, outcome: &AdvanceOutcome, elapsed: Duration, waited: Duration) {
+        let i = slot(outcome);
+        // Relaxed throughout: independent counters read after the run has quiesced.
+        self.builds[i].fetch_add(1, Ordering::Relaxed);
+        self.elapsed_ns[i].fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        self.waited_ns[i].fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        self.durations[i].record(elapsed);
+        let t = (self.started.elapsed().as_nanos() / self.timeline_step.as_nanos()) as usize;
+        if let Some(bucket) = self.timeline.get(t) {
+            bucket[i].fetch_add(1, Ordering::Relaxed);
+        }
+        for f in &self.forward {
+            f.build(outcome, elapsed, waited);
+        }
+    }
+    fn drive_wait(&self, outcome: WaitLabel) {
+        self.forward.iter().for_each(|f| f.drive_wait(outcome));
+    }
+    fn drive(&self, outcome: DriveLabel) {
+        self.forward.iter().for_each(|f| f.drive(outcome));
+    }
+    fn residency(&self, stats: IndexStats) {
+        self.forward.iter().for_each(|f| f.residency(stats));
+    }
+    fn evicted(&self, reason: EvictReason, count: usize) {
+        self.forward.iter().for_each(|f| f.evicted(reason, count));
+    }
+    fn rehydrate(&self, outcome: RehydrateLabel) {
+        self.forward.iter().for_each(|f| f.rehydrate(outcome));
+    }
+    fn wal_events(&self, count: u64) {
+        let total = self.wal_events.fetch_add(count, Ordering::Relaxed) + count;
+        if self.backlog > 0 && total >= self.backlog {
+            let ns = self.started.elapsed().as_nanos().max(1) as u64;
+            // Release pairs with the Acquire in `backlog_drained_after`; only the first
+            // crossing is kept.
+            let _ =
+                self.backlog_done_ns
+                    .compare_exchange(0, ns, Ordering::Release, Ordering::Relaxed);
+        }
+        self.forward.iter().for_each(|f| f.wal_events(count));
+    }
+    fn healthy(&self, up: bool) {
+        self.forward.iter().for_each(|f| f.healthy(up));
+    }
+}

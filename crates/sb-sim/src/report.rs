@@ -1,0 +1,426 @@
+//! The report: the production note's table per engine, drive figures, the cold start.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::observer::{LogHistogram, OUTCOMES};
+use crate::run::EngineRun;
+
+/// One row of the production note's table.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutcomeRow {
+    /// Build outcome.
+    pub outcome: &'static str,
+    /// Builds with this outcome.
+    pub builds: u64,
+    /// Share of all builds, percent.
+    pub share_pct: f64,
+    /// Mean build duration, µs (lock wait included).
+    pub mean_build_us: f64,
+    /// Mean time blocked before the index could be read, µs.
+    pub mean_lock_wait_us: f64,
+    /// Mean build minus mean lock wait, µs.
+    pub mean_work_us: f64,
+    /// Median build duration, µs, from the log-scale histogram (lower edge of its bucket,
+    /// so within 19% below the true median). Means are what production reports; the
+    /// median shows what a typical build costs when a few are preempted on a busy machine.
+    pub p50_build_us: f64,
+    /// Lock wait as a share of the build, percent.
+    pub wait_share_pct: f64,
+    /// Builds with this outcome according to the run's own Prometheus scrape.
+    pub builds_in_metrics: f64,
+}
+
+/// Latency percentiles, milliseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Maximum.
+    pub max_ms: f64,
+}
+
+impl Latency {
+    fn of(mut samples: Vec<Duration>) -> Latency {
+        if samples.is_empty() {
+            return Latency::default();
+        }
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let i = ((samples.len() - 1) as f64 * q).round() as usize;
+            samples[i].as_secs_f64() * 1e3
+        };
+        Latency {
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+        }
+    }
+}
+
+/// The lower edge of the bucket holding the median sample, µs.
+fn median_bucket(counts: &[u64]) -> f64 {
+    let total: u64 = counts.iter().sum();
+    let mut seen = 0;
+    for (i, &n) in counts.iter().enumerate() {
+        seen += n;
+        if total > 0 && seen * 2 >= total {
+            return LogHistogram::lower_bound(i).as_secs_f64() * 1e6;
+        }
+    }
+    0.0
+}
+
+/// Drive figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct DriveFigures {
+    /// Drives dispatched and finished.
+    pub total: usize,
+    /// Served within the budget.
+    pub served: usize,
+    /// Budget ran out.
+    pub incomplete: usize,
+    /// Waits ended by a wake-up.
+    pub wakes: u64,
+    /// Waits ended by the per-wait cap.
+    pub timeouts: u64,
+    /// From the tip entering the WAL to the drive being served (served drives only).
+    pub tip_to_served: Latency,
+    /// The same for served drives dispatched after the cold-start backfill finished (all
+    /// served drives when there was no backlog): the steady state.
+    pub steady_tip_to_served: Latency,
+    /// Drive counts per latency bucket (log scale, see `LogHistogram`), served drives.
+    pub latency_buckets: Vec<u64>,
+}
+
+/// The cold-start phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct ColdStart {
+    /// Events in the WAL before the drain started.
+    pub backlog_events: usize,
+    /// How long the drain took to consume them, ms (`None`: it never did).
+    pub backfill_ms: Option<f64>,
+    /// The first live drives, in dispatch order: end-to-end time (ms) and whether served.
+    pub first_drives: Vec<(f64, bool)>,
+    /// Drives dispatched while the backfill was still running.
+    pub drives_during_backfill: usize,
+    /// Of those, served (the rest fell back).
+    pub served_during_backfill: usize,
+    /// Their tip-to-end latency.
+    pub during_backfill: Latency,
+}
+
+/// One engine's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineReport {
+    /// `lockfree` or `mutex`.
+    pub engine: &'static str,
+    /// The production note's table.
+    pub rows: Vec<OutcomeRow>,
+    /// Drive figures.
+    pub drives: DriveFigures,
+    /// The cold start, if there was a backlog.
+    pub cold_start: Option<ColdStart>,
+    /// WAL records consumed by the drain.
+    pub wal_events: u64,
+    /// Bad records the drain skipped.
+    pub bad_records: u64,
+    /// Wall time, seconds.
+    pub wall_s: f64,
+    /// Builds per outcome per timeline step (`timeline_step_ms`), in `OUTCOMES` order.
+    pub timeline: Vec<[u64; 4]>,
+    /// Width of one timeline step.
+    pub timeline_step_ms: u64,
+    /// Build duration distribution per outcome (log buckets).
+    pub build_duration_buckets: Vec<Vec<u64>>,
+    /// Residency at the end: executions, events, bytes.
+    pub resident: [usize; 3],
+}
+
+impl EngineReport {
+    /// Summarizes a run.
+    pub fn from_run(run: &EngineRun) -> EngineReport {
+        let scraped =
+            sb_metrics::formulas::wait_shares(&run.scrape, sb_metrics::series::DEFAULT_PREFIX);
+        let tallies: Vec<_> = (0..OUTCOMES.len()).map(|i| run.observer.tally(i)).collect();
+        let total: u64 = tallies.iter().map(|t| t.builds).sum();
+        let rows = OUTCOMES
+            .iter()
+            .zip(&tallies)
+            .map(|(&outcome, t)| {
+                let n = t.builds.max(1) as f64;
+                let mean_build = t.elapsed.as_secs_f64() * 1e6 / n;
+                let mean_wait = t.waited.as_secs_f64() * 1e6 / n;
+                OutcomeRow {
+                    outcome,
+                    builds: t.builds,
+                    share_pct: if total > 0 {
+                        100.0 * t.builds as f64 / total as f64
+                    } else {
+                        0.0
+                    },
+                    mean_build_us: if t.builds > 0 { mean_build } else { 0.0 },
+                    mean_lock_wait_us: if t.builds > 0 { mean_wait } else { 0.0 },
+                    mean_work_us: if t.builds > 0 {
+                        mean_build - mean_wait
+                    } else {
+                        0.0
+                    },
+                    wait_share_pct: if mean_build > 0.0 {
+                        100.0 * mean_wait / mean_build
+                    } else {
+                        0.0
+                    },
+                    p50_build_us: median_bucket(
+                        &run.observer
+                            .durations(OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0)),
+                    ),
+                    builds_in_metrics: scraped.get(outcome).map_or(0.0, |r| r.builds),
+                }
+            })
+            .collect();
+        let served: Vec<_> = run.drives.iter().filter(|d| d.served).collect();
+        let histogram = LogHistogram::default();
+        for d in &served {
+            histogram.record(d.latency);
+        }
+        let drives = DriveFigures {
+            total: run.drives.len(),
+            served: served.len(),
+            incomplete: run.drives.len() - served.len(),
+            wakes: run.drives.iter().map(|d| u64::from(d.wakes)).sum(),
+            timeouts: run.drives.iter().map(|d| u64::from(d.timeouts)).sum(),
+            tip_to_served: Latency::of(served.iter().map(|d| d.latency).collect()),
+            steady_tip_to_served: Latency::of(
+                served
+                    .iter()
+                    .filter(|d| {
+                        run.backlog == 0
+                            || run
+                                .observer
+                                .backlog_drained_after()
+                                .is_some_and(|b| d.dispatched_at >= b)
+                    })
+                    .map(|d| d.latency)
+                    .collect(),
+            ),
+            latency_buckets: histogram.counts(),
+        };
+        let cold_start = (run.backlog > 0).then(|| {
+            let backfill = run.observer.backlog_drained_after();
+            let mut by_dispatch = run.drives.clone();
+            by_dispatch.sort_by_key(|d| d.dispatched_at);
+            let during_records: Vec<_> = by_dispatch
+                .iter()
+                .filter(|d| backfill.is_none_or(|b| d.dispatched_at < b))
+                .collect();
+            let during: Vec<Duration> = during_records.iter().map(|d| d.latency).collect();
+            ColdStart {
+                backlog_events: run.backlog,
+                backfill_ms: backfill.map(|b| b.as_secs_f64() * 1e3),
+                first_drives: by_dispatch
+                    .iter()
+                    .take(5)
+                    .map(|d| (d.latency.as_secs_f64() * 1e3, d.served))
+                    .collect(),
+                drives_during_backfill: during.len(),
+                served_during_backfill: during_records.iter().filter(|d| d.served).count(),
+                during_backfill: Latency::of(during),
+            }
+        });
+        EngineReport {
+            engine: run.engine,
+            rows,
+            drives,
+            cold_start,
+            wal_events: run.observer.wal_events(),
+            bad_records: run.drain.bad,
+            wall_s: run.wall.as_secs_f64(),
+            timeline: run.observer.timeline(),
+            timeline_step_ms: run.observer.timeline_step.as_millis() as u64,
+            build_duration_buckets: (0..OUTCOMES.len())
+                .map(|i| run.observer.durations(i))
+                .collect(),
+            resident: [run.stats.executions, run.stats.events, run.stats.bytes],
+        }
+    }
+
+    /// Total builds.
+    pub fn builds(&self) -> u64 {
+        self.rows.iter().map(|r| r.builds).sum()
+    }
+
+    fn row(&self, outcome: &str) -> Option<&OutcomeRow> {
+        self.rows.iter().find(|r| r.outcome == outcome)
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// What ran, in words.
+    pub workload: String,
+    /// The machine, as far as the process can tell.
+    pub machine: String,
+    /// One report per engine, in run order.
+    pub engines: Vec<EngineReport>,
+}
+
+fn engine_title(engine: &str) -> &'static str {
+    match engine {
+        "lockfree" => "lockfree (WalIndex, this project)",
+        "mutex" => "mutex (MutexIndex, today's design)",
+        _ => "engine",
+    }
+}
+
+/// The machine: logical CPUs and the CPU model where `/proc/cpuinfo` says.
+pub fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    format!("{cpus} CPUs, {model}")
+}
+
+impl Report {
+    /// The report as text tables.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "workload: {}", self.workload);
+        let _ = writeln!(out, "machine:  {}", self.machine);
+        for e in &self.engines {
+            let _ = writeln!(
+                out,
+                "\n== {} — {:.1} s wall, {} WAL records ({} bad)",
+                engine_title(e.engine),
+                e.wall_s,
+                e.wal_events,
+                e.bad_records
+            );
+            let _ = writeln!(
+                out,
+                "{:<13} {:>8} {:>7} {:>12} {:>15} {:>11} {:>11} {:>11}",
+                "outcome",
+                "builds",
+                "share",
+                "mean build",
+                "mean lock wait",
+                "mean work",
+                "wait share",
+                "~p50 build"
+            );
+            for r in &e.rows {
+                let _ = writeln!(
+                    out,
+                    "{:<13} {:>8} {:>6.1}% {:>9.1} µs {:>12.1} µs {:>8.1} µs {:>10.1}% {:>8.1} µs",
+                    r.outcome,
+                    r.builds,
+                    r.share_pct,
+                    r.mean_build_us,
+                    r.mean_lock_wait_us,
+                    r.mean_work_us,
+                    r.wait_share_pct,
+                    r.p50_build_us
+                );
+            }
+            let d = &e.drives;
+            let _ = writeln!(
+                out,
+                "drives: {} ({} served, {} incomplete); waits: {} woken, {} timeout",
+                d.total, d.served, d.incomplete, d.wakes, d.timeouts
+            );
+            let _ = writeln!(
+                out,
+                "tip entered WAL → drive served: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (steady state: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms)",
+                d.tip_to_served.p50_ms,
+                d.tip_to_served.p99_ms,
+                d.tip_to_served.max_ms,
+                d.steady_tip_to_served.p50_ms,
+                d.steady_tip_to_served.p99_ms,
+                d.steady_tip_to_served.max_ms
+            );
+            if let Some(c) = &e.cold_start {
+                let backfill = c
+                    .backfill_ms
+                    .map_or("never finished".to_owned(), |ms| format!("{ms:.0} ms"));
+                let firsts: Vec<String> = c
+                    .first_drives
+                    .iter()
+                    .map(|(ms, served)| {
+                        format!("{ms:.1} ms {}", if *served { "served" } else { "fallback" })
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "cold start: {} backlog events drained in {backfill}; first drives: {}",
+                    c.backlog_events,
+                    firsts.join(", ")
+                );
+                let _ = writeln!(
+                    out,
+                    "            {} drives dispatched during the backfill ({} served): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                    c.drives_during_backfill,
+                    c.served_during_backfill,
+                    c.during_backfill.p50_ms,
+                    c.during_backfill.p99_ms,
+                    c.during_backfill.max_ms
+                );
+            }
+        }
+        if let [a, b] = self.engines.as_slice() {
+            let _ = writeln!(out, "\n== side by side ({} vs {})", a.engine, b.engine);
+            for outcome in ["incomplete", "incremental"] {
+                if let (Some(x), Some(y)) = (a.row(outcome), b.row(outcome))
+                    && x.builds > 0
+                    && y.builds > 0
+                {
+                    let _ = writeln!(
+                        out,
+                        "{outcome:<12} mean build {:.1} µs vs {:.1} µs ({:.1}x); wait share {:.1}% vs {:.1}%",
+                        x.mean_build_us,
+                        y.mean_build_us,
+                        y.mean_build_us / x.mean_build_us.max(1e-9),
+                        x.wait_share_pct,
+                        y.wait_share_pct
+                    );
+                }
+            }
+            let (p, q) = (
+                &a.drives.steady_tip_to_served,
+                &b.drives.steady_tip_to_served,
+            );
+            let _ = writeln!(
+                out,
+                "steady-state tip → served p50 {:.3} ms vs {:.3} ms, p99 {:.3} ms vs {:.3} ms",
+                p.p50_ms, q.p50_ms, p.p99_ms, q.p99_ms
+            );
+            if let (Some(x), Some(y)) = (&a.cold_start, &b.cold_start) {
+                let _ = writeln!(
+                    out,
+                    "drives dispatched during the cold-start backfill served: {} of {} vs {} of {}",
+                    x.served_during_backfill,
+                    x.drives_during_backfill,
+                    y.served_during_backfill,
+                    y.drives_during_backfill
+                );
+            }
+            let _ = writeln!(
+                out,
+                "drives served {} vs {} of {}; waits woken {} vs {}",
+                a.drives.served, b.drives.served, a.drives.total, a.drives.wakes, b.drives.wakes
+            );
+        }
+        out
+    }
+}

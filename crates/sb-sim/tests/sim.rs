@@ -1,0 +1,150 @@
+//! Short simulations of each engine: the report is internally consistent and agrees with
+//! the run's own metrics; the shipped sample WAL replays with its bad lines counted.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use sb_sim::report::EngineReport;
+use sb_sim::workload::{Shape, read_jsonl};
+use sb_sim::{Engines, Plan, SimConfig};
+
+fn check_consistency(e: &EngineReport, plan: &Plan) {
+    let builds = e.builds();
+    assert!(builds > 0, "{}: no builds", e.engine);
+    let shares: f64 = e.rows.iter().map(|r| r.share_pct).sum();
+    assert!(
+        (shares - 100.0).abs() < 1e-6,
+        "{}: shares sum to {shares}",
+        e.engine
+    );
+    for r in &e.rows {
+        assert_eq!(
+            r.builds as f64, r.builds_in_metrics,
+            "{}: {} builds vs metrics",
+            e.engine, r.outcome
+        );
+        assert!((r.mean_build_us - r.mean_lock_wait_us - r.mean_work_us).abs() < 1e-6);
+        assert!(r.wait_share_pct >= 0.0 && r.wait_share_pct <= 100.0);
+    }
+    assert_eq!(
+        e.drives.total,
+        plan.drives(),
+        "{}: every dispatched drive finished",
+        e.engine
+    );
+    assert_eq!(e.drives.served + e.drives.incomplete, e.drives.total);
+    assert_eq!(e.wal_events as usize, plan.backlog.len() + plan.live.len());
+    assert_eq!(
+        e.drives.latency_buckets.iter().sum::<u64>() as usize,
+        e.drives.served
+    );
+    let timeline: u64 = e.timeline.iter().flatten().sum();
+    assert_eq!(
+        timeline, builds,
+        "{}: the timeline holds every build",
+        e.engine
+    );
+}
+
+#[test]
+fn short_simulation_of_each_engine_is_consistent() {
+    let shape = Shape {
+        payload_bytes: 300,
+        ..Shape::default()
+    };
+    let plan = Plan::generate(&shape, 5_000, 3_000);
+    let config = SimConfig {
+        rate: 6_000.0,
+        ..SimConfig::default()
+    };
+    let report = sb_sim::run(&plan, &config, Engines::Both, None, "test".into()).unwrap();
+    assert_eq!(report.engines.len(), 2);
+    for e in &report.engines {
+        check_consistency(e, &plan);
+        let cold = e.cold_start.as_ref().expect("a backlog was configured");
+        assert_eq!(cold.backlog_events, 5_000);
+        assert!(
+            cold.backfill_ms.is_some(),
+            "{}: the backlog was drained",
+            e.engine
+        );
+    }
+    let lockfree = &report.engines[0];
+    assert_eq!(lockfree.engine, "lockfree");
+    assert!(
+        lockfree.rows.iter().all(|r| r.mean_lock_wait_us == 0.0),
+        "the engine never blocks a build"
+    );
+    let text = report.to_text();
+    assert!(text.contains("== side by side"));
+    let html = sb_sim::html::render(&report);
+    assert!(html.starts_with("<!doctype html>") && html.matches("<svg").count() >= 7);
+    let json: serde_json::Value =
+        serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["engines"][1]["engine"], "mutex");
+}
+
+fn sample() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/sample-wal.jsonl")
+}
+
+#[test]
+fn the_sample_wal_replays_with_its_bad_lines_counted() {
+    let file = std::fs::File::open(sample()).unwrap();
+    let items = read_jsonl(std::io::BufReader::new(file), 0.185, 1).unwrap();
+    let bad = items.iter().filter(|i| i.ids.is_none()).count();
+    assert_eq!(bad, 3, "the sample ships three undecodable lines");
+    let plan = Plan {
+        backlog: Vec::new(),
+        live: items,
+    };
+    let config = SimConfig {
+        rate: 20_000.0,
+        ..SimConfig::default()
+    };
+    let report = sb_sim::run(&plan, &config, Engines::Lockfree, None, "sample".into()).unwrap();
+    let e = &report.engines[0];
+    check_consistency(e, &plan);
+    assert_eq!(e.bad_records, 3);
+}
+
+#[test]
+fn the_cli_generates_and_replays_and_writes_json() {
+    let bin = env!("CARGO_BIN_EXE_sb-sim");
+    let dir = std::env::temp_dir().join(format!("sb-sim-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wal = dir.join("wal.jsonl");
+    let out = Command::new(bin)
+        .args(["generate", "--events", "300", "--bad-lines", "2", "--out"])
+        .arg(&wal)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(bin)
+        .args([
+            "replay", "--engine", "mutex", "--rate", "10000", "--json", "-",
+        ])
+        .arg(&wal)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let json_start = stdout.find("\n{").expect("JSON follows the text report") + 1;
+    let json: serde_json::Value = serde_json::from_str(&stdout[json_start..]).unwrap();
+    assert_eq!(json["engines"][0]["bad_records"], 2);
+    let missing = Command::new(bin)
+        .args(["replay", "/nonexistent/wal.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot open"));
+    let _ = std::fs::remove_dir_all(dir);
+}
