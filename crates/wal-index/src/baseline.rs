@@ -4,24 +4,18 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, SpineCache};
+use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
 use crate::config::{DriveBudget, IndexConfig};
 use crate::drive::{Tally, observed, wait_async, wait_blocking};
 use crate::engine::report_sweep;
-use crate::eviction::{self, Candidate};
+use crate::eviction;
+use crate::locked_entry::{Entry, nanos_since};
 use crate::observe::{IndexObserver, NoopObserver};
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
     RehydrateReport,
 };
-
-struct Entry {
-    chain: Chain,
-    cache: SpineCache,
-    last_used: u64,
-    pending_sink: bool,
-}
 
 #[derive(Default)]
 struct Inner {
@@ -72,12 +66,7 @@ impl Inner {
     fn entry(&mut self, execution_id: ExecutionId, config: &IndexConfig, now: u64) -> &mut Entry {
         self.executions
             .entry(execution_id)
-            .or_insert_with(|| Entry {
-                chain: Chain::new(config.order),
-                cache: SpineCache::default(),
-                last_used: now,
-                pending_sink: false,
-            })
+            .or_insert_with(|| Entry::new(config, now))
     }
 
     fn apply(
@@ -87,16 +76,11 @@ impl Inner {
         now: u64,
         observer: &dyn IndexObserver,
     ) -> bool {
-        let entry = self.entry(event.execution_id(), config, now);
-        let (len, bytes) = (entry.chain.len(), entry.chain.bytes());
-        let is_new = entry.chain.apply(event);
-        entry.last_used = entry.last_used.max(now);
-        let (new_len, new_bytes) = (entry.chain.len(), entry.chain.bytes());
-        if len == 0 && new_len > 0 {
-            self.stats.executions += 1;
-        }
-        self.stats.events += new_len - len;
-        self.stats.bytes = self.stats.bytes + new_bytes - bytes;
+        let mut stats = self.stats;
+        let is_new = self
+            .entry(event.execution_id(), config, now)
+            .apply(event, now, &mut stats);
+        self.stats = stats;
         observer.residency(self.stats);
         is_new
     }
@@ -113,11 +97,7 @@ impl Inner {
             return Some(false);
         }
         let entry = self.executions.remove(&execution_id)?;
-        if !entry.chain.is_empty() {
-            self.stats.executions -= 1;
-        }
-        self.stats.events -= entry.chain.len();
-        self.stats.bytes -= entry.chain.bytes();
+        entry.subtract_from(&mut self.stats);
         observer.residency(self.stats);
         Some(true)
     }
@@ -154,7 +134,7 @@ impl MutexIndex {
     }
 
     fn nanos(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        nanos_since(self.epoch, at)
     }
 
     fn prepare(&self, event: Event) -> Event {
@@ -232,40 +212,16 @@ impl MutexIndex {
         started: Instant,
     ) -> Build {
         let waited = started.elapsed();
-        let incomplete = |why| {
-            let build = Build {
-                outcome: AdvanceOutcome::Incomplete(why),
-                spine: None,
-                waited,
-                elapsed: started.elapsed(),
-            };
-            self.observer()
-                .build(&build.outcome, build.elapsed, build.waited);
-            build
+        let (outcome, spine) = match inner.executions.get_mut(&execution_id) {
+            Some(entry) => entry.build(expected_head, self.nanos(started)),
+            None => (
+                AdvanceOutcome::Incomplete(
+                    expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing),
+                ),
+                None,
+            ),
         };
-        let Some(entry) = inner.executions.get_mut(&execution_id) else {
-            return incomplete(expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing));
-        };
-        let Some(target) = expected_head.or_else(|| entry.chain.max_id()) else {
-            return incomplete(Incomplete::NoEvents);
-        };
-        let outcome = entry.cache.advance_to(&entry.chain, target);
-        let spine = match outcome {
-            AdvanceOutcome::Incomplete(_) => None,
-            _ => {
-                entry.last_used = entry.last_used.max(self.nanos(started));
-                entry.cache.spine().map(chain_fold::Spine::deep_copy)
-            }
-        };
-        let build = Build {
-            outcome,
-            spine,
-            waited,
-            elapsed: started.elapsed(),
-        };
-        self.observer()
-            .build(&build.outcome, build.elapsed, build.waited);
-        build
+        finish_build(self.observer(), outcome, spine, waited, started)
     }
 
     /// Builds under the global mutex (the timer starts before the lock, as today).
@@ -372,13 +328,7 @@ impl MutexIndex {
         let candidates = inner
             .executions
             .iter()
-            .map(|(&execution_id, e)| Candidate {
-                execution_id,
-                last_used: e.last_used,
-                events: e.chain.len(),
-                bytes: e.chain.bytes(),
-                gated: self.config.sink_gate && e.pending_sink,
-            })
+            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
             .collect();
         let (plan, idle_empty) = eviction::plan(candidates, &policy, now, inner.stats);
         for execution_id in idle_empty {
@@ -467,4 +417,22 @@ impl MutexIndex {
         ids.sort_unstable();
         ids
     }
+}
+
+/// Assembles a lock-based build's result and reports it.
+pub(crate) fn finish_build(
+    observer: &dyn IndexObserver,
+    outcome: AdvanceOutcome,
+    spine: Option<chain_fold::Spine>,
+    waited: std::time::Duration,
+    started: Instant,
+) -> Build {
+    let build = Build {
+        outcome,
+        spine,
+        waited,
+        elapsed: started.elapsed(),
+    };
+    observer.build(&build.outcome, build.elapsed, build.waited);
+    build
 }

@@ -43,9 +43,11 @@ mod drain;
 mod drive;
 mod engine;
 mod eviction;
+mod locked_entry;
 mod observe;
 mod rehydrate;
 mod report;
+mod sharded;
 mod slot;
 mod source;
 mod state_index;
@@ -61,5 +63,6 @@ pub use report::{
     Applied, ApplyError, BatchReport, Build, Drive, DriveOutcome, EvictReason, EvictionStats,
     IndexStats, RehydrateReport,
 };
+pub use sharded::ShardedMutexIndex;
 pub use source::{ChannelSource, JsonLinesSource, Pull, Record, WalSource, WalWriter, channel_wal};
 pub use state_index::StateIndex;

@@ -241,3 +241,4 @@ macro_rules! delegate_state_index {
 
 delegate_state_index!(crate::WalIndex, "lockfree");
 delegate_state_index!(crate::MutexIndex, "mutex");
+delegate_state_index!(crate::ShardedMutexIndex, "sharded");

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use chain_fold::AdvanceOutcome;
 use common::{ev, linear};
-use wal_index::{DriveBudget, IndexConfig, IndexStats, MutexIndex, StateIndex, WalIndex};
+use wal_index::{
+    DriveBudget, IndexConfig, IndexStats, MutexIndex, ShardedMutexIndex, StateIndex, WalIndex,
+};
 
 /// A build of an already-indexed execution keeps being served while another thread
 /// backfills a million events of other executions.
@@ -154,6 +156,11 @@ fn mutex_drive_is_served_when_the_tip_lands() {
 }
 
 #[test]
+fn sharded_drive_is_served_when_the_tip_lands() {
+    drive_is_served_when_the_tip_lands::<ShardedMutexIndex>();
+}
+
+#[test]
 fn drive_for_an_execution_never_seen_is_woken_by_its_first_events() {
     let index = WalIndex::default();
     let budget = DriveBudget {
@@ -247,6 +254,11 @@ fn mutex_many_threads_building_one_execution_agree() {
     many_threads_building_one_execution_agree::<MutexIndex>();
 }
 
+#[test]
+fn sharded_many_threads_building_one_execution_agree() {
+    many_threads_building_one_execution_agree::<ShardedMutexIndex>();
+}
+
 fn recount<I: StateIndex>(index: &I) -> IndexStats {
     let mut stats = IndexStats::default();
     for exec in index.execution_ids() {
@@ -295,6 +307,11 @@ fn mutex_stats_are_exact_when_threads_quiesce() {
 }
 
 #[test]
+fn sharded_stats_are_exact_when_threads_quiesce() {
+    stats_are_exact_when_threads_quiesce::<ShardedMutexIndex>();
+}
+
+#[test]
 fn a_reader_holding_a_snapshot_of_an_evicted_execution_keeps_it() {
     let index = WalIndex::default();
     index.apply_batch(linear(3, 1, 10));
@@ -307,4 +324,15 @@ fn a_reader_holding_a_snapshot_of_an_evicted_execution_keeps_it() {
         spine.json_array().to_bytes().len(),
         spine.json_array().len()
     );
+}
+
+#[test]
+fn sharded_drive_on_a_is_not_woken_by_10k_events_of_b() {
+    let budget = DriveBudget {
+        waits: 1,
+        wait: Duration::from_secs(30),
+    };
+    let drive = drive_across_noise::<ShardedMutexIndex>(budget);
+    assert_eq!(drive.outcome.spine().map(|s| s.len()), Some(4));
+    assert_eq!((drive.wakes, drive.timeouts), (1, 0));
 }

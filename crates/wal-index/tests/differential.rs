@@ -1,5 +1,5 @@
 //! Differential test: random single-threaded op sequences give identical observable
-//! results on `WalIndex`, `MutexIndex` and a plain sequential model.
+//! results on `WalIndex`, `MutexIndex`, `ShardedMutexIndex` and a plain sequential model.
 
 mod common;
 
@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use chain_fold::{AdvanceOutcome, Chain, Event, ExecutionId, Incomplete, SpineCache, SpineOrder};
 use proptest::prelude::*;
 use wal_index::{
-    DriveBudget, EvictionPolicy, IndexConfig, IndexStats, MutexIndex, StateIndex, WalIndex,
+    DriveBudget, EvictionPolicy, IndexConfig, IndexStats, MutexIndex, ShardedMutexIndex,
+    StateIndex, WalIndex,
 };
 
 const EXECUTIONS: i64 = 3;
@@ -295,17 +296,22 @@ proptest! {
         };
         let lockfree = WalIndex::new(config);
         let mutex = MutexIndex::new(config);
+        let sharded = ShardedMutexIndex::new(config);
         let mut model = Model { config, executions: BTreeMap::new() };
         let far = Instant::now() + Duration::from_secs(3600);
         for (step, op) in ops.iter().enumerate() {
             let expected = run_model(&mut model, op);
             let a = run_index(&lockfree, op, far);
             let b = run_index(&mutex, op, far);
+            let c = run_index(&sharded, op, far);
+            prop_assert_eq!(&c, &expected, "sharded, step {} {:?}", step, op);
             prop_assert_eq!(&a, &expected, "lockfree, step {} {:?}", step, op);
             prop_assert_eq!(&b, &expected, "mutex, step {} {:?}", step, op);
             let stats = model.stats();
             prop_assert_eq!(lockfree.stats(), stats, "lockfree stats, step {}", step);
             prop_assert_eq!(mutex.stats(), stats, "mutex stats, step {}", step);
+            prop_assert_eq!(sharded.stats(), stats, "sharded stats, step {}", step);
+            prop_assert_eq!(sharded.execution_ids(), model.ids());
             prop_assert_eq!(lockfree.execution_ids(), model.ids());
             prop_assert_eq!(mutex.execution_ids(), model.ids());
         }

@@ -35,5 +35,8 @@ macro_rules! for_each_engine {
         mod mutex {
             $( #[test] fn $name() { super::$name::<wal_index::MutexIndex>() } )*
         }
+        mod sharded {
+            $( #[test] fn $name() { super::$name::<wal_index::ShardedMutexIndex>() } )*
+        }
     };
 }

@@ -1,0 +1,89 @@
+//! One execution as the lock-based indexes keep it: a chain and its spine cache, mutated in
+//! place under whatever lock the index uses. Shared by `MutexIndex` (one global lock) and
+//! `ShardedMutexIndex` (one lock per execution), so the two differ only in their locking.
+
+use std::time::Instant;
+
+use chain_fold::{
+    AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine, SpineCache,
+};
+
+use crate::config::IndexConfig;
+use crate::eviction::Candidate;
+use crate::report::IndexStats;
+
+pub(crate) struct Entry {
+    pub(crate) chain: Chain,
+    cache: SpineCache,
+    pub(crate) last_used: u64,
+    pub(crate) pending_sink: bool,
+    /// Set when a per-execution index removed this entry while an applier held it.
+    pub(crate) evicted: bool,
+}
+
+impl Entry {
+    pub(crate) fn new(config: &IndexConfig, now: u64) -> Entry {
+        Entry {
+            chain: Chain::new(config.order),
+            cache: SpineCache::default(),
+            last_used: now,
+            pending_sink: false,
+            evicted: false,
+        }
+    }
+
+    /// Applies `event` and moves `stats` by exactly what changed. Returns whether it was new.
+    pub(crate) fn apply(&mut self, event: Event, now: u64, stats: &mut IndexStats) -> bool {
+        let (len, bytes) = (self.chain.len(), self.chain.bytes());
+        let is_new = self.chain.apply(event);
+        self.last_used = self.last_used.max(now);
+        if len == 0 && !self.chain.is_empty() {
+            stats.executions += 1;
+        }
+        stats.events += self.chain.len() - len;
+        stats.bytes = stats.bytes + self.chain.bytes() - bytes;
+        is_new
+    }
+
+    /// Subtracts what this entry holds from `stats` (it is being removed).
+    pub(crate) fn subtract_from(&self, stats: &mut IndexStats) {
+        if !self.chain.is_empty() {
+            stats.executions -= 1;
+        }
+        stats.events -= self.chain.len();
+        stats.bytes -= self.chain.bytes();
+    }
+
+    /// Today's build, under the caller's lock: advance the cache, then copy every payload
+    /// of the spine out (what production does on every build).
+    pub(crate) fn build(
+        &mut self,
+        expected_head: Option<EventId>,
+        now: u64,
+    ) -> (AdvanceOutcome, Option<Spine>) {
+        let Some(target) = expected_head.or_else(|| self.chain.max_id()) else {
+            return (AdvanceOutcome::Incomplete(Incomplete::NoEvents), None);
+        };
+        let outcome = self.cache.advance_to(&self.chain, target);
+        if let AdvanceOutcome::Incomplete(_) = outcome {
+            return (outcome, None);
+        }
+        self.last_used = self.last_used.max(now);
+        (outcome, self.cache.spine().map(Spine::deep_copy))
+    }
+
+    pub(crate) fn candidate(&self, execution_id: ExecutionId, sink_gate: bool) -> Candidate {
+        Candidate {
+            execution_id,
+            last_used: self.last_used,
+            events: self.chain.len(),
+            bytes: self.chain.bytes(),
+            gated: sink_gate && self.pending_sink,
+        }
+    }
+}
+
+/// Nanoseconds from `epoch` to `at`, saturating.
+pub(crate) fn nanos_since(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+}

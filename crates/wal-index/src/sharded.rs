@@ -1,0 +1,466 @@
+//! [`ShardedMutexIndex`]: the fix a reasonable engineer would try before a lock-free
+//! design — one mutex and one notification per execution — kept as a comparator.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
+use dashmap::DashMap;
+
+use crate::baseline::finish_build;
+use crate::config::{DriveBudget, IndexConfig};
+use crate::drive::{Tally, observed, wait_async, wait_blocking};
+use crate::engine::report_sweep;
+use crate::eviction;
+use crate::locked_entry::{Entry, nanos_since};
+use crate::observe::{IndexObserver, NoopObserver};
+use crate::report::{
+    Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
+    RehydrateReport,
+};
+
+struct Slot {
+    entry: async_lock::Mutex<Entry>,
+    appended: event_listener::Event,
+}
+
+/// Today's design with the global lock split per execution: a sharded map (`dashmap`) of
+/// slots, each with its own async mutex and its own notification.
+///
+/// Everything else is as in [`MutexIndex`](crate::MutexIndex): the drain takes the
+/// execution's mutex per applied event and wakes that execution's waiters per event, a
+/// build's timer starts before the lock, and a build copies every payload of the spine out
+/// under the lock. So an incomplete build still queues behind the drain applying *its own*
+/// execution — exactly the case production measured — while builds of other executions no
+/// longer do. It exists so the engine is compared with the obvious alternative, not only
+/// with today's design.
+///
+/// The totals live under a separate small lock, taken inside the execution's lock.
+pub struct ShardedMutexIndex {
+    config: IndexConfig,
+    observer: Arc<dyn IndexObserver>,
+    slots: DashMap<ExecutionId, Arc<Slot>>,
+    stats: parking_lot::Mutex<IndexStats>,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for ShardedMutexIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardedMutexIndex")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ShardedMutexIndex {
+    fn default() -> Self {
+        ShardedMutexIndex::new(IndexConfig::default())
+    }
+}
+
+impl ShardedMutexIndex {
+    /// An empty index.
+    pub fn new(config: IndexConfig) -> Self {
+        Self::with_observer(config, Arc::new(NoopObserver))
+    }
+
+    /// An empty index reporting to `observer`.
+    pub fn with_observer(config: IndexConfig, observer: Arc<dyn IndexObserver>) -> Self {
+        ShardedMutexIndex {
+            config,
+            observer,
+            slots: DashMap::new(),
+            stats: parking_lot::Mutex::new(IndexStats::default()),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    /// The observer.
+    pub fn observer(&self) -> &dyn IndexObserver {
+        &*self.observer
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        nanos_since(self.epoch, at)
+    }
+
+    fn prepare(&self, event: Event) -> Event {
+        if self.config.slim {
+            event.to_slim()
+        } else {
+            event
+        }
+    }
+
+    fn slot(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
+        self.slots.get(&execution_id).map(|s| Arc::clone(&s))
+    }
+
+    fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
+        let now = self.nanos(Instant::now());
+        let config = &self.config;
+        Arc::clone(&self.slots.entry(execution_id).or_insert_with(|| {
+            Arc::new(Slot {
+                entry: async_lock::Mutex::new(Entry::new(config, now)),
+                appended: event_listener::Event::new(),
+            })
+        }))
+    }
+
+    /// Runs `f` on the execution's live entry under its lock, creating it if needed and
+    /// retrying if an eviction removed the one found.
+    fn with_live_entry<R>(
+        &self,
+        execution_id: ExecutionId,
+        mut f: impl FnMut(&mut Entry) -> R,
+    ) -> (R, Arc<Slot>) {
+        loop {
+            let slot = self.slot_or_create(execution_id);
+            let mut entry = slot.entry.lock_blocking();
+            if entry.evicted {
+                drop(entry);
+                // The evictor removes the slot from the map right after marking it.
+                std::thread::yield_now();
+                continue;
+            }
+            let result = f(&mut entry);
+            drop(entry);
+            return (result, slot);
+        }
+    }
+
+    /// Indexes one event under its execution's mutex, then wakes that execution's waiters.
+    pub fn apply(&self, event: Event) -> Applied {
+        let event = self.prepare(event);
+        let mut applied = Applied {
+            execution_id: event.execution_id(),
+            event_id: event.id(),
+            is_new: false,
+            is_terminal: event.is_terminal(),
+        };
+        let now = self.nanos(Instant::now());
+        let mut event = Some(event);
+        let (is_new, slot) = self.with_live_entry(applied.execution_id, |entry| {
+            let mut stats = self.stats.lock();
+            let is_new = event
+                .take()
+                .is_some_and(|e| entry.apply(e, now, &mut stats));
+            self.observer.residency(*stats);
+            is_new
+        });
+        applied.is_new = is_new;
+        slot.appended.notify(usize::MAX);
+        applied
+    }
+
+    /// Decodes and applies one payload.
+    pub fn apply_json(&self, payload: &[u8]) -> Result<Applied, ApplyError> {
+        Ok(self.apply(Event::from_json(payload)?))
+    }
+
+    /// Applies each event (lock, apply, unlock, wake, per event), then evicts the batch's
+    /// terminal executions.
+    pub fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
+        let mut report = BatchReport::default();
+        let mut touched = Vec::new();
+        let mut terminal = Vec::new();
+        for event in events {
+            let applied = self.apply(event);
+            report.applied += 1;
+            report.new += usize::from(applied.is_new);
+            if !touched.contains(&applied.execution_id) {
+                touched.push(applied.execution_id);
+            }
+            if applied.is_terminal && !terminal.contains(&applied.execution_id) {
+                terminal.push(applied.execution_id);
+            }
+        }
+        report.executions = touched.len();
+        terminal.sort_unstable();
+        for execution_id in terminal {
+            match self.evict_slot(execution_id) {
+                Some(true) => report.terminal_evicted.push(execution_id),
+                Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
+                None => {}
+            }
+        }
+        if !report.terminal_evicted.is_empty() {
+            self.observer
+                .evicted(EvictReason::Terminal, report.terminal_evicted.len());
+        }
+        report
+    }
+
+    /// `None` if absent, `Some(false)` if gated, `Some(true)` if removed (with events).
+    fn evict_slot(&self, execution_id: ExecutionId) -> Option<bool> {
+        let slot = self.slot(execution_id)?;
+        let mut entry = slot.entry.lock_blocking();
+        if entry.evicted {
+            return None;
+        }
+        if self.config.sink_gate && entry.pending_sink {
+            return Some(false);
+        }
+        entry.evicted = true;
+        let had_events = !entry.chain.is_empty();
+        {
+            let mut stats = self.stats.lock();
+            entry.subtract_from(&mut stats);
+            self.observer.residency(*stats);
+        }
+        drop(entry);
+        self.slots
+            .remove_if(&execution_id, |_, s| Arc::ptr_eq(s, &slot));
+        slot.appended.notify(usize::MAX);
+        Some(had_events)
+    }
+
+    fn build_with(
+        &self,
+        entry: Option<&mut Entry>,
+        expected_head: Option<EventId>,
+        started: Instant,
+    ) -> Build {
+        let waited = started.elapsed();
+        let (outcome, spine) = match entry {
+            Some(entry) if !entry.evicted => entry.build(expected_head, self.nanos(started)),
+            _ => (
+                AdvanceOutcome::Incomplete(
+                    expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing),
+                ),
+                None,
+            ),
+        };
+        finish_build(self.observer(), outcome, spine, waited, started)
+    }
+
+    /// Builds under the execution's mutex (timer started before the lock).
+    pub fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        let started = Instant::now();
+        match self.slot(execution_id) {
+            Some(slot) => {
+                let mut entry = slot.entry.lock_blocking();
+                self.build_with(Some(&mut entry), expected_head, started)
+            }
+            None => self.build_with(None, expected_head, started),
+        }
+    }
+
+    /// [`build`](ShardedMutexIndex::build), awaiting the mutex.
+    pub async fn build_async(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+    ) -> Build {
+        let started = Instant::now();
+        match self.slot(execution_id) {
+            Some(slot) => {
+                let mut entry = slot.entry.lock().await;
+                self.build_with(Some(&mut entry), expected_head, started)
+            }
+            None => self.build_with(None, expected_head, started),
+        }
+    }
+
+    /// Register on the execution's notification, build, wait, repeat.
+    pub async fn drive(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        let mut tally = Tally::start(budget);
+        loop {
+            let listener = self.slot_or_create(execution_id).appended.listen();
+            let build = self.build_async(execution_id, expected_head).await;
+            if let Some(drive) = tally.after_build(build) {
+                return observed(drive, self.observer());
+            }
+            let end = wait_async(listener, tally.cap()).await;
+            tally.after_wait(end, self.observer());
+        }
+    }
+
+    /// [`drive`](ShardedMutexIndex::drive), parking the thread.
+    pub fn drive_blocking(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        observed(
+            self.drive_blocking_unobserved(execution_id, expected_head, budget),
+            self.observer(),
+        )
+    }
+
+    pub(crate) fn drive_blocking_unobserved(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        budget: DriveBudget,
+    ) -> Drive {
+        let mut tally = Tally::start(budget);
+        loop {
+            let listener = self.slot_or_create(execution_id).appended.listen();
+            if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
+                return drive;
+            }
+            tally.after_wait(wait_blocking(listener, tally.cap()), self.observer());
+        }
+    }
+
+    /// Refreshes recency; false if not resident.
+    pub fn touch(&self, execution_id: ExecutionId) -> bool {
+        let now = self.nanos(Instant::now());
+        self.slot(execution_id).is_some_and(|slot| {
+            let mut entry = slot.entry.lock_blocking();
+            entry.last_used = entry.last_used.max(now);
+            !entry.evicted
+        })
+    }
+
+    /// Evicts one execution; true if one holding events was removed.
+    pub fn evict(&self, execution_id: ExecutionId) -> bool {
+        let evicted = self.evict_slot(execution_id) == Some(true);
+        if evicted {
+            self.observer.evicted(EvictReason::Explicit, 1);
+        }
+        evicted
+    }
+
+    /// One sweep: lock each execution to read it, plan, evict.
+    pub fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
+        let policy = self.config.eviction;
+        if policy == Default::default() {
+            return EvictionStats::default();
+        }
+        let slots: Vec<(ExecutionId, Arc<Slot>)> = self
+            .slots
+            .iter()
+            .map(|kv| (*kv.key(), Arc::clone(kv.value())))
+            .collect();
+        let candidates = slots
+            .iter()
+            .map(|(id, slot)| {
+                slot.entry
+                    .lock_blocking()
+                    .candidate(*id, self.config.sink_gate)
+            })
+            .collect();
+        let (mut plan, idle_empty) =
+            eviction::plan(candidates, &policy, self.nanos(now), self.stats());
+        for execution_id in idle_empty {
+            self.evict_slot(execution_id);
+        }
+        plan.evicted.retain(
+            |(execution_id, reason)| match self.evict_slot(*execution_id) {
+                Some(true) => true,
+                Some(false) => {
+                    plan.kept_by_sink_gate += 1;
+                    match reason {
+                        EvictReason::Ttl => plan.ttl -= 1,
+                        EvictReason::MaxExecutions => plan.max_executions -= 1,
+                        _ => plan.byte_ceiling -= 1,
+                    }
+                    false
+                }
+                None => false,
+            },
+        );
+        report_sweep(self.observer(), &plan);
+        plan
+    }
+
+    /// Marks an execution as holding unsunk context.
+    pub fn mark_pending_sink(&self, execution_id: ExecutionId) {
+        self.with_live_entry(execution_id, |entry| entry.pending_sink = true);
+    }
+
+    /// Unmarks; returns whether it was marked.
+    pub fn release_pending_sink(&self, execution_id: ExecutionId, reason: &str) -> bool {
+        let _ = reason;
+        self.confirm_sunk(execution_id)
+    }
+
+    /// Unmarks after sinking; returns whether it was marked.
+    pub fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
+        self.slot(execution_id)
+            .is_some_and(|slot| std::mem::take(&mut slot.entry.lock_blocking().pending_sink))
+    }
+
+    /// The resident totals.
+    pub fn stats(&self) -> IndexStats {
+        *self.stats.lock()
+    }
+
+    /// Replays one execution under its mutex (held for the whole replay), then wakes its
+    /// waiters.
+    pub fn rehydrate(
+        &self,
+        execution_id: ExecutionId,
+        events: impl IntoIterator<Item = Event>,
+    ) -> RehydrateReport {
+        let mut report = RehydrateReport::default();
+        let mut mine = Vec::new();
+        for event in events {
+            if event.execution_id() == execution_id {
+                mine.push(self.prepare(event));
+            } else {
+                report.other_execution += 1;
+            }
+        }
+        if mine.is_empty() {
+            return report;
+        }
+        let now = self.nanos(Instant::now());
+        let mut mine = Some(mine);
+        let ((applied, new), slot) = self.with_live_entry(execution_id, |entry| {
+            let mut stats = self.stats.lock();
+            let events = mine.take().unwrap_or_default();
+            let applied = events.len();
+            let new: usize = events
+                .into_iter()
+                .map(|e| usize::from(entry.apply(e, now, &mut stats)))
+                .sum();
+            self.observer.residency(*stats);
+            (applied, new)
+        });
+        report.applied = applied;
+        report.new = new;
+        slot.appended.notify(usize::MAX);
+        report
+    }
+
+    /// A copy of one execution's chain.
+    pub fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
+        self.slot(execution_id).and_then(|slot| {
+            let entry = slot.entry.lock_blocking();
+            (!entry.evicted).then(|| entry.chain.clone())
+        })
+    }
+
+    /// Resident execution ids, ascending.
+    pub fn execution_ids(&self) -> Vec<ExecutionId> {
+        let slots: Vec<(ExecutionId, Arc<Slot>)> = self
+            .slots
+            .iter()
+            .map(|kv| (*kv.key(), Arc::clone(kv.value())))
+            .collect();
+        let mut ids: Vec<ExecutionId> = slots
+            .into_iter()
+            .filter(|(_, slot)| {
+                let entry = slot.entry.lock_blocking();
+                !entry.evicted && !entry.chain.is_empty()
+            })
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+}
