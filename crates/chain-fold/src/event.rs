@@ -222,12 +222,18 @@ struct Envelope<'a> {
 }
 
 /// Fixed heap cost of one resident event beyond its payload and type string: the shared
-/// allocation holding the decoded fields (with its two reference counts) plus one map entry.
-/// The byte ledger charges this per event; `docs/benchmarks.md` compares it with a counting
-/// allocator.
+/// allocation holding the decoded fields (with its two reference counts), one map entry,
+/// and [`MAP_SLACK_BYTES`]. The byte ledger charges this per event; `docs/benchmarks.md`
+/// compares it with a counting allocator.
 pub const EVENT_OVERHEAD_BYTES: usize = std::mem::size_of::<EventInner>()
     + 2 * std::mem::size_of::<usize>()
-    + std::mem::size_of::<(EventId, Event)>();
+    + std::mem::size_of::<(EventId, Event)>()
+    + MAP_SLACK_BYTES;
+
+/// The persistent map's share per event beyond the entry itself (partly filled B-tree
+/// nodes, the `Bytes` header), calibrated with the counting-allocator bench
+/// (`cargo bench -p sb-benches --bench memory`) on 27-event chains.
+pub const MAP_SLACK_BYTES: usize = 48;
 
 impl Event {
     /// Decodes one WAL payload, keeping a copy of the bytes verbatim.

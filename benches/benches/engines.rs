@@ -1,0 +1,248 @@
+//! The engine against the two lock-based designs, side by side in one criterion group per
+//! path: `lockfree` (`WalIndex`), `sharded` (`ShardedMutexIndex`), `mutex` (`MutexIndex`).
+//!
+//! `cargo bench -p sb-benches --bench engines` (add `-- <filter>` for one group).
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use chain_fold::Event;
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use sb_benches::{interleaved, linear, payload};
+use wal_index::{IndexConfig, MutexIndex, ShardedMutexIndex, StateIndex, WalIndex};
+
+/// A thread applying `wal` in 200-event batches, over and over, until dropped.
+struct Background {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    fn drain<I: StateIndex>(index: Arc<I>, wal: Vec<Event>) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            // Relaxed: a stop flag carries no data.
+            while !flag.load(Ordering::Relaxed) {
+                for batch in wal.chunks(200) {
+                    index.apply_batch(batch.to_vec());
+                }
+            }
+        });
+        Background {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Bench 1. A drain applies 200-event batches continuously — 2,000 executions × 27
+/// events, plus, in every batch, one more event of the *target* execution (production's
+/// case: the drain is busy with the very execution the build waits for) — while the
+/// measured thread builds the target at a tip that is not indexed.
+fn incomplete_build_under_busy_drain<I: StateIndex>(c: &mut Criterion) {
+    const TARGET: i64 = -1;
+    let body = payload(256);
+    let index = Arc::new(I::with_config(IndexConfig::default()));
+    index.apply_batch(linear(TARGET, 1, 10, false, &body));
+    let mut wal = Vec::new();
+    let mut next = 11;
+    for batch in interleaved(2_000, 27, 50, &body).chunks(199) {
+        wal.extend_from_slice(batch);
+        wal.push(Event::from_parts(
+            next,
+            TARGET,
+            Some(next - 1),
+            "step",
+            body.clone(),
+        ));
+        next += 1;
+    }
+    let _drain = Background::drain(Arc::clone(&index), wal);
+    let missing = i64::MAX;
+    let mut group = c.benchmark_group("incomplete_build_under_busy_drain");
+    group.bench_function(BenchmarkId::new(I::NAME, "total"), |b| {
+        b.iter(|| black_box(index.build(TARGET, Some(missing))).outcome)
+    });
+    group.bench_function(BenchmarkId::new(I::NAME, "waited"), |b| {
+        b.iter_custom(|iters| {
+            // The wait part alone. The lock-free engine's is zero by construction; a floor
+            // of 1 ns per iteration keeps criterion's statistics defined.
+            let waited: Duration = (0..iters)
+                .map(|_| index.build(TARGET, Some(missing)).waited)
+                .sum();
+            waited.max(Duration::from_nanos(iters))
+        })
+    });
+    group.finish();
+}
+
+/// Bench 3. An incremental build by one event, through the index, including handing the
+/// consumer the spine's JSON (as a `Buf`), on chains of ~N events (N to 1.1 N + 10, rebuilt
+/// untimed when outgrown).
+fn incremental_build<I: StateIndex>(c: &mut Criterion) {
+    let body = payload(64);
+    let mut group = c.benchmark_group("incremental_build");
+    group.sample_size(20);
+    for len in [10i64, 1_000, 100_000] {
+        group.bench_function(BenchmarkId::new(I::NAME, len), |b| {
+            b.iter_custom(|iters| {
+                let limit = len + len / 10 + 10;
+                let fresh = || {
+                    let index = I::with_config(IndexConfig::default());
+                    index.apply_batch(linear(1, 1, len, false, &body));
+                    index.build(1, Some(len));
+                    (index, len)
+                };
+                let (mut index, mut tip) = fresh();
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    if tip >= limit {
+                        (index, tip) = fresh();
+                    }
+                    index.apply(Event::from_parts(
+                        tip + 1,
+                        1,
+                        Some(tip),
+                        "step",
+                        body.clone(),
+                    ));
+                    tip += 1;
+                    let started = Instant::now();
+                    let build = index.build(1, Some(tip));
+                    let json = build.spine.map(|s| s.json_array().into_buf());
+                    timed += started.elapsed();
+                    black_box(json);
+                }
+                timed
+            })
+        });
+    }
+    group.finish();
+}
+
+/// Bench 4. A cold rebuild: the cache holds one branch of a fork, the build asks for the
+/// other, so every build walks the whole spine (11 events, production's mean; and 1,000 /
+/// 10,000 for the per-hop cost).
+fn cold_rebuild<I: StateIndex>(c: &mut Criterion) {
+    let body = payload(256);
+    let mut group = c.benchmark_group("cold_rebuild");
+    for len in [11i64, 1_000, 10_000] {
+        let index = I::with_config(IndexConfig::default());
+        index.apply_batch(linear(1, 1, len - 1, false, &body));
+        let (a, b_tip) = (len, len + 1);
+        index.apply(Event::from_parts(a, 1, Some(len - 1), "step", body.clone()));
+        index.apply(Event::from_parts(
+            b_tip,
+            1,
+            Some(len - 1),
+            "step",
+            body.clone(),
+        ));
+        group.throughput(Throughput::Elements(len as u64));
+        group.bench_function(BenchmarkId::new(I::NAME, len), |b| {
+            let mut flip = false;
+            b.iter(|| {
+                flip = !flip;
+                black_box(index.build(1, Some(if flip { a } else { b_tip }))).outcome
+            })
+        });
+    }
+    group.finish();
+}
+
+/// Bench 5. Drain throughput: 20,000 slim events (64-byte payloads, 740 executions ending
+/// in a terminal event, 50 live at a time) in 200-event batches; alone, and while two
+/// threads build an indexed 27-event execution with 1 KiB payloads continuously.
+fn drain_throughput<I: StateIndex>(c: &mut Criterion) {
+    let slim = payload(64);
+    let wal = interleaved(740, 27, 50, &slim);
+    let mut group = c.benchmark_group("drain_throughput");
+    group.throughput(Throughput::Elements(wal.len() as u64));
+    group.sample_size(20);
+    for readers in [0usize, 2] {
+        let index = Arc::new(I::with_config(IndexConfig::default()));
+        index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..readers)
+            .map(|_| {
+                let (index, stop) = (Arc::clone(&index), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        black_box(index.build(-1, Some(27)));
+                    }
+                })
+            })
+            .collect();
+        let id = if readers == 0 {
+            "alone"
+        } else {
+            "with_2_readers"
+        };
+        group.bench_function(BenchmarkId::new(I::NAME, id), |b| {
+            b.iter(|| {
+                for batch in wal.chunks(200) {
+                    index.apply_batch(batch.to_vec());
+                }
+            })
+        });
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+    group.finish();
+}
+
+/// Bench 6. A build (cache hit) of an indexed 27-event execution (1 KiB payloads) on an
+/// idle index, and while a drain backfills: a million events in 200-event batches, over and
+/// over (executions end in a terminal event, so the index stays bounded).
+fn build_during_backfill<I: StateIndex>(c: &mut Criterion, backfill: &[Event]) {
+    let mut group = c.benchmark_group("build_during_backfill");
+    let index = Arc::new(I::with_config(IndexConfig::default()));
+    index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
+    group.bench_function(BenchmarkId::new(I::NAME, "idle"), |b| {
+        b.iter(|| black_box(index.build(-1, Some(27))).outcome)
+    });
+    let _drain = Background::drain(Arc::clone(&index), backfill.to_vec());
+    group.bench_function(BenchmarkId::new(I::NAME, "backfilling"), |b| {
+        b.iter(|| black_box(index.build(-1, Some(27))).outcome)
+    });
+    group.finish();
+}
+
+fn all<I: StateIndex>(c: &mut Criterion, backfill: &[Event]) {
+    incomplete_build_under_busy_drain::<I>(c);
+    incremental_build::<I>(c);
+    cold_rebuild::<I>(c);
+    drain_throughput::<I>(c);
+    build_during_backfill::<I>(c, backfill);
+}
+
+fn engines(c: &mut Criterion) {
+    let backfill = interleaved(37_037, 27, 500, &Bytes::from_static(br#"{"slim":true}"#));
+    all::<WalIndex>(c, &backfill);
+    all::<ShardedMutexIndex>(c, &backfill);
+    all::<MutexIndex>(c, &backfill);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
+    targets = engines
+}
+criterion_main!(benches);
