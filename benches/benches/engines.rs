@@ -58,8 +58,7 @@ fn incomplete_build_under_busy_drain<I: StateIndex>(c: &mut Criterion) {
     let index = Arc::new(I::with_config(IndexConfig::default()));
     index.apply_batch(linear(TARGET, 1, 10, false, &body));
     let mut wal = Vec::new();
-    let mut next = 11;
-    for batch in interleaved(2_000, 27, 50, &body).chunks(199) {
+    for (next, batch) in (11..).zip(interleaved(2_000, 27, 50, &body).chunks(199)) {
         wal.extend_from_slice(batch);
         wal.push(Event::from_parts(
             next,
@@ -68,7 +67,6 @@ fn incomplete_build_under_busy_drain<I: StateIndex>(c: &mut Criterion) {
             "step",
             body.clone(),
         ));
-        next += 1;
     }
     let _drain = Background::drain(Arc::clone(&index), wal);
     let missing = i64::MAX;

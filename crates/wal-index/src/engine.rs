@@ -16,7 +16,15 @@ use crate::report::{
 use crate::slot::{Evicted, Slot, SlotEviction};
 use crate::sync::{self, Arc, Mutex, Swap};
 
-type Directory = imbl::HashMap<ExecutionId, Arc<Slot>>;
+/// The directory hashes with SipHash under fixed keys (`DefaultHasher`): execution ids come
+/// from the server, not from an adversary, and a fixed hasher keeps instruction counts
+/// repeatable under callgrind (`benches/callgrind.sh`).
+type Directory = imbl::GenericHashMap<
+    ExecutionId,
+    Arc<Slot>,
+    std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>,
+    imbl::shared_ptr::DefaultSharedPtr,
+>;
 
 /// The state-builder index: one published snapshot per execution, read without locks.
 ///
@@ -113,7 +121,7 @@ impl WalIndex {
     ) -> WalIndex {
         WalIndex {
             config,
-            directory: sync::new_swap(Arc::new(Directory::new())),
+            directory: sync::new_swap(Arc::new(Directory::default())),
             directory_writer: Mutex::new(()),
             accounting: Accounting::new(observer),
             epoch: Instant::now(),

@@ -37,32 +37,58 @@
 //! [`WalIndex`] for each operation's progress guarantee.
 
 mod accounting;
+#[cfg(not(wal_index_loom))]
 mod baseline;
 mod config;
+#[cfg(not(wal_index_loom))]
 mod drain;
+#[cfg(not(wal_index_loom))]
 mod drive;
+#[cfg(not(wal_index_loom))]
 mod engine;
 mod eviction;
+#[cfg(not(wal_index_loom))]
 mod locked_entry;
 mod observe;
+#[cfg(not(wal_index_loom))]
 mod rehydrate;
 mod report;
+#[cfg(not(wal_index_loom))]
 mod sharded;
 mod slot;
+#[cfg(not(wal_index_loom))]
 mod source;
+#[cfg(not(wal_index_loom))]
 mod state_index;
 mod sync;
 
+#[cfg(not(wal_index_loom))]
 pub use baseline::MutexIndex;
 pub use config::{ConfigError, DriveBudget, EvictionPolicy, IndexConfig};
+#[cfg(not(wal_index_loom))]
 pub use drain::{BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
+#[cfg(not(wal_index_loom))]
 pub use engine::WalIndex;
 pub use observe::{DriveLabel, IndexObserver, NoopObserver, RehydrateLabel, WaitLabel};
+#[cfg(not(wal_index_loom))]
 pub use rehydrate::{RehydrateGate, RehydratePermit};
 pub use report::{
     Applied, ApplyError, BatchReport, Build, Drive, DriveOutcome, EvictReason, EvictionStats,
     IndexStats, RehydrateReport,
 };
+#[cfg(not(wal_index_loom))]
 pub use sharded::ShardedMutexIndex;
+#[cfg(not(wal_index_loom))]
 pub use source::{ChannelSource, JsonLinesSource, Pull, Record, WalSource, WalWriter, channel_wal};
+#[cfg(not(wal_index_loom))]
 pub use state_index::StateIndex;
+
+/// The protocol core (slots and accounting) over the loom shim, for the models in
+/// `loom-tests/`. Exists only under `--cfg wal_index_loom`; not a public API.
+#[cfg(wal_index_loom)]
+#[doc(hidden)]
+pub mod model {
+    pub use crate::accounting::Accounting;
+    pub use crate::slot::{Evicted, Slot, SlotApplied, SlotEviction};
+    pub use crate::sync::Listener;
+}

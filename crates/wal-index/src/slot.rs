@@ -13,6 +13,11 @@
 //!
 //! Builds never take `writer`; that is the whole point.
 
+// `pub` so that `wal_index::model` can re-export these to the loom models under
+// `cfg(wal_index_loom)`; the module itself stays private, so they are crate-internal in
+// every other build.
+#![allow(unreachable_pub)]
+
 use chain_fold::{Chain, Event, ExecutionId, Spine, SpineOrder};
 
 use crate::accounting::Accounting;
@@ -20,11 +25,11 @@ use crate::sync::{self, Arc, AtomicBool, AtomicU64, Mutex, Notify, Ordering, Swa
 
 /// The slot was evicted while the caller held it; look the execution up again.
 #[derive(Debug)]
-pub(crate) struct Evicted;
+pub struct Evicted;
 
 /// What [`Slot::evict`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SlotEviction {
+pub enum SlotEviction {
     /// Someone else evicted it first.
     AlreadyGone,
     /// The sink gate holds it.
@@ -35,14 +40,14 @@ pub(crate) enum SlotEviction {
 
 /// What one locked apply did to a slot.
 #[derive(Debug, Default)]
-pub(crate) struct SlotApplied {
-    pub(crate) applied: usize,
-    pub(crate) new: usize,
-    pub(crate) terminal: bool,
+pub struct SlotApplied {
+    pub applied: usize,
+    pub new: usize,
+    pub terminal: bool,
 }
 
-pub(crate) struct Slot {
-    pub(crate) execution_id: ExecutionId,
+pub struct Slot {
+    pub execution_id: ExecutionId,
     chain: Swap<Chain>,
     spine: Swap<Option<Spine>>,
     /// `true` once evicted; the lock serializes appliers, evictors and sink-gate marks.
@@ -53,7 +58,7 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn new(execution_id: ExecutionId, order: SpineOrder, now: u64) -> Slot {
+    pub fn new(execution_id: ExecutionId, order: SpineOrder, now: u64) -> Slot {
         Slot {
             execution_id,
             chain: sync::new_swap(Arc::new(Chain::new(order))),
@@ -66,41 +71,41 @@ impl Slot {
     }
 
     /// The published chain. Wait-free in the common case (arc-swap's load).
-    pub(crate) fn chain(&self) -> Arc<Chain> {
+    pub fn chain(&self) -> Arc<Chain> {
         sync::load(&self.chain)
     }
 
     /// Runs `f` on the published chain without touching its reference count.
-    pub(crate) fn with_chain<R>(&self, f: impl FnOnce(&Chain) -> R) -> R {
+    pub fn with_chain<R>(&self, f: impl FnOnce(&Chain) -> R) -> R {
         sync::peek(&self.chain, f)
     }
 
     /// The shared spine cache as last published.
-    pub(crate) fn cached_spine(&self) -> Arc<Option<Spine>> {
+    pub fn cached_spine(&self) -> Arc<Option<Spine>> {
         sync::load(&self.spine)
     }
 
     /// Publishes `spine` if the cache still holds `seen`; a concurrent build that published
     /// first wins and this one's result is simply not cached. Never blocks.
-    pub(crate) fn publish_spine(&self, seen: &Arc<Option<Spine>>, spine: Spine) -> bool {
+    pub fn publish_spine(&self, seen: &Arc<Option<Spine>>, spine: Spine) -> bool {
         sync::compare_and_swap(&self.spine, seen, Arc::new(Some(spine)))
     }
 
     /// Registers a waiter. Call before building, so a publish after the build wakes it.
-    pub(crate) fn listen(&self) -> crate::sync::Listener {
+    pub fn listen(&self) -> crate::sync::Listener {
         self.changed.listen()
     }
 
-    pub(crate) fn touch(&self, now: u64) {
+    pub fn touch(&self, now: u64) {
         // Relaxed: recency is a hint for sweeps; no other data is published through it.
         self.last_used.fetch_max(now, Ordering::Relaxed);
     }
 
-    pub(crate) fn last_used(&self) -> u64 {
+    pub fn last_used(&self) -> u64 {
         self.last_used.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn is_pending_sink(&self) -> bool {
+    pub fn is_pending_sink(&self) -> bool {
         // Acquire pairs with the Release in `mark_pending_sink`/`clear_pending_sink`; the
         // evictor reads it under `writer`, which is what actually orders it against a mark.
         self.pending_sink.load(Ordering::Acquire)
@@ -112,7 +117,7 @@ impl Slot {
     ///
     /// `events` is consumed only on success: after `Err(Evicted)` the caller retries with
     /// the same iterator on a fresh slot.
-    pub(crate) fn apply(
+    pub fn apply(
         &self,
         events: &mut impl Iterator<Item = Event>,
         accounting: &Accounting,
@@ -157,7 +162,7 @@ impl Slot {
     /// holds from the totals. The caller removes it from the directory and *then* calls
     /// [`Slot::wake_all`], so a woken waiter that looks the execution up again cannot find
     /// this slot and listen on it forever.
-    pub(crate) fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
+    pub fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
         let mut evicted = self.writer.lock();
         if *evicted {
             return SlotEviction::AlreadyGone;
@@ -181,12 +186,12 @@ impl Slot {
     }
 
     /// Wakes every waiter (after an eviction was published in the directory).
-    pub(crate) fn wake_all(&self) {
+    pub fn wake_all(&self) {
         self.changed.notify(usize::MAX);
     }
 
     /// Marks the slot as holding unsunk context. Fails if the slot was evicted first.
-    pub(crate) fn mark_pending_sink(&self) -> Result<(), Evicted> {
+    pub fn mark_pending_sink(&self) -> Result<(), Evicted> {
         let evicted = self.writer.lock();
         if *evicted {
             return Err(Evicted);
@@ -197,7 +202,7 @@ impl Slot {
     }
 
     /// Clears the mark; returns whether it was set.
-    pub(crate) fn clear_pending_sink(&self) -> bool {
+    pub fn clear_pending_sink(&self) -> bool {
         // AcqRel: the swap both reads the mark (pairs with the Release that set it) and
         // publishes the clear (pairs with `is_pending_sink`).
         self.pending_sink.swap(false, Ordering::AcqRel)

@@ -80,80 +80,158 @@ mod imp {
         }
     }
 
-    /// A model of an atomic `Arc` cell: every load and store is one atomic step.
-    pub(crate) struct Swap<T>(loom::sync::RwLock<Arc<T>>);
+    /// The ordering a snapshot is published with. arc-swap publishes with (at least)
+    /// release semantics; the `loom-weaken-publish` feature downgrades the model to relaxed,
+    /// to show that the loom models catch a publication that does not pair with the
+    /// reader's acquire.
+    #[cfg(not(feature = "loom-weaken-publish"))]
+    const PUBLISH: Ordering = Ordering::AcqRel;
+    #[cfg(feature = "loom-weaken-publish")]
+    const PUBLISH: Ordering = Ordering::Relaxed;
+
+    /// One published value, with a loom-tracked cell written when it is created and read
+    /// on every load, so loom checks that each load happens after the publication.
+    struct Tracked<T> {
+        written: loom::cell::UnsafeCell<()>,
+        value: Arc<T>,
+    }
+
+    impl<T> Tracked<T> {
+        fn publishable(value: Arc<T>) -> *mut Tracked<T> {
+            let tracked = Box::new(Tracked {
+                written: loom::cell::UnsafeCell::new(()),
+                value,
+            });
+            tracked.written.with_mut(|_| ());
+            Box::into_raw(tracked)
+        }
+    }
+
+    /// A model of arc-swap's `ArcSwap`: an atomic pointer, published with [`PUBLISH`] and
+    /// loaded with acquire. Replaced values are kept until the cell drops (a model needs no
+    /// reclamation scheme, and keeping them makes every loaded pointer valid).
+    pub(crate) struct Swap<T> {
+        current: loom::sync::atomic::AtomicPtr<Tracked<T>>,
+        retired: loom::sync::Mutex<Vec<*mut Tracked<T>>>,
+    }
+
+    // SAFETY: the cell only hands out clones of `Arc<T>` and owns its `Tracked<T>` boxes,
+    // so it is as thread-safe as `Arc<T>`.
+    unsafe impl<T: Send + Sync> Send for Swap<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Send + Sync> Sync for Swap<T> {}
+
+    impl<T> Drop for Swap<T> {
+        fn drop(&mut self) {
+            let retired =
+                std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+            let current = self.current.load(Ordering::Acquire);
+            for ptr in retired.into_iter().chain(std::iter::once(current)) {
+                // SAFETY: every pointer came from `Box::into_raw` in `Tracked::publishable`,
+                // is either current or retired (never both), and is freed only here, once.
+                drop(unsafe { Box::from_raw(ptr) });
+            }
+        }
+    }
 
     pub(crate) fn new_swap<T>(value: Arc<T>) -> Swap<T> {
-        Swap(loom::sync::RwLock::new(value))
+        Swap {
+            current: loom::sync::atomic::AtomicPtr::new(Tracked::publishable(value)),
+            retired: loom::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn load_tracked<T>(swap: &Swap<T>) -> &Tracked<T> {
+        // Acquire pairs with the `PUBLISH` swap or compare-exchange that installed it.
+        let ptr = swap.current.load(Ordering::Acquire);
+        // SAFETY: installed pointers are freed only when the cell drops, and the borrow of
+        // `swap` outlives the returned reference.
+        let tracked = unsafe { &*ptr };
+        tracked.written.with(|_| ());
+        tracked
     }
 
     pub(crate) fn load<T>(swap: &Swap<T>) -> Arc<T> {
-        Arc::clone(&swap.0.read().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&load_tracked(swap).value)
     }
 
     pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
-        f(&swap.0.read().unwrap_or_else(|e| e.into_inner()))
+        f(&load_tracked(swap).value)
     }
 
     pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
-        *swap.0.write().unwrap_or_else(|e| e.into_inner()) = value;
+        let old = swap.current.swap(Tracked::publishable(value), PUBLISH);
+        swap.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(old);
     }
 
     pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>) -> bool {
-        let mut slot = swap.0.write().unwrap_or_else(|e| e.into_inner());
-        if Arc::ptr_eq(&slot, current) {
-            *slot = new;
-            true
-        } else {
-            false
+        let seen = swap.current.load(Ordering::Acquire);
+        // SAFETY: as in `load_tracked`.
+        if !Arc::ptr_eq(unsafe { &(*seen).value }, current) {
+            return false;
+        }
+        let fresh = Tracked::publishable(new);
+        match swap
+            .current
+            .compare_exchange(seen, fresh, PUBLISH, Ordering::Acquire)
+        {
+            Ok(old) => {
+                swap.retired
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(old);
+                true
+            }
+            Err(_) => {
+                // SAFETY: `fresh` was never installed, so this is its only owner.
+                drop(unsafe { Box::from_raw(fresh) });
+                false
+            }
         }
     }
 
     /// A wait list with event-listener's contract, built from loom primitives: a listener
     /// records the notification count when it registers and is ready once the count moved.
-    pub(crate) struct Notify {
-        notified: loom::sync::Mutex<u64>,
-        changed: loom::sync::Condvar,
-    }
+    pub(crate) struct Notify(Arc<(loom::sync::Mutex<u64>, loom::sync::Condvar)>);
 
-    pub(crate) struct Listener<'a> {
-        notify: &'a Notify,
+    /// A registered waiter.
+    pub struct Listener {
+        notify: Arc<(loom::sync::Mutex<u64>, loom::sync::Condvar)>,
         seen: u64,
     }
 
     pub(crate) fn new_notify() -> Notify {
-        Notify {
-            notified: loom::sync::Mutex::new(0),
-            changed: loom::sync::Condvar::new(),
-        }
+        Notify(Arc::new((
+            loom::sync::Mutex::new(0),
+            loom::sync::Condvar::new(),
+        )))
     }
 
     impl Notify {
-        pub(crate) fn listen(&self) -> Listener<'_> {
-            let seen = *self.notified.lock().unwrap_or_else(|e| e.into_inner());
-            Listener { notify: self, seen }
+        pub(crate) fn listen(&self) -> Listener {
+            let seen = *self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+            Listener {
+                notify: Arc::clone(&self.0),
+                seen,
+            }
         }
         pub(crate) fn notify(&self, _n: usize) {
-            *self.notified.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-            self.changed.notify_all();
+            *self.0.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            self.0.1.notify_all();
         }
     }
 
-    impl Listener<'_> {
+    impl Listener {
         /// Blocks until a notification newer than the registration (loom has no clock, so
         /// there is no timeout under the model).
-        pub(crate) fn wait(self) {
-            let mut count = self
-                .notify
-                .notified
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+        pub fn wait(self) {
+            let (count, changed) = &*self.notify;
+            let mut count = count.lock().unwrap_or_else(|e| e.into_inner());
             while *count == self.seen {
-                count = self
-                    .notify
-                    .changed
-                    .wait(count)
-                    .unwrap_or_else(|e| e.into_inner());
+                count = changed.wait(count).unwrap_or_else(|e| e.into_inner());
             }
         }
     }

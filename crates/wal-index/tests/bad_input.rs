@@ -1,0 +1,165 @@
+//! The bad-input catalog at the index and drain level (the decoder-level entries are in
+//! `crates/chain-fold/tests/decode.rs` and `scenarios.rs`; `docs/verification.md` lists all).
+//! Each bad input gets a typed error or a documented outcome, never a panic, and the valid
+//! events around it are never lost.
+
+use std::sync::Arc;
+
+use chain_fold::{AdvanceOutcome, Event, EventError, Incomplete};
+use wal_index::{
+    Drain, DrainConfig, IndexConfig, JsonLinesSource, MutexIndex, StateIndex, WalIndex,
+};
+
+fn line(id: i64, prev: Option<i64>, ty: &str) -> String {
+    let prev = prev.map_or("null".to_owned(), |p| p.to_string());
+    format!(r#"{{"event_id":{id},"execution_id":5,"prev_event_id":{prev},"event_type":"{ty}"}}"#)
+}
+
+fn drain_bytes<I: StateIndex>(wal: Vec<u8>) -> (Arc<I>, wal_index::DrainReport) {
+    let index = Arc::new(I::with_config(IndexConfig::default()));
+    let report = Drain::new(
+        Arc::clone(&index),
+        JsonLinesSource::new(wal.as_slice()),
+        DrainConfig::default(),
+    )
+    .run_until_closed()
+    .expect("in-memory source")
+    .clone();
+    (index, report)
+}
+
+fn wal_file_with_invalid_utf8_and_truncated_lines_keeps_its_neighbours<I: StateIndex>() {
+    let mut wal = Vec::new();
+    wal.extend_from_slice(line(1, None, "playbook_started").as_bytes());
+    wal.extend_from_slice(b"\n{\"event_id\":2,\"execution_id\":5,\"x\":\"\xff\xfe\"}\n");
+    wal.extend_from_slice(line(2, Some(1), "step").as_bytes());
+    wal.extend_from_slice(b"\n{\"event_id\":3,\"execution_id\":5,\"prev_ev\n\n\r\n");
+    wal.extend_from_slice(line(3, Some(2), "step").as_bytes());
+    wal.extend_from_slice(b"\r\n[\"not\",\"an\",\"object\"]\n");
+    wal.extend_from_slice(line(4, Some(3), "step").as_bytes()); // no final newline
+    let (index, report) = drain_bytes::<I>(wal);
+    assert_eq!((report.events, report.bad), (4, 3));
+    let positions: Vec<u64> = report.bad_samples.iter().map(|b| b.position).collect();
+    assert_eq!(
+        positions,
+        vec![2, 4, 8],
+        "bad records are reported by line number"
+    );
+    assert!(matches!(report.bad_samples[0].error, EventError::Json(_)));
+    assert!(matches!(
+        report.bad_samples[2].error,
+        EventError::NotAnObject { found: "array" }
+    ));
+    assert_eq!(
+        index.build(5, Some(4)).spine.map(|s| s.ids()),
+        Some(vec![1, 2, 3, 4])
+    );
+}
+
+fn conflicting_redelivery_last_write_wins_and_rebuilds<I: StateIndex>() {
+    let index = I::with_config(IndexConfig::default());
+    for (id, prev) in [(1, None), (2, Some(1)), (3, Some(2)), (4, Some(3))] {
+        index.apply(Event::minimal(
+            id,
+            5,
+            prev,
+            if prev.is_none() {
+                "playbook_started"
+            } else {
+                "step"
+            },
+        ));
+    }
+    assert_eq!(
+        index.build(5, Some(4)).outcome,
+        AdvanceOutcome::ColdRebuild(4)
+    );
+    // Event 3 redelivered claiming prev 1: the chain now skips 2.
+    index.apply(Event::minimal(3, 5, Some(1), "step"));
+    let build = index.build(5, Some(4));
+    assert_eq!(
+        build.outcome,
+        AdvanceOutcome::ColdRebuild(3),
+        "the cached spine is not reused"
+    );
+    assert_eq!(build.spine.map(|s| s.ids()), Some(vec![1, 3, 4]));
+    assert_eq!(index.stats().events, 4, "a redelivery never double counts");
+}
+
+fn a_fork_serves_each_branch_by_its_tip<I: StateIndex>() {
+    let index = I::with_config(IndexConfig::default());
+    for (id, prev) in [(1, None), (2, Some(1)), (3, Some(2)), (4, Some(2))] {
+        index.apply(Event::minimal(
+            id,
+            5,
+            prev,
+            if prev.is_none() {
+                "playbook_started"
+            } else {
+                "step"
+            },
+        ));
+    }
+    assert_eq!(
+        index.build(5, Some(3)).spine.map(|s| s.ids()),
+        Some(vec![1, 2, 3])
+    );
+    assert_eq!(
+        index.build(5, Some(4)).spine.map(|s| s.ids()),
+        Some(vec![1, 2, 4])
+    );
+}
+
+fn self_loop_and_cycle_are_incomplete_not_hangs<I: StateIndex>() {
+    let index = I::with_config(IndexConfig::default());
+    index.apply(Event::minimal(7, 5, Some(7), "step"));
+    assert_eq!(
+        index.build(5, Some(7)).outcome,
+        AdvanceOutcome::Incomplete(Incomplete::Cycle(7))
+    );
+    for id in 10..20 {
+        index.apply(Event::minimal(
+            id,
+            6,
+            Some(if id == 10 { 19 } else { id - 1 }),
+            "step",
+        ));
+    }
+    assert!(matches!(
+        index.build(6, Some(15)).outcome,
+        AdvanceOutcome::Incomplete(Incomplete::Cycle(_))
+    ));
+}
+
+#[test]
+fn lockfree_wal_file_with_invalid_utf8_and_truncated_lines_keeps_its_neighbours() {
+    wal_file_with_invalid_utf8_and_truncated_lines_keeps_its_neighbours::<WalIndex>();
+}
+#[test]
+fn mutex_wal_file_with_invalid_utf8_and_truncated_lines_keeps_its_neighbours() {
+    wal_file_with_invalid_utf8_and_truncated_lines_keeps_its_neighbours::<MutexIndex>();
+}
+#[test]
+fn lockfree_conflicting_redelivery_last_write_wins_and_rebuilds() {
+    conflicting_redelivery_last_write_wins_and_rebuilds::<WalIndex>();
+}
+#[test]
+fn mutex_conflicting_redelivery_last_write_wins_and_rebuilds() {
+    conflicting_redelivery_last_write_wins_and_rebuilds::<MutexIndex>();
+}
+#[test]
+fn lockfree_a_fork_serves_each_branch_by_its_tip() {
+    a_fork_serves_each_branch_by_its_tip::<WalIndex>();
+}
+#[test]
+fn mutex_a_fork_serves_each_branch_by_its_tip() {
+    a_fork_serves_each_branch_by_its_tip::<MutexIndex>();
+}
+#[test]
+fn lockfree_self_loop_and_cycle_are_incomplete_not_hangs() {
+    self_loop_and_cycle_are_incomplete_not_hangs::<WalIndex>();
+}
+#[test]
+fn mutex_self_loop_and_cycle_are_incomplete_not_hangs() {
+    self_loop_and_cycle_are_incomplete_not_hangs::<MutexIndex>();
+}

@@ -1,0 +1,73 @@
+//! Arbitrary op sequences on `WalIndex`, `MutexIndex`, `ShardedMutexIndex` and the
+//! sequential model of `crates/wal-index/tests/common/model.rs`, which must agree after
+//! every op.
+#![no_main]
+
+#[path = "../../crates/wal-index/tests/common/model.rs"]
+mod model;
+
+use std::time::Duration;
+
+use arbitrary::{Result, Unstructured};
+use chain_fold::SpineOrder;
+use libfuzzer_sys::fuzz_target;
+use model::{EXECUTIONS, HEADS, Op, check_all, observe};
+use wal_index::{EvictionPolicy, IndexConfig, MutexIndex, ShardedMutexIndex, WalIndex};
+
+fn exec(u: &mut Unstructured<'_>) -> Result<i64> {
+    u.int_in_range(0..=EXECUTIONS - 1)
+}
+
+fn event(u: &mut Unstructured<'_>) -> Result<(i64, u8)> {
+    Ok((exec(u)?, u.int_in_range(0..=9)?))
+}
+
+fn events(u: &mut Unstructured<'_>, max: usize) -> Result<Vec<(i64, u8)>> {
+    let n = u.int_in_range(0..=max)?;
+    (0..n).map(|_| event(u)).collect()
+}
+
+fn op(u: &mut Unstructured<'_>) -> Result<Op> {
+    let head = |u: &mut Unstructured<'_>| u.int_in_range(0..=HEADS.len() - 1);
+    Ok(match u.int_in_range(0..=9u8)? {
+        0 => Op::Apply(exec(u)?, u.int_in_range(0..=9)?),
+        1 => Op::Batch(events(u, 8)?),
+        2 => Op::Build(exec(u)?, if u.arbitrary()? { Some(head(u)?) } else { None }),
+        3 => Op::Drive(exec(u)?, head(u)?),
+        4 => Op::Evict(exec(u)?),
+        5 => Op::Sweep,
+        6 => Op::Mark(exec(u)?),
+        7 => Op::Release(exec(u)?),
+        8 => Op::Confirm(exec(u)?),
+        _ => Op::Rehydrate(exec(u)?, events(u, 6)?),
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut u = Unstructured::new(data);
+    let Ok(sink_gate) = u.arbitrary::<bool>() else { return };
+    let Ok(by_id) = u.arbitrary::<bool>() else { return };
+    let mut ops = Vec::new();
+    while !u.is_empty() && ops.len() < 64 {
+        match op(&mut u) {
+            Ok(op) => ops.push(op),
+            Err(_) => break,
+        }
+    }
+    let config = IndexConfig {
+        order: if by_id { SpineOrder::EventId } else { SpineOrder::Causal },
+        sink_gate,
+        eviction: EvictionPolicy { ttl: Some(Duration::from_secs(1)), ..EvictionPolicy::default() },
+        ..IndexConfig::default()
+    };
+    let lockfree = WalIndex::new(config);
+    let mutex = MutexIndex::new(config);
+    let sharded = ShardedMutexIndex::new(config);
+    if let Err(disagreement) = check_all(config, &ops, &[
+        &|op, far| observe(&lockfree, op, far),
+        &|op, far| observe(&mutex, op, far),
+        &|op, far| observe(&sharded, op, far),
+    ]) {
+        panic!("{disagreement}");
+    }
+});

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Soak: threads applying, building, driving, evicting, sweeping and rehydrating at random
+# against each index for a set time; then the invariants are checked.
+#
+# Usage: scripts/soak.sh [SECONDS_PER_INDEX]   (default 60)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SOAK_SECS=${1:-60}
+cargo test --release --locked -p wal-index --test soak -- --ignored --nocapture
