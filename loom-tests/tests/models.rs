@@ -44,11 +44,21 @@ fn a_reader_sees_the_old_or_the_new_snapshot_never_a_torn_one() {
                     .expect("live");
             })
         };
-        let seen = slot.chain();
-        match seen.len() {
-            1 => assert!(!seen.contains(2) && !seen.contains(3)),
-            3 => assert_eq!(seen.walk_from(3).map(|s| s.ids()), Ok(vec![1, 2, 3])),
-            n => panic!("torn snapshot of {n} events"),
+        // Read until the new snapshot shows up (yielding lets loom schedule the writer
+        // without spending a preemption), checking every snapshot seen on the way.
+        loop {
+            let seen = slot.chain();
+            match seen.len() {
+                1 => {
+                    assert!(!seen.contains(2) && !seen.contains(3));
+                    thread::yield_now();
+                }
+                3 => {
+                    assert_eq!(seen.walk_from(3).map(|s| s.ids()), Ok(vec![1, 2, 3]));
+                    break;
+                }
+                n => panic!("torn snapshot of {n} events"),
+            }
         }
         writer.join().expect("writer");
     });
@@ -152,24 +162,38 @@ fn eviction_leaves_readers_valid_and_refuses_late_appliers() {
 fn stats_never_mix_two_states() {
     loom::model(|| {
         let accounting = Arc::new(accounting());
-        let per_event = ev(1, None).resident_bytes();
+        let batch = |k: i64| {
+            vec![
+                Event::minimal(1, k, None, "playbook_started"),
+                Event::minimal(2, k, Some(1), "step"),
+            ]
+        };
+        // Executions 0 and 1 encode to payloads of the same length.
+        let per_execution: usize = batch(0).iter().map(Event::resident_bytes).sum();
+        assert_eq!(
+            per_execution,
+            batch(1).iter().map(Event::resident_bytes).sum::<usize>()
+        );
         let appliers: Vec<_> = (0..2)
             .map(|k| {
                 let accounting = Arc::clone(&accounting);
                 thread::spawn(move || {
                     let slot = Slot::new(k, SpineOrder::Causal, 0);
-                    let batch = vec![
-                        Event::minimal(1, k, None, "playbook_started"),
-                        Event::minimal(2, k, Some(1), "playbook_started"),
-                    ];
-                    slot.apply(&mut batch.into_iter(), &accounting, 0)
+                    slot.apply(&mut batch(k).into_iter(), &accounting, 0)
                         .expect("live");
                 })
             })
             .collect();
-        let seen = accounting.get();
-        assert_eq!(seen.events, 2 * seen.executions, "{seen:?}");
-        assert_eq!(seen.bytes, seen.events * per_event, "{seen:?}");
+        // Read until both appliers are visible, checking every state seen on the way.
+        loop {
+            let seen = accounting.get();
+            assert_eq!(seen.events, 2 * seen.executions, "{seen:?}");
+            assert_eq!(seen.bytes, seen.executions * per_execution, "{seen:?}");
+            if seen.executions == 2 {
+                break;
+            }
+            thread::yield_now();
+        }
         for a in appliers {
             a.join().expect("applier");
         }

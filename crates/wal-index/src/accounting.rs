@@ -10,12 +10,14 @@ use crate::observe::IndexObserver;
 use crate::report::IndexStats;
 use crate::sync::Mutex;
 
+/// The three resident totals behind one lock, reported to the observer on every change.
 pub struct Accounting {
     totals: Mutex<IndexStats>,
     observer: std::sync::Arc<dyn IndexObserver>,
 }
 
 impl Accounting {
+    /// Zero totals, reporting to `observer`.
     pub fn new(observer: std::sync::Arc<dyn IndexObserver>) -> Accounting {
         Accounting {
             totals: Mutex::new(IndexStats::default()),
@@ -31,10 +33,12 @@ impl Accounting {
         self.observer.residency(*totals);
     }
 
+    /// The current totals.
     pub fn get(&self) -> IndexStats {
         *self.totals.lock()
     }
 
+    /// The observer.
     pub fn observer(&self) -> &dyn IndexObserver {
         &*self.observer
     }

@@ -46,6 +46,7 @@ mod drain;
 mod drive;
 #[cfg(not(wal_index_loom))]
 mod engine;
+#[cfg(not(wal_index_loom))]
 mod eviction;
 #[cfg(not(wal_index_loom))]
 mod locked_entry;

@@ -35,18 +35,26 @@ pub enum SlotEviction {
     /// The sink gate holds it.
     KeptBySinkGate,
     /// Removed; it held this many events (0 for a slot a drive or mark created early).
-    Evicted { events: usize },
+    Evicted {
+        /// Events it held.
+        events: usize,
+    },
 }
 
 /// What one locked apply did to a slot.
 #[derive(Debug, Default)]
 pub struct SlotApplied {
+    /// Events applied, redeliveries included.
     pub applied: usize,
+    /// Events whose id was new.
     pub new: usize,
+    /// Whether any of them was terminal.
     pub terminal: bool,
 }
 
+/// One execution's slot (see the module documentation).
 pub struct Slot {
+    /// The execution.
     pub execution_id: ExecutionId,
     chain: Swap<Chain>,
     spine: Swap<Option<Spine>>,
@@ -58,6 +66,7 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// An empty slot, last used at `now`.
     pub fn new(execution_id: ExecutionId, order: SpineOrder, now: u64) -> Slot {
         Slot {
             execution_id,
@@ -96,15 +105,18 @@ impl Slot {
         self.changed.listen()
     }
 
+    /// Refreshes recency.
     pub fn touch(&self, now: u64) {
         // Relaxed: recency is a hint for sweeps; no other data is published through it.
         self.last_used.fetch_max(now, Ordering::Relaxed);
     }
 
+    /// Recency, nanoseconds since the index's epoch.
     pub fn last_used(&self) -> u64 {
         self.last_used.load(Ordering::Relaxed)
     }
 
+    /// Whether the sink gate mark is set.
     pub fn is_pending_sink(&self) -> bool {
         // Acquire pairs with the Release in `mark_pending_sink`/`clear_pending_sink`; the
         // evictor reads it under `writer`, which is what actually orders it against a mark.

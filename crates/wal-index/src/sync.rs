@@ -92,17 +92,18 @@ mod imp {
     /// One published value, with a loom-tracked cell written when it is created and read
     /// on every load, so loom checks that each load happens after the publication.
     struct Tracked<T> {
-        written: loom::cell::UnsafeCell<()>,
+        written: loom::cell::UnsafeCell<u8>,
         value: Arc<T>,
     }
 
     impl<T> Tracked<T> {
         fn publishable(value: Arc<T>) -> *mut Tracked<T> {
             let tracked = Box::new(Tracked {
-                written: loom::cell::UnsafeCell::new(()),
+                written: loom::cell::UnsafeCell::new(0),
                 value,
             });
-            tracked.written.with_mut(|_| ());
+            // SAFETY: the box is not shared yet; this is the only access.
+            tracked.written.with_mut(|byte| unsafe { *byte = 1 });
             Box::into_raw(tracked)
         }
     }
@@ -147,7 +148,9 @@ mod imp {
         // SAFETY: installed pointers are freed only when the cell drops, and the borrow of
         // `swap` outlives the returned reference.
         let tracked = unsafe { &*ptr };
-        tracked.written.with(|_| ());
+        // SAFETY: the publisher wrote this byte before installing the pointer; loom checks
+        // that the write happens before this read.
+        let _ = tracked.written.with(|byte| unsafe { *byte });
         tracked
     }
 
@@ -160,7 +163,17 @@ mod imp {
     }
 
     pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
-        let old = swap.current.swap(Tracked::publishable(value), PUBLISH);
+        let fresh = Tracked::publishable(value);
+        #[cfg(not(feature = "loom-weaken-publish"))]
+        let old = swap.current.swap(fresh, PUBLISH);
+        // The weakened model publishes with a plain relaxed store (stores are serialized by
+        // the slot's writer lock, so reading the old pointer first loses nothing).
+        #[cfg(feature = "loom-weaken-publish")]
+        let old = {
+            let old = swap.current.load(Ordering::Relaxed);
+            swap.current.store(fresh, PUBLISH);
+            old
+        };
         swap.retired
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -237,4 +250,6 @@ mod imp {
     }
 }
 
+#[cfg(wal_index_loom)]
+pub use imp::Listener;
 pub(crate) use imp::*;
