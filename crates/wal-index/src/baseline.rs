@@ -7,7 +7,7 @@ use std::time::Instant;
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
 use crate::config::{DriveBudget, IndexConfig};
-use crate::drive::{Tally, observed, wait_async, wait_blocking};
+use crate::drive::{drive_loop, drive_loop_blocking, observed};
 use crate::engine::report_sweep;
 use crate::eviction;
 use crate::locked_entry::{Entry, nanos_since};
@@ -249,16 +249,14 @@ impl MutexIndex {
         expected_head: Option<EventId>,
         budget: DriveBudget,
     ) -> Drive {
-        let mut tally = Tally::start(budget);
-        loop {
-            let listener = self.appended.listen();
-            let build = self.build_async(execution_id, expected_head).await;
-            if let Some(drive) = tally.after_build(build) {
-                return observed(drive, self.observer());
-            }
-            let end = wait_async(listener, tally.cap()).await;
-            tally.after_wait(end, self.observer());
-        }
+        let drive = drive_loop(
+            budget,
+            self.observer(),
+            || self.appended.listen(),
+            || self.build_async(execution_id, expected_head),
+        )
+        .await;
+        observed(drive, self.observer())
     }
 
     /// [`drive`](MutexIndex::drive), parking the calling thread.
@@ -280,14 +278,12 @@ impl MutexIndex {
         expected_head: Option<EventId>,
         budget: DriveBudget,
     ) -> Drive {
-        let mut tally = Tally::start(budget);
-        loop {
-            let listener = self.appended.listen();
-            if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
-                return drive;
-            }
-            tally.after_wait(wait_blocking(listener, tally.cap()), self.observer());
-        }
+        drive_loop_blocking(
+            budget,
+            self.observer(),
+            || self.appended.listen(),
+            || self.build(execution_id, expected_head),
+        )
     }
 
     /// Refreshes recency; false if not resident.

@@ -106,6 +106,42 @@ impl Tally {
     }
 }
 
+/// The async drive loop every index shares: register with `listen`, build, and if not
+/// served, wait on the listener (up to the budget's cap) and go again.
+pub(crate) async fn drive_loop<F: std::future::Future<Output = Build>>(
+    budget: DriveBudget,
+    observer: &dyn IndexObserver,
+    mut listen: impl FnMut() -> Listener,
+    mut build: impl FnMut() -> F,
+) -> Drive {
+    let mut tally = Tally::start(budget);
+    loop {
+        let listener = listen();
+        if let Some(drive) = tally.after_build(build().await) {
+            return drive;
+        }
+        let end = wait_async(listener, tally.cap()).await;
+        tally.after_wait(end, observer);
+    }
+}
+
+/// [`drive_loop`], parking the calling thread between builds.
+pub(crate) fn drive_loop_blocking(
+    budget: DriveBudget,
+    observer: &dyn IndexObserver,
+    mut listen: impl FnMut() -> Listener,
+    mut build: impl FnMut() -> Build,
+) -> Drive {
+    let mut tally = Tally::start(budget);
+    loop {
+        let listener = listen();
+        if let Some(drive) = tally.after_build(build()) {
+            return drive;
+        }
+        tally.after_wait(wait_blocking(listener, tally.cap()), observer);
+    }
+}
+
 /// Reports a finished drive's outcome and hands it back.
 pub(crate) fn observed(drive: Drive, observer: &dyn IndexObserver) -> Drive {
     observer.drive(match drive.outcome {

@@ -6,7 +6,7 @@ use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete,
 
 use crate::accounting::Accounting;
 use crate::config::{DriveBudget, IndexConfig};
-use crate::drive::{Tally, observed, wait_async, wait_blocking};
+use crate::drive::{drive_loop, drive_loop_blocking, observed};
 use crate::eviction::{self, Candidate};
 use crate::observe::{IndexObserver, NoopObserver};
 use crate::report::{
@@ -331,15 +331,14 @@ impl WalIndex {
         expected_head: Option<EventId>,
         budget: DriveBudget,
     ) -> Drive {
-        let mut tally = Tally::start(budget);
-        loop {
-            let listener = self.slot_or_create(execution_id).listen();
-            if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
-                return observed(drive, self.observer());
-            }
-            let end = wait_async(listener, tally.cap()).await;
-            tally.after_wait(end, self.observer());
-        }
+        let drive = drive_loop(
+            budget,
+            self.observer(),
+            || self.slot_or_create(execution_id).listen(),
+            || std::future::ready(self.build(execution_id, expected_head)),
+        )
+        .await;
+        observed(drive, self.observer())
     }
 
     /// [`drive`](WalIndex::drive), parking the calling thread between builds.
@@ -363,14 +362,12 @@ impl WalIndex {
         expected_head: Option<EventId>,
         budget: DriveBudget,
     ) -> Drive {
-        let mut tally = Tally::start(budget);
-        loop {
-            let listener = self.slot_or_create(execution_id).listen();
-            if let Some(drive) = tally.after_build(self.build(execution_id, expected_head)) {
-                return drive;
-            }
-            tally.after_wait(wait_blocking(listener, tally.cap()), self.observer());
-        }
+        drive_loop_blocking(
+            budget,
+            self.observer(),
+            || self.slot_or_create(execution_id).listen(),
+            || self.build(execution_id, expected_head),
+        )
     }
 
     /// Refreshes `execution_id`'s recency; false if it is not resident.
