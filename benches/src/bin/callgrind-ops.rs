@@ -14,7 +14,7 @@ const OPS: [&str; 7] = [
     "decode_1k",
     "walk_11",
     "cache_hit_27",
-    "incremental_27",
+    "incremental_1",
     "engine_apply",
     "engine_build_incomplete",
     "engine_build_incremental",
@@ -46,15 +46,14 @@ fn main() {
                 black_box(advance(&chain, spine.as_ref(), 27).outcome);
             }
         }
-        "incremental_27" => {
-            // Each round: a fresh 26-event chain cached, one event appended, advance by one.
-            let base = chain(26, &body);
-            for _ in 0..count {
-                let mut cache = SpineCache::default();
-                cache.advance_to(&base, 26);
-                let mut grown = base.clone();
-                grown.apply(Event::from_parts(27, 1, Some(26), "step", body.clone()));
-                black_box(cache.advance_to(&grown, 27));
+        "incremental_1" => {
+            // A chain growing by one event per round, its cached spine advanced by one.
+            let mut grown = chain(27, &body);
+            let mut cache = SpineCache::default();
+            cache.advance_to(&grown, 27);
+            for id in 28..28 + count {
+                grown.apply(Event::from_parts(id, 1, Some(id - 1), "step", body.clone()));
+                black_box(cache.advance_to(&grown, id));
             }
         }
         "engine_apply" => {

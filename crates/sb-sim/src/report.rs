@@ -31,6 +31,8 @@ pub struct OutcomeRow {
     pub wait_share_pct: f64,
     /// Builds with this outcome according to the run's own Prometheus scrape.
     pub builds_in_metrics: f64,
+    /// The production note's formulas applied to that scrape: mean lock wait share, percent.
+    pub wait_share_in_metrics_pct: f64,
 }
 
 /// Latency percentiles, milliseconds.
@@ -180,6 +182,9 @@ impl EngineReport {
                             .durations(OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(0)),
                     ),
                     builds_in_metrics: scraped.get(outcome).map_or(0.0, |r| r.builds),
+                    wait_share_in_metrics_pct: scraped
+                        .get(outcome)
+                        .map_or(0.0, |r| 100.0 * r.wait_share),
                 }
             })
             .collect();
