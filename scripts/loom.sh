@@ -11,6 +11,6 @@ export RUSTFLAGS="${RUSTFLAGS:-} --cfg wal_index_loom"
 # A separate target dir: the cfg changes every crate's fingerprint.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/loom}
 echo "loom models, LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS"
-cargo test --release --locked -p loom-tests --test models
+cargo test --locked -p loom-tests --test models
 echo "loom must catch the weakened publication:"
-cargo test --release --locked -p loom-tests --features weaken --test models loom_catches_a_relaxed_publication
+cargo test --locked -p loom-tests --features weaken --test models loom_catches_a_relaxed_publication

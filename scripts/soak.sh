@@ -3,7 +3,10 @@
 # against each index for a set time; then the invariants are checked.
 #
 # Usage: scripts/soak.sh [SECONDS_PER_INDEX]   (default 60)
+# SOAK_PROFILE=dev reuses the debug test build (CI does, to save a release compile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SOAK_SECS=${1:-60}
-cargo test --release --locked -p wal-index --test soak -- --ignored --nocapture
+release=--release
+[ "${SOAK_PROFILE:-release}" = dev ] && release=
+cargo test $release --locked -p wal-index --test soak -- --ignored --nocapture
