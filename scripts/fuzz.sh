@@ -3,6 +3,8 @@
 # `differential` (op sequences on all three indexes and the sequential model).
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 60)
+# FUZZ_SANITIZER=none skips AddressSanitizer (CI does, to build faster; Miri covers the one
+# `unsafe` module); the default is address.
 # Needs a nightly toolchain; installs cargo-fuzz if missing. Runs each target from its
 # checked-in seed corpus (fuzz/corpus/<target>) for the given time.
 set -euo pipefail
@@ -13,7 +15,7 @@ for target in decode differential; do
   work=$(mktemp -d)
   cp -r "fuzz/corpus/$target/." "$work/"
   echo "fuzzing $target for ${SECONDS_PER_TARGET}s"
-  (cd fuzz && cargo +nightly fuzz run "$target" "$work" -- \
+  (cd fuzz && cargo +nightly fuzz run --sanitizer "${FUZZ_SANITIZER:-address}" "$target" "$work" -- \
      -max_total_time="$SECONDS_PER_TARGET" -print_final_stats=1 2>&1 | grep -E 'stat::number_of_executed_units|Done|ERROR|panicked' || true)
   rm -rf "$work"
   (cd fuzz && test -z "$(ls artifacts/$target 2>/dev/null)") || { echo "fuzz found a crash in $target: fuzz/artifacts/$target"; exit 1; }

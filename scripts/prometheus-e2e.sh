@@ -28,8 +28,9 @@ WORK=$(mktemp -d)
 cleanup() { kill "${APP_PID:-}" "${PROM_PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-cargo build --release --locked -q -p sb-metrics --example serve_metrics
-target/release/examples/serve_metrics "127.0.0.1:$APP_PORT" 60 2>"$WORK/app.log" &
+# A debug build: it reuses what `cargo test` already compiled.
+cargo build --locked -q -p sb-metrics --example serve_metrics
+target/debug/examples/serve_metrics "127.0.0.1:$APP_PORT" 60 2>"$WORK/app.log" &
 APP_PID=$!
 
 cat >"$WORK/prometheus.yml" <<YML
