@@ -28,9 +28,17 @@ WORK=$(mktemp -d)
 cleanup() { kill "${APP_PID:-}" "${PROM_PID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-# A debug build: it reuses what `cargo test` already compiled.
-cargo build --locked -q -p sb-metrics --example serve_metrics
-target/debug/examples/serve_metrics "127.0.0.1:$APP_PORT" 60 2>"$WORK/app.log" &
+# The example as `cargo test --workspace` builds it (after that command this compiles
+# nothing: the same feature resolution, the same artifacts).
+APP=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg["target"]["name"] == "serve_metrics" and msg.get("executable"):
+        print(msg["executable"])
+')
+[ -x "$APP" ] || { echo "prometheus-e2e: could not build the serve_metrics example"; exit 1; }
+"$APP" "127.0.0.1:$APP_PORT" 60 2>"$WORK/app.log" &
 APP_PID=$!
 
 cat >"$WORK/prometheus.yml" <<YML
