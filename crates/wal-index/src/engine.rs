@@ -325,6 +325,11 @@ impl WalIndex {
 
     /// Builds until served, waiting on this execution's own wait list between builds, within
     /// `budget`. Runtime-agnostic.
+    ///
+    /// A drive for an execution with nothing indexed yet registers on an empty slot, which
+    /// its first event then notifies. Empty slots are not executions (`stats()` and
+    /// `execution_ids()` skip them); TTL sweeps drop them, and without a TTL they stay until
+    /// the execution arrives or is evicted.
     pub async fn drive(
         &self,
         execution_id: ExecutionId,
