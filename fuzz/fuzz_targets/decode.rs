@@ -14,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
         // A decoded event keeps its payload verbatim and survives the slim projection.
         assert_eq!(event.payload().as_ref(), data);
         let slim = event.to_slim();
-        assert_eq!((slim.id(), slim.execution_id(), slim.prev()), (event.id(), event.execution_id(), event.prev()));
+        assert_eq!(
+            (slim.id(), slim.execution_id(), slim.prev()),
+            (event.id(), event.execution_id(), event.prev())
+        );
     }
     // As a WAL file: count the lines the source yields, then drain them.
     let mut source = JsonLinesSource::new(data);
@@ -23,8 +26,19 @@ fuzz_target!(|data: &[u8]| {
         lines += records.len() as u64;
     }
     let index = Arc::new(WalIndex::default());
-    let mut drain = Drain::new(index.clone(), JsonLinesSource::new(data), DrainConfig::default());
-    let report = drain.run_until_closed().expect("reading from memory cannot fail").clone();
-    assert_eq!(report.events + report.bad, lines, "every line is applied or reported");
+    let mut drain = Drain::new(
+        index.clone(),
+        JsonLinesSource::new(data),
+        DrainConfig::default(),
+    );
+    let report = drain
+        .run_until_closed()
+        .expect("reading from memory cannot fail")
+        .clone();
+    assert_eq!(
+        report.events + report.bad,
+        lines,
+        "every line is applied or reported"
+    );
     assert!(index.stats().events as u64 <= report.events);
 });

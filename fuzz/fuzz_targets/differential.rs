@@ -6,13 +6,9 @@
 #[path = "../../crates/wal-index/tests/common/model.rs"]
 mod model;
 
-use std::time::Duration;
-
 use arbitrary::{Result, Unstructured};
-use chain_fold::SpineOrder;
 use libfuzzer_sys::fuzz_target;
-use model::{EXECUTIONS, HEADS, Op, check_all, observe};
-use wal_index::{EvictionPolicy, IndexConfig, MutexIndex, ShardedMutexIndex, WalIndex};
+use model::{EXECUTIONS, HEADS, Op, check_every_index};
 
 fn exec(u: &mut Unstructured<'_>) -> Result<i64> {
     u.int_in_range(0..=EXECUTIONS - 1)
@@ -45,8 +41,12 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
 
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
-    let Ok(sink_gate) = u.arbitrary::<bool>() else { return };
-    let Ok(by_id) = u.arbitrary::<bool>() else { return };
+    let Ok(sink_gate) = u.arbitrary::<bool>() else {
+        return;
+    };
+    let Ok(by_id) = u.arbitrary::<bool>() else {
+        return;
+    };
     let mut ops = Vec::new();
     while !u.is_empty() && ops.len() < 64 {
         match op(&mut u) {
@@ -54,20 +54,7 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => break,
         }
     }
-    let config = IndexConfig {
-        order: if by_id { SpineOrder::EventId } else { SpineOrder::Causal },
-        sink_gate,
-        eviction: EvictionPolicy { ttl: Some(Duration::from_secs(1)), ..EvictionPolicy::default() },
-        ..IndexConfig::default()
-    };
-    let lockfree = WalIndex::new(config);
-    let mutex = MutexIndex::new(config);
-    let sharded = ShardedMutexIndex::new(config);
-    if let Err(disagreement) = check_all(config, &ops, &[
-        &|op, far| observe(&lockfree, op, far),
-        &|op, far| observe(&mutex, op, far),
-        &|op, far| observe(&sharded, op, far),
-    ]) {
+    if let Err(disagreement) = check_every_index(&ops, sink_gate, by_id) {
         panic!("{disagreement}");
     }
 });

@@ -5,12 +5,8 @@
 #[path = "common/model.rs"]
 mod model;
 
-use std::time::Duration;
-
-use chain_fold::SpineOrder;
-use model::{EXECUTIONS, HEADS, Op, check_all, observe};
+use model::{EXECUTIONS, HEADS, Op, check_every_index};
 use proptest::prelude::*;
-use wal_index::{EvictionPolicy, IndexConfig, MutexIndex, ShardedMutexIndex, WalIndex};
 
 fn op() -> impl Strategy<Value = Op> {
     let exec = 0..EXECUTIONS;
@@ -38,20 +34,7 @@ proptest! {
         sink_gate in any::<bool>(),
         by_id in any::<bool>(),
     ) {
-        let config = IndexConfig {
-            order: if by_id { SpineOrder::EventId } else { SpineOrder::Causal },
-            sink_gate,
-            eviction: EvictionPolicy { ttl: Some(Duration::from_secs(1)), ..EvictionPolicy::default() },
-            ..IndexConfig::default()
-        };
-        let lockfree = WalIndex::new(config);
-        let mutex = MutexIndex::new(config);
-        let sharded = ShardedMutexIndex::new(config);
-        let result = check_all(config, &ops, &[
-            &|op, far| observe(&lockfree, op, far),
-            &|op, far| observe(&mutex, op, far),
-            &|op, far| observe(&sharded, op, far),
-        ]);
+        let result = check_every_index(&ops, sink_gate, by_id);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }

@@ -7,8 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use chain_fold::{AdvanceOutcome, Chain, Event, ExecutionId, Incomplete, SpineCache};
-use wal_index::{DriveBudget, IndexConfig, IndexStats, StateIndex};
+use chain_fold::{AdvanceOutcome, Chain, Event, ExecutionId, Incomplete, SpineCache, SpineOrder};
+use wal_index::{
+    DriveBudget, EvictionPolicy, IndexConfig, IndexStats, MutexIndex, ShardedMutexIndex,
+    StateIndex, WalIndex,
+};
 
 pub const EXECUTIONS: i64 = 3;
 
@@ -303,4 +306,40 @@ pub fn observe<I: StateIndex>(
 ) -> (Seen, IndexStats, Vec<ExecutionId>, &'static str) {
     let seen = run_index(index, op, far);
     (seen, index.stats(), index.execution_ids(), I::NAME)
+}
+
+/// The configuration the model implements: a TTL that every `Op::Sweep` (run an hour in the
+/// future) exceeds, the sink gate and the spine order as chosen.
+pub fn config(sink_gate: bool, by_id: bool) -> IndexConfig {
+    IndexConfig {
+        order: if by_id {
+            SpineOrder::EventId
+        } else {
+            SpineOrder::Causal
+        },
+        sink_gate,
+        eviction: EvictionPolicy {
+            ttl: Some(Duration::from_secs(1)),
+            ..EvictionPolicy::default()
+        },
+        ..IndexConfig::default()
+    }
+}
+
+/// Runs `ops` on fresh `WalIndex`, `MutexIndex` and `ShardedMutexIndex` and the model;
+/// returns the first disagreement.
+pub fn check_every_index(ops: &[Op], sink_gate: bool, by_id: bool) -> Result<(), String> {
+    let config = config(sink_gate, by_id);
+    let lockfree = WalIndex::new(config);
+    let mutex = MutexIndex::new(config);
+    let sharded = ShardedMutexIndex::new(config);
+    check_all(
+        config,
+        ops,
+        &[
+            &|op, far| observe(&lockfree, op, far),
+            &|op, far| observe(&mutex, op, far),
+            &|op, far| observe(&sharded, op, far),
+        ],
+    )
 }
