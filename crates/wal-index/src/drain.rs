@@ -22,6 +22,11 @@ pub struct DrainConfig {
     pub idle_wait: Duration,
     /// How often the eviction sweep runs.
     pub sweep_every: Duration,
+    /// What a source error does: `Some` retries after a growing pause (the default; a
+    /// broker outage is not the end of the drain), `None` ends the run with the error.
+    /// Errors of kind [`InvalidInput`](io::ErrorKind::InvalidInput) always end it: they
+    /// say the source is misconfigured, which waiting cannot fix.
+    pub retry: Option<Backoff>,
 }
 
 impl Default for DrainConfig {
@@ -30,7 +35,45 @@ impl Default for DrainConfig {
             batch_max: 200,
             idle_wait: Duration::from_millis(25),
             sweep_every: Duration::from_secs(1),
+            retry: Some(Backoff::default()),
         }
+    }
+}
+
+/// Capped exponential backoff between retries of a failing source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The pause after the first error (default 25 ms).
+    pub first: Duration,
+    /// The longest pause (default 1 s); each further consecutive error doubles the pause
+    /// up to this.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            first: Duration::from_millis(25),
+            max: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Backoff {
+    /// The pause after `consecutive` errors in a row (1 = the first).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wal_index::Backoff;
+    ///
+    /// let backoff = Backoff::default();
+    /// assert_eq!(backoff.pause(1), Duration::from_millis(25));
+    /// assert_eq!(backoff.pause(3), Duration::from_millis(100));
+    /// assert_eq!(backoff.pause(40), Duration::from_secs(1));
+    /// ```
+    pub fn pause(&self, consecutive: u32) -> Duration {
+        let doublings = consecutive.saturating_sub(1).min(20);
+        self.first.saturating_mul(1 << doublings).min(self.max)
     }
 }
 
@@ -60,6 +103,10 @@ pub struct DrainReport {
     pub sweeps: u64,
     /// Executions evicted by sweeps.
     pub swept: u64,
+    /// Source errors (failed pulls and commits) that were retried.
+    pub source_errors: u64,
+    /// The last of them, as text.
+    pub last_source_error: Option<String>,
 }
 
 impl DrainReport {
@@ -70,7 +117,10 @@ impl DrainReport {
 /// Pulls from `source` into `index`.
 ///
 /// It reports `wal_events` (records consumed, bad ones included) and `healthy` (up after a
-/// successful pull, down when the source errors) to the index's observer.
+/// successful pull, down when the source errors) to the index's observer. After each
+/// applied batch it calls [`WalSource::commit`]. A source error is retried with
+/// [`DrainConfig::retry`]'s backoff (the drain stays responsive to `stop` meanwhile) unless
+/// retries are off or the error is [`InvalidInput`](io::ErrorKind::InvalidInput).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -93,6 +143,8 @@ pub struct Drain<I, S> {
     report: DrainReport,
     last_sweep: Instant,
     healthy: Option<bool>,
+    /// Consecutive source errors, and when the next attempt is due.
+    failing: Option<(u32, Instant)>,
 }
 
 impl<I: StateIndex, S: WalSource> Drain<I, S> {
@@ -105,24 +157,29 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             report: DrainReport::default(),
             last_sweep: Instant::now(),
             healthy: None,
+            failing: None,
         }
     }
 
-    /// One pull-apply step (and a sweep if one is due). Returns false once the source is
-    /// closed.
+    /// One pull-apply-commit step (and a sweep if one is due). Returns false once the
+    /// source is closed; an error only when the source failed and is not retried.
     pub fn step(&mut self) -> io::Result<bool> {
+        if let Some((_, due)) = self.failing {
+            let now = Instant::now();
+            if now < due {
+                // Sleep in short slices so `run_until`'s stop flag is seen promptly.
+                std::thread::sleep(
+                    (due - now).min(self.config.idle_wait.max(Duration::from_millis(1))),
+                );
+                return Ok(true);
+            }
+        }
         let pulled = match self
             .source
             .pull(self.config.batch_max, self.config.idle_wait)
         {
-            Ok(pulled) => {
-                self.set_healthy(true);
-                pulled
-            }
-            Err(error) => {
-                self.set_healthy(false);
-                return Err(error);
-            }
+            Ok(pulled) => pulled,
+            Err(error) => return self.source_failed(error),
         };
         let more = match pulled {
             Pull::Closed => false,
@@ -142,13 +199,34 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                     let batch = self.index.apply_batch(events);
                     self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
                 }
+                if let Err(error) = self.source.commit() {
+                    return self.source_failed(error);
+                }
                 true
             }
         };
+        self.failing = None;
+        self.set_healthy(true);
         if self.last_sweep.elapsed() >= self.config.sweep_every {
             self.sweep();
         }
         Ok(more)
+    }
+
+    fn source_failed(&mut self, error: io::Error) -> io::Result<bool> {
+        self.set_healthy(false);
+        let retry = self
+            .config
+            .retry
+            .filter(|_| error.kind() != io::ErrorKind::InvalidInput);
+        let Some(backoff) = retry else {
+            return Err(error);
+        };
+        let consecutive = self.failing.map_or(1, |(n, _)| n.saturating_add(1));
+        self.failing = Some((consecutive, Instant::now() + backoff.pause(consecutive)));
+        self.report.source_errors += 1;
+        self.report.last_source_error = Some(error.to_string());
+        Ok(true)
     }
 
     fn set_healthy(&mut self, up: bool) {

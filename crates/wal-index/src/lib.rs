@@ -67,7 +67,7 @@ mod sync;
 pub use baseline::MutexIndex;
 pub use config::{ConfigError, DriveBudget, EvictionPolicy, IndexConfig};
 #[cfg(not(wal_index_loom))]
-pub use drain::{BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
+pub use drain::{Backoff, BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
 #[cfg(not(wal_index_loom))]
 pub use engine::WalIndex;
 pub use observe::{DriveLabel, IndexObserver, NoopObserver, RehydrateLabel, WaitLabel};

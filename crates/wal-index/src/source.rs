@@ -29,6 +29,25 @@ pub enum Pull {
 pub trait WalSource: Send {
     /// Returns up to `max` records, waiting at most `wait` for the first one.
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull>;
+
+    /// Called by the drain once everything `pull` returned so far has been applied (bad
+    /// records included: they were counted and skipped). A source whose log wants
+    /// acknowledgements (a durable broker consumer) acknowledges here; the default does
+    /// nothing. An error is handled like a failed pull: the records are delivered again
+    /// later, and the index absorbs the duplicates.
+    fn commit(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<S: WalSource + ?Sized> WalSource for Box<S> {
+    fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
+        (**self).pull(max, wait)
+    }
+
+    fn commit(&mut self) -> io::Result<()> {
+        (**self).commit()
+    }
 }
 
 /// Creates an in-memory WAL: the writer appends payloads, the source yields them in order.

@@ -1,0 +1,135 @@
+//! The client runtime, the connection settings every part of this crate shares, and the
+//! crate's error type.
+
+use std::time::Duration;
+
+use crate::config::NatsWalConfig;
+
+/// Why a source or publisher could not be set up. Broker outages are not errors of this
+/// type: they are retried (see [`JetStreamSource`](crate::JetStreamSource)).
+#[derive(Debug, thiserror::Error)]
+pub enum NatsWalError {
+    /// A setting the broker would reject; names the variable that holds it.
+    #[error("invalid WAL configuration: {0}")]
+    Config(#[from] wal_index::ConfigError),
+    /// The client's runtime could not start.
+    #[error("cannot start the NATS client runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The address could not be used to connect (malformed URL, unknown option).
+    #[error("cannot connect to {url}: {message}")]
+    Connect {
+        /// The address.
+        url: String,
+        /// The client's explanation.
+        message: String,
+    },
+    /// A JetStream call failed (publisher set-up only; sources retry instead).
+    #[error("JetStream: {0}")]
+    JetStream(String),
+}
+
+/// A one-worker Tokio runtime that owns the NATS client's connection task, so the client
+/// keeps reading from the socket while the caller's thread applies a batch.
+pub(crate) struct Runtime(tokio::runtime::Runtime);
+
+impl Runtime {
+    pub(crate) fn new() -> Result<Self, NatsWalError> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("wal-nats-client")
+            .enable_all()
+            .build()
+            .map(Runtime)
+            .map_err(NatsWalError::Runtime)
+    }
+
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.0.block_on(future)
+    }
+
+    /// A handle to enter the runtime with (`handle.enter()`) while the owner is borrowed
+    /// mutably: the client's streams create timers when polled or dropped, which needs a
+    /// current runtime.
+    pub(crate) fn handle(&self) -> tokio::runtime::Handle {
+        self.0.handle().clone()
+    }
+
+    /// Runs `future` for at most `limit`; `None` if it did not finish. (Tokio timers must
+    /// be created inside the runtime, hence the wrapper.)
+    pub(crate) fn block_on_for<F: Future>(
+        &self,
+        limit: std::time::Duration,
+        future: F,
+    ) -> Option<F::Output> {
+        self.0
+            .block_on(async move { tokio::time::timeout(limit, future).await })
+            .ok()
+    }
+
+    /// The JetStream context spawns its acknowledgement task on creation, so it must be
+    /// made inside the runtime.
+    pub(crate) fn jetstream(
+        &self,
+        client: async_nats::Client,
+        timeout: std::time::Duration,
+    ) -> async_nats::jetstream::Context {
+        let _inside = self.0.enter();
+        let mut context = async_nats::jetstream::new(client);
+        context.set_timeout(timeout);
+        context
+    }
+}
+
+/// The reconnect delay after `attempts` failed attempts: 25 ms doubling up to `max`.
+pub(crate) fn reconnect_delay(attempts: usize, max: Duration) -> Duration {
+    let exponent = u32::try_from(attempts.saturating_sub(1))
+        .unwrap_or(u32::MAX)
+        .min(16);
+    (Duration::from_millis(25) * 2u32.pow(exponent)).min(max)
+}
+
+/// Connects without failing on an unreachable broker: the client retries in the background,
+/// forever, with [`reconnect_delay`].
+pub(crate) fn connect(
+    runtime: &Runtime,
+    config: &NatsWalConfig,
+) -> Result<async_nats::Client, NatsWalError> {
+    let max = config.reconnect_max_delay;
+    let options = async_nats::ConnectOptions::new()
+        .name("state-builder-wal")
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connection_timeout(config.api_timeout)
+        .reconnect_delay_callback(move |attempts| reconnect_delay(attempts, max));
+    runtime
+        .block_on(options.connect(config.url.as_str()))
+        .map_err(|e| NatsWalError::Connect {
+            url: config.url.clone(),
+            message: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_backoff_doubles_and_caps() {
+        let max = Duration::from_secs(1);
+        let delays: Vec<u64> = (0..9)
+            .map(|n| reconnect_delay(n, max).as_millis() as u64)
+            .collect();
+        assert_eq!(delays, [25, 25, 50, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(reconnect_delay(usize::MAX, max), max);
+    }
+
+    #[test]
+    fn malformed_url_is_a_typed_error() {
+        let runtime = Runtime::new().unwrap();
+        let config = NatsWalConfig::new("nats://[not a host");
+        match connect(&runtime, &config) {
+            Err(NatsWalError::Connect { url, .. }) => assert_eq!(url, config.url),
+            other => panic!("expected a Connect error, got {other:?}"),
+        }
+    }
+}

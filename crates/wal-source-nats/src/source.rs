@@ -1,0 +1,359 @@
+//! The JetStream consumer behind a [`WalSource`]: a pull consumer read through a prefetching
+//! message stream, recreated whenever the connection or the consumer was lost.
+
+use std::io;
+use std::time::Duration;
+
+use async_nats::connection::State;
+use async_nats::jetstream::{self, consumer};
+use futures_util::{FutureExt, StreamExt};
+use wal_index::{Pull, Record, WalSource};
+
+use crate::config::{ConsumerMode, NatsWalConfig};
+use crate::connect::{NatsWalError, Runtime, connect};
+
+/// A [`WalSource`] over a JetStream stream.
+///
+/// # Model
+///
+/// The source owns a small Tokio runtime (one worker thread) on which the NATS client runs;
+/// [`pull`](WalSource::pull) blocks the calling thread (the drain's) on it. The client keeps
+/// up to [`prefetch`](NatsWalConfig::prefetch) messages in flight, so while the drain
+/// applies a batch the next one is already arriving. Each record's `position` is its stream
+/// sequence number.
+///
+/// # Failure and recovery
+///
+/// Nothing the broker does is fatal. While the connection is down `pull` returns an error
+/// of kind [`NotConnected`](io::ErrorKind::NotConnected) (the drain turns that into
+/// `healthy = 0` and retries with backoff) and the client reconnects on its own, with a
+/// backoff that starts at 25 ms and is capped at
+/// [`reconnect_max_delay`](NatsWalConfig::reconnect_max_delay). After any disconnect, a
+/// missed heartbeat or a deleted consumer, the next `pull` creates the consumer again:
+///
+/// - replay-on-boot: a new ephemeral consumer that starts right after the last stream
+///   sequence this source returned, so the drain sees neither a gap nor a duplicate;
+/// - durable: the same durable name; the broker resumes after its acknowledgement floor,
+///   so what was pulled but not yet committed is delivered again (at-least-once).
+///
+/// # Acknowledgement
+///
+/// In durable mode the consumer uses `AckPolicy::All`: [`commit`](WalSource::commit)
+/// acknowledges the last message of the batches pulled so far, which acknowledges every
+/// earlier one, so a batch costs one ack message instead of one per event. Bad records are
+/// acknowledged with their batch (they were counted and skipped; redelivering them would
+/// not make them decodable). Replay-on-boot acknowledges nothing (`AckPolicy::None`).
+///
+/// # Limits
+///
+/// - `pull` must not be called from inside an async runtime (it blocks); run the drain on
+///   its own thread, as [`Drain::spawn`](wal_index::Drain::spawn) does.
+/// - Replay-on-boot rebuilds from what the stream *retains*: events the stream's limits have
+///   already discarded are gone for a restarted pool.
+/// - Resharding (changing the shard count) moves executions between pools; durable
+///   positions do not move with them, so reshard with replay-on-boot.
+pub struct JetStreamSource {
+    client: async_nats::Client,
+    context: jetstream::Context,
+    config: NatsWalConfig,
+    feed: Option<consumer::pull::Stream>,
+    /// The first stream sequence this source has not returned yet (replay-on-boot resumes
+    /// here after a consumer is lost).
+    next_sequence: u64,
+    /// Durable mode: the last message returned and not yet acknowledged.
+    unacked: Option<jetstream::Message>,
+    /// Set when a pull saw the connection down: the consumer is recreated once it is up.
+    lost: bool,
+    stats: SourceStats,
+    /// Last, so the client and consumer are dropped while their runtime still exists.
+    runtime: Runtime,
+}
+
+/// Counters of what a [`JetStreamSource`] did, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    /// Messages returned by `pull`.
+    pub messages: u64,
+    /// Consumers created (the first one included).
+    pub consumers_created: u64,
+    /// Pulls that found the feed broken (connection down, consumer gone, missed heartbeats).
+    pub interruptions: u64,
+    /// Batches acknowledged (durable mode).
+    pub commits: u64,
+    /// Messages the broker said it had delivered before (durable redeliveries).
+    pub redelivered: u64,
+    /// Messages still pending on the consumer when the last one was delivered: 0 means the
+    /// source had caught up with the stream at that moment.
+    pub pending: u64,
+}
+
+impl JetStreamSource {
+    /// Connects to the broker in `config` and prepares the consumer.
+    ///
+    /// Fails on an invalid configuration or an unusable runtime. An unreachable broker is
+    /// not an error: it waits up to [`api_timeout`](NatsWalConfig::api_timeout) for the
+    /// first connection, then returns anyway; the client keeps reconnecting in the
+    /// background and `pull` reports `NotConnected` until it is up, so a pool may start
+    /// before its broker.
+    pub fn connect(config: NatsWalConfig) -> Result<Self, NatsWalError> {
+        config.validate()?;
+        let runtime = Runtime::new()?;
+        let client = connect(&runtime, &config)?;
+        let context = runtime.jetstream(client.clone(), config.api_timeout);
+        let source = JetStreamSource {
+            client,
+            context,
+            config,
+            feed: None,
+            next_sequence: 1,
+            unacked: None,
+            lost: false,
+            stats: SourceStats::default(),
+            runtime,
+        };
+        source.wait_connected(source.config.api_timeout);
+        Ok(source)
+    }
+
+    /// Waits up to `limit` for the connection to be up; true if it is.
+    pub fn wait_connected(&self, limit: Duration) -> bool {
+        let client = self.client.clone();
+        self.runtime
+            .block_on_for(limit, async move {
+                while client.connection_state() != State::Connected {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .is_some()
+    }
+
+    /// What the source did so far.
+    pub fn stats(&self) -> SourceStats {
+        self.stats
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &NatsWalConfig {
+        &self.config
+    }
+
+    /// The stream sequence the next record will have at the earliest.
+    pub fn next_sequence(&self) -> u64 {
+        self.next_sequence
+    }
+
+    async fn open_feed(
+        context: &jetstream::Context,
+        config: &NatsWalConfig,
+        next_sequence: u64,
+    ) -> io::Result<consumer::pull::Stream> {
+        let stream = context
+            .get_stream(&config.stream)
+            .await
+            .map_err(|e| feed_error("cannot look up the stream", &config.stream, e))?;
+        let filter_subject = config.filter_subject.clone().unwrap_or_default();
+        let consumer: consumer::PullConsumer = match &config.mode {
+            ConsumerMode::ReplayOnBoot => stream
+                .create_consumer(consumer::pull::Config {
+                    deliver_policy: if next_sequence <= 1 {
+                        consumer::DeliverPolicy::All
+                    } else {
+                        consumer::DeliverPolicy::ByStartSequence {
+                            start_sequence: next_sequence,
+                        }
+                    },
+                    ack_policy: consumer::AckPolicy::None,
+                    filter_subject,
+                    // An abandoned consumer (this process died) goes away on its own.
+                    inactive_threshold: Duration::from_secs(30),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| feed_error("cannot create the consumer on", &config.stream, e))?,
+            ConsumerMode::Durable { name } => stream
+                .get_or_create_consumer(
+                    name,
+                    consumer::pull::Config {
+                        durable_name: Some(name.clone()),
+                        deliver_policy: consumer::DeliverPolicy::All,
+                        ack_policy: consumer::AckPolicy::All,
+                        filter_subject,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(|e| feed_error("cannot create the consumer on", &config.stream, e))?,
+        };
+        consumer
+            .stream()
+            .max_messages_per_batch(config.prefetch.max(1))
+            .heartbeat(config.heartbeat)
+            .expires(config.heartbeat * 10)
+            .messages()
+            .await
+            .map_err(|e| feed_error("cannot start the consumer on", &config.stream, e))
+    }
+
+    fn interrupted(&mut self, error: io::Error) -> io::Error {
+        self.feed = None;
+        self.stats.interruptions += 1;
+        tracing::warn!(stream = %self.config.stream, %error, "JetStream feed interrupted");
+        error
+    }
+
+    fn take(&mut self, message: jetstream::Message, batch: &mut Vec<Record>) {
+        let (position, delivered, pending) = match message.info() {
+            Ok(info) => (info.stream_sequence, info.delivered, info.pending),
+            // Not a JetStream delivery (cannot happen on a pull consumer): keep the payload,
+            // the drain decodes it like any other record.
+            Err(_) => (self.next_sequence, 1, self.stats.pending),
+        };
+        self.next_sequence = self.next_sequence.max(position + 1);
+        self.stats.messages += 1;
+        self.stats.pending = pending;
+        if delivered > 1 {
+            self.stats.redelivered += 1;
+        }
+        batch.push(Record {
+            position,
+            payload: message.payload.clone(),
+        });
+        if matches!(self.config.mode, ConsumerMode::Durable { .. }) {
+            self.unacked = Some(message);
+        }
+    }
+}
+
+impl WalSource for JetStreamSource {
+    fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
+        let runtime = self.runtime.handle();
+        let _inside = runtime.enter();
+        if self.client.connection_state() != State::Connected {
+            self.lost = true;
+            // Give the reconnect a chance within this pull's wait before reporting.
+            if !self.wait_connected(wait) {
+                return Err(self.interrupted(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!("not connected to {}", self.config.url),
+                )));
+            }
+        }
+        if std::mem::take(&mut self.lost) {
+            // The consumer may not have survived what happened to the connection.
+            self.feed = None;
+            // Durable: an ack queued for a dead connection may be lost; the broker will
+            // redeliver from its floor, which the index absorbs.
+            self.unacked = None;
+        }
+        if self.feed.is_none() {
+            let opened = self.runtime.block_on_for(
+                self.config.api_timeout,
+                Self::open_feed(&self.context, &self.config, self.next_sequence),
+            );
+            match opened {
+                Some(Ok(feed)) => {
+                    self.feed = Some(feed);
+                    self.stats.consumers_created += 1;
+                }
+                Some(Err(error)) => return Err(self.interrupted(error)),
+                None => {
+                    return Err(self.interrupted(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("creating the consumer on {} timed out", self.config.stream),
+                    )));
+                }
+            }
+        }
+        let Some(feed) = self.feed.as_mut() else {
+            return Ok(Pull::Idle);
+        };
+        let first = self.runtime.block_on_for(wait, feed.next());
+        let first = match first {
+            None => return Ok(Pull::Idle),
+            Some(None) => {
+                return Err(self.interrupted(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the consumer's message stream ended",
+                )));
+            }
+            Some(Some(Err(error))) => {
+                return Err(self.interrupted(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    format!("JetStream consumer: {error}"),
+                )));
+            }
+            Some(Some(Ok(message))) => message,
+        };
+        let mut batch = Vec::with_capacity(max.clamp(1, 1024));
+        self.take(first, &mut batch);
+        while batch.len() < max {
+            let Some(feed) = self.feed.as_mut() else {
+                break;
+            };
+            // Only what the client already holds: the batch never waits for more.
+            match feed.next().now_or_never() {
+                Some(Some(Ok(message))) => self.take(message, &mut batch),
+                // The error resurfaces (and is handled) on the next pull via the lost feed.
+                Some(Some(Err(_)) | None) => {
+                    self.feed = None;
+                    self.lost = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        Ok(Pull::Records(batch))
+    }
+
+    fn commit(&mut self) -> io::Result<()> {
+        let runtime = self.runtime.handle();
+        let _inside = runtime.enter();
+        let Some(message) = self.unacked.take() else {
+            return Ok(());
+        };
+        let acked = self
+            .runtime
+            .block_on_for(self.config.api_timeout, message.ack());
+        match acked {
+            Some(Ok(())) => {
+                self.stats.commits += 1;
+                Ok(())
+            }
+            // Not fatal: the broker redelivers what was not acknowledged.
+            Some(Err(error)) => Err(self.interrupted(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!("acknowledging a batch: {error}"),
+            ))),
+            None => Err(self.interrupted(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "acknowledging a batch timed out",
+            ))),
+        }
+    }
+}
+
+impl Drop for JetStreamSource {
+    fn drop(&mut self) {
+        let runtime = self.runtime.handle();
+        let _inside = runtime.enter();
+        self.feed = None;
+        self.unacked = None;
+    }
+}
+
+impl std::fmt::Debug for JetStreamSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStreamSource")
+            .field("config", &self.config)
+            .field("next_sequence", &self.next_sequence)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn feed_error(what: &str, stream: &str, error: impl std::fmt::Display) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        format!("{what} stream {stream:?}: {error}"),
+    )
+}
