@@ -9,6 +9,7 @@ pub mod html;
 pub mod observer;
 pub mod report;
 pub mod run;
+pub mod wal;
 pub mod workload;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use wal_index::{MutexIndex, WalIndex};
 
 pub use report::Report;
 pub use run::{Plan, SimConfig};
+pub use wal::WalTarget;
 
 /// Which engines to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use sb_sim::workload::{Generator, Shape, read_jsonl, write_jsonl};
-use sb_sim::{Engines, GlobalMetrics, Plan, SimConfig};
+use sb_sim::{Engines, GlobalMetrics, Plan, SimConfig, WalTarget};
 
 #[derive(Parser)]
 #[command(
@@ -84,6 +84,16 @@ struct RunArgs {
     /// Serve the sb-metrics Prometheus endpoint on ADDR while running (label `engine`).
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<SocketAddr>,
+    /// Send the events through a NATS JetStream broker at nats://HOST:PORT instead of an
+    /// in-process channel (a stream per engine run, deleted afterwards).
+    #[arg(long, value_name = "URL")]
+    wal: Option<String>,
+}
+
+impl RunArgs {
+    fn wal(&self) -> Result<WalTarget, String> {
+        WalTarget::parse(self.wal.as_deref())
+    }
 }
 
 #[derive(Args)]
@@ -105,8 +115,15 @@ struct Simulate {
 
 #[derive(Args)]
 struct Replay {
-    /// The WAL file: one JSON event per line.
+    /// The WAL: a file with one JSON event per line, or `nats://HOST:PORT` to read the
+    /// events retained by a JetStream stream (`--stream`, `--filter`).
     file: PathBuf,
+    /// With a `nats://` source: the stream to read.
+    #[arg(long, default_value = wal_source_nats::DEFAULT_STREAM)]
+    stream: String,
+    /// With a `nats://` source: only subjects matching this filter.
+    #[arg(long)]
+    filter: Option<String>,
     #[command(flatten)]
     run: RunArgs,
     /// Events per second to replay at (0: as fast as possible; then the drain can apply
@@ -159,10 +176,11 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
             let config = SimConfig {
                 rate: sim.rate,
                 drive_concurrency: sim.run.drive_concurrency,
+                wal: sim.run.wal()?,
                 ..SimConfig::default()
             };
             let workload = format!(
-                "simulate: {live} live events at {} ev/s ({} drives) after a {}-event cold-start backlog; {} concurrent executions of ~{} events, {} B payloads, {:.0}% inversions, seed {}",
+                "simulate via {wal}: {live} live events at {} ev/s ({} drives) after a {}-event cold-start backlog; {} concurrent executions of ~{} events, {} B payloads, {:.0}% inversions, seed {}",
                 sim.rate,
                 plan.drives(),
                 sim.cold_start,
@@ -170,18 +188,30 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                 shape.events_per_execution,
                 shape.payload_bytes,
                 shape.inversion_rate * 100.0,
-                shape.seed
+                shape.seed,
+                wal = config.wal.describe(),
             );
             finish(&plan, &config, &sim.run, workload)
         }
         Command::Replay(replay) => {
-            let file = std::fs::File::open(&replay.file)
-                .map_err(|e| format!("cannot open {}: {e}", replay.file.display()))?;
-            let items = read_jsonl(
-                std::io::BufReader::new(file),
-                replay.drive_rate,
-                replay.seed,
-            )?;
+            let source = replay.file.to_string_lossy().into_owned();
+            let items = if source.starts_with("nats://") {
+                sb_sim::wal::read_stream(
+                    &source,
+                    &replay.stream,
+                    replay.filter.as_deref(),
+                    replay.drive_rate,
+                    replay.seed,
+                )?
+            } else {
+                let file = std::fs::File::open(&replay.file)
+                    .map_err(|e| format!("cannot open {}: {e}", replay.file.display()))?;
+                read_jsonl(
+                    std::io::BufReader::new(file),
+                    replay.drive_rate,
+                    replay.seed,
+                )?
+            };
             let plan = Plan {
                 backlog: Vec::new(),
                 live: items,
@@ -189,11 +219,13 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
             let config = SimConfig {
                 rate: replay.rate,
                 drive_concurrency: replay.run.drive_concurrency,
+                wal: replay.run.wal()?,
                 ..SimConfig::default()
             };
             let workload = format!(
-                "replay {}: {} records ({} undecodable), {} drives, rate {}",
+                "replay {} via {}: {} records ({} undecodable), {} drives, rate {}",
                 replay.file.display(),
+                config.wal.describe(),
                 plan.live.len(),
                 plan.live.iter().filter(|i| i.ids.is_none()).count(),
                 plan.drives(),

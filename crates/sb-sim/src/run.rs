@@ -8,10 +8,11 @@ use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
 use wal_index::{
     Drain, DrainConfig, DrainReport, DriveBudget, IndexConfig, IndexObserver, IndexStats,
-    StateIndex, channel_wal,
+    StateIndex,
 };
 
 use crate::observer::SimObserver;
+use crate::wal::{Feed, WalTarget};
 use crate::workload::{Generator, Item, Shape};
 
 /// First ids of the live phase, far above any backlog's, so the two never collide.
@@ -31,6 +32,8 @@ pub struct SimConfig {
     pub index: IndexConfig,
     /// The drain's configuration.
     pub drain: DrainConfig,
+    /// The WAL the events go through.
+    pub wal: WalTarget,
 }
 
 impl Default for SimConfig {
@@ -41,6 +44,7 @@ impl Default for SimConfig {
             budget: DriveBudget::default(),
             index: IndexConfig::default(),
             drain: DrainConfig::default(),
+            wal: WalTarget::InProcess,
         }
     }
 }
@@ -129,10 +133,12 @@ pub fn run_engine<I: StateIndex>(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let (wal, source) = channel_wal();
+    let (mut wal, source) = Feed::open(&config.wal, I::NAME)?;
     for item in &plan.backlog {
-        wal.append(item.payload.clone());
+        wal.append(item)?;
     }
+    // A broker's backlog is stored before the drain starts: a replay-on-boot cold start.
+    wal.flush()?;
     let started = observer.started();
     let drain = Drain::new(Arc::clone(&index), source, config.drain).spawn();
 
@@ -149,7 +155,7 @@ pub fn run_engine<I: StateIndex>(
                 std::thread::sleep(due - now);
             }
         }
-        wal.append(item.payload.clone());
+        wal.append(item)?;
         progress.inc(1);
         let (Some((execution_id, event_id)), true) = (item.ids, item.triggers) else {
             continue;
@@ -183,8 +189,21 @@ pub fn run_engine<I: StateIndex>(
             let _ = task.await;
         }
     });
-    drop(wal);
-    let drain = drain.join()?;
+    wal.flush()?;
+    let drain = if wal.closes_on_drop() {
+        drop(wal);
+        drain.join()?
+    } else {
+        // A broker stream never closes: stop once the drain consumed every record.
+        let total = (plan.backlog.len() + plan.live.len()) as u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while observer.wal_events() < total && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let report = drain.stop()?;
+        wal.close()?;
+        report
+    };
     let wall = started.elapsed();
     let drives = std::mem::take(
         &mut *records

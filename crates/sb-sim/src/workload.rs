@@ -207,8 +207,7 @@ pub fn write_jsonl(items: &[Item], mut out: impl Write) -> io::Result<()> {
 /// the drain counts them as bad records; blank lines are skipped. Triggers are drawn with
 /// `drive_rate` from `seed`, so a replay is reproducible too.
 pub fn read_jsonl(input: impl BufRead, drive_rate: f64, seed: u64) -> io::Result<Vec<Item>> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut items = Vec::new();
+    let mut payloads = Vec::new();
     for line in input.split(b'\n') {
         let mut line = line?;
         while matches!(line.last(), Some(b'\r')) {
@@ -217,16 +216,31 @@ pub fn read_jsonl(input: impl BufRead, drive_rate: f64, seed: u64) -> io::Result
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let payload = Bytes::from(line);
-        let event = Event::from_json_bytes(payload.clone()).ok();
-        let triggers = rng.random_bool(drive_rate.clamp(0.0, 1.0));
-        items.push(Item {
-            ids: event.as_ref().map(|e| (e.execution_id(), e.id())),
-            triggers: triggers && event.as_ref().is_some_and(|e| !e.is_terminal()),
-            payload,
-        });
+        payloads.push(Bytes::from(line));
     }
-    Ok(items)
+    Ok(items_from_payloads(payloads, drive_rate, seed))
+}
+
+/// Replay items from raw WAL payloads (file lines, broker messages): each decodable,
+/// non-terminal event triggers a drive with probability `drive_rate` (seeded).
+pub fn items_from_payloads(
+    payloads: impl IntoIterator<Item = Bytes>,
+    drive_rate: f64,
+    seed: u64,
+) -> Vec<Item> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    payloads
+        .into_iter()
+        .map(|payload| {
+            let event = Event::from_json_bytes(payload.clone()).ok();
+            let triggers = rng.random_bool(drive_rate.clamp(0.0, 1.0));
+            Item {
+                ids: event.as_ref().map(|e| (e.execution_id(), e.id())),
+                triggers: triggers && event.as_ref().is_some_and(|e| !e.is_terminal()),
+                payload,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -269,7 +269,10 @@ impl WalSource for JetStreamSource {
         };
         let first = self.runtime.block_on_for(wait, feed.next());
         let first = match first {
-            None => return Ok(Pull::Idle),
+            None => {
+                tracing::trace!(next_sequence = self.next_sequence, "idle");
+                return Ok(Pull::Idle);
+            }
             Some(None) => {
                 return Err(self.interrupted(io::Error::new(
                     io::ErrorKind::ConnectionAborted,
@@ -302,6 +305,12 @@ impl WalSource for JetStreamSource {
                 None => break,
             }
         }
+        tracing::trace!(
+            records = batch.len(),
+            next_sequence = self.next_sequence,
+            pending = self.stats.pending,
+            "pulled"
+        );
         Ok(Pull::Records(batch))
     }
 

@@ -1,0 +1,165 @@
+//! Where a run's WAL lives: an in-process channel (the default) or a real NATS JetStream
+//! broker, where the producer publishes and the drain consumes through the network.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use wal_index::{Pull, WalSource, WalWriter, channel_wal};
+use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
+
+use crate::workload::{Item, items_from_payloads};
+
+/// The WAL a run goes through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WalTarget {
+    /// An in-process channel: measures the index alone.
+    #[default]
+    InProcess,
+    /// A JetStream broker at this `nats://HOST:PORT`: each engine run gets its own stream
+    /// (`sb_sim_<pid>_<engine>`, deleted afterwards); the backlog is published before the
+    /// drain starts, so the cold start is a replay-on-boot from the broker.
+    Nats(String),
+}
+
+impl WalTarget {
+    /// `None` for the in-process channel; a `nats://` URL for a broker.
+    pub fn parse(url: Option<&str>) -> Result<WalTarget, String> {
+        match url {
+            None => Ok(WalTarget::InProcess),
+            Some(url) if url.starts_with("nats://") => Ok(WalTarget::Nats(url.to_owned())),
+            Some(other) => Err(format!(
+                "--wal {other:?}: expected nats://HOST:PORT (omit --wal for the in-process WAL)"
+            )),
+        }
+    }
+
+    /// How the report names it.
+    pub fn describe(&self) -> String {
+        match self {
+            WalTarget::InProcess => "in-process channel".to_owned(),
+            WalTarget::Nats(url) => format!("NATS JetStream at {url}"),
+        }
+    }
+}
+
+/// The producing end of a run's WAL.
+pub(crate) enum Feed {
+    Channel(WalWriter),
+    Nats {
+        publisher: Box<WalPublisher>,
+        subjects: Subjects,
+        stream: String,
+    },
+}
+
+impl Feed {
+    /// Opens the WAL for `engine`: the producer and the drain's source.
+    pub(crate) fn open(target: &WalTarget, engine: &str) -> io::Result<(Feed, Box<dyn WalSource>)> {
+        match target {
+            WalTarget::InProcess => {
+                let (writer, source) = channel_wal();
+                Ok((Feed::Channel(writer), Box::new(source)))
+            }
+            WalTarget::Nats(url) => {
+                let stream = format!("sb_sim_{}_{engine}", std::process::id());
+                let subjects =
+                    Subjects::with_prefix(format!("sb_sim.{}.{engine}", std::process::id()))
+                        .ok_or_else(|| io::Error::other("engine name is not a subject token"))?;
+                let config = NatsWalConfig::new(url.clone()).stream(&stream);
+                let publisher = WalPublisher::connect(&config, subjects.clone(), 1)
+                    .map_err(io::Error::other)?;
+                publisher
+                    .ensure_stream(&stream, Duration::from_secs(10))
+                    .map_err(io::Error::other)?;
+                Ok((
+                    Feed::Nats {
+                        publisher: Box::new(publisher),
+                        subjects,
+                        stream,
+                    },
+                    Box::new(JetStreamSource::connect(config).map_err(io::Error::other)?),
+                ))
+            }
+        }
+    }
+
+    pub(crate) fn append(&mut self, item: &Item) -> io::Result<()> {
+        match self {
+            Feed::Channel(writer) => {
+                writer.append(item.payload.clone());
+                Ok(())
+            }
+            Feed::Nats {
+                publisher,
+                subjects,
+                ..
+            } => match item.ids {
+                Some((execution_id, _)) => publisher.publish(execution_id, item.payload.clone()),
+                // Undecodable: any subject of the stream; the drain counts it as bad.
+                None => publisher.publish_on(subjects.subject(0, 1), item.payload.clone()),
+            }
+            .map_err(io::Error::other),
+        }
+    }
+
+    /// Everything appended so far is in the log (acknowledged by the broker).
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Feed::Channel(_) => Ok(()),
+            Feed::Nats { publisher, .. } => publisher.flush().map_err(io::Error::other),
+        }
+    }
+
+    /// True when the drain ends by itself once the feed is dropped (the channel closes); a
+    /// broker stream stays open, so the run stops the drain once it consumed everything.
+    pub(crate) fn closes_on_drop(&self) -> bool {
+        matches!(self, Feed::Channel(_))
+    }
+
+    /// Deletes the run's stream (broker) or closes the channel.
+    pub(crate) fn close(self) -> io::Result<()> {
+        match self {
+            Feed::Channel(_) => Ok(()),
+            Feed::Nats {
+                publisher, stream, ..
+            } => publisher.delete_stream(&stream).map_err(io::Error::other),
+        }
+    }
+}
+
+/// Reads every message retained by `stream` (optionally only `filter`'s subjects) into
+/// replay items, `drive_rate` of them triggering drives (seeded).
+pub fn read_stream(
+    url: &str,
+    stream: &str,
+    filter: Option<&str>,
+    drive_rate: f64,
+    seed: u64,
+) -> io::Result<Vec<Item>> {
+    let mut config = NatsWalConfig::new(url).stream(stream);
+    config.filter_subject = filter.map(str::to_owned);
+    let mut source = JetStreamSource::connect(config).map_err(io::Error::other)?;
+    let mut payloads: Vec<Bytes> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match source.pull(1024, Duration::from_millis(500)) {
+            Ok(Pull::Records(records)) => {
+                payloads.extend(records.into_iter().map(|r| r.payload));
+                if source.stats().pending == 0 {
+                    break;
+                }
+            }
+            // An empty (or fully filtered-out) stream delivers nothing.
+            Ok(Pull::Idle | Pull::Closed) if source.stats().consumers_created > 0 => break,
+            Ok(Pull::Idle | Pull::Closed) => {}
+            Err(e) if Instant::now() >= deadline => {
+                return Err(io::Error::other(format!(
+                    "cannot read stream {stream:?} from {url}: {e}"
+                )));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    Ok(items_from_payloads(payloads, drive_rate, seed))
+}
