@@ -52,6 +52,8 @@ mod config;
 mod connect;
 mod publisher;
 mod source;
+#[cfg(feature = "test-broker")]
+pub mod test_broker;
 
 pub use config::{ConsumerMode, DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, NatsWalConfig, Subjects};
 pub use connect::NatsWalError;

@@ -9,13 +9,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Broker, chain, sample, tip, wait_for};
+use common::{chain, sample, tip, wait_for};
 use sb_metrics::StateBuilderMetrics;
 use sb_metrics::series::name;
 use wal_index::{
     Drain, DrainConfig, DrainHandle, DriveBudget, IndexConfig, MutexIndex, ShardedMutexIndex,
     StateIndex, WalIndex,
 };
+use wal_source_nats::test_broker::Broker;
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
 const PREFIX: &str = sb_metrics::series::DEFAULT_PREFIX;
