@@ -254,6 +254,8 @@ impl MutexIndex {
             self.observer(),
             || self.appended.listen(),
             || self.build_async(execution_id, expected_head),
+            // Today's design has no notion of a finished execution: waits run out.
+            || false,
         )
         .await;
         observed(drive, self.observer())
@@ -283,6 +285,8 @@ impl MutexIndex {
             self.observer(),
             || self.appended.listen(),
             || self.build(execution_id, expected_head),
+            // Today's design has no notion of a finished execution: waits run out.
+            || false,
         )
     }
 

@@ -65,12 +65,17 @@ impl Tally {
         }
     }
 
-    /// Counts a build; returns the finished drive if it served or the budget is spent.
-    pub(crate) fn after_build(&mut self, build: Build) -> Option<Drive> {
+    /// Counts a build; returns the finished drive if it served, the budget is spent, or
+    /// `hopeless` says no wait can help (the execution finished and was evicted).
+    pub(crate) fn after_build(
+        &mut self,
+        build: Build,
+        hopeless: impl FnOnce() -> bool,
+    ) -> Option<Drive> {
         self.builds += 1;
         let outcome = match build.spine {
             Some(spine) => DriveOutcome::Served(spine),
-            None if self.builds > self.budget.waits => {
+            None if self.builds > self.budget.waits || hopeless() => {
                 let why = match build.outcome {
                     chain_fold::AdvanceOutcome::Incomplete(why) => why,
                     _ => Incomplete::NoEvents,
@@ -107,17 +112,20 @@ impl Tally {
 }
 
 /// The async drive loop every index shares: register with `listen`, build, and if not
-/// served, wait on the listener (up to the budget's cap) and go again.
+/// served, wait on the listener (up to the budget's cap) and go again. After an unserved
+/// build, `hopeless` may end the drive early (the engine: the execution already finished and
+/// was evicted, so its tip can never arrive; the baselines never end early, as today).
 pub(crate) async fn drive_loop<F: std::future::Future<Output = Build>>(
     budget: DriveBudget,
     observer: &dyn IndexObserver,
     mut listen: impl FnMut() -> Listener,
     mut build: impl FnMut() -> F,
+    hopeless: impl Fn() -> bool,
 ) -> Drive {
     let mut tally = Tally::start(budget);
     loop {
         let listener = listen();
-        if let Some(drive) = tally.after_build(build().await) {
+        if let Some(drive) = tally.after_build(build().await, &hopeless) {
             return drive;
         }
         let end = wait_async(listener, tally.cap()).await;
@@ -131,11 +139,12 @@ pub(crate) fn drive_loop_blocking(
     observer: &dyn IndexObserver,
     mut listen: impl FnMut() -> Listener,
     mut build: impl FnMut() -> Build,
+    hopeless: impl Fn() -> bool,
 ) -> Drive {
     let mut tally = Tally::start(budget);
     loop {
         let listener = listen();
-        if let Some(drive) = tally.after_build(build()) {
+        if let Some(drive) = tally.after_build(build(), &hopeless) {
             return drive;
         }
         tally.after_wait(wait_blocking(listener, tally.cap()), observer);

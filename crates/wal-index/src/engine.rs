@@ -89,7 +89,34 @@ pub struct WalIndex {
     directory_writer: Mutex<()>,
     /// The three resident totals, changed together under one lock by writers only.
     accounting: Accounting,
+    /// Executions recently evicted after their terminal event: a drive for one of them
+    /// whose slot is empty ends at once instead of waiting for a tip that came and went.
+    finished: Mutex<FinishedExecutions>,
     epoch: Instant,
+}
+
+/// A bounded memory of terminal-evicted executions (the oldest is forgotten first).
+#[derive(Debug, Default)]
+struct FinishedExecutions {
+    ids: std::collections::HashSet<ExecutionId>,
+    order: std::collections::VecDeque<ExecutionId>,
+}
+
+impl FinishedExecutions {
+    /// How many finished executions are remembered: at production's ~150 finishing per
+    /// second, the last couple of minutes (about 0.5 MiB).
+    const CAPACITY: usize = 16_384;
+
+    fn insert(&mut self, execution_id: ExecutionId) {
+        if self.ids.insert(execution_id) {
+            self.order.push_back(execution_id);
+            if self.order.len() > Self::CAPACITY
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.ids.remove(&oldest);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -124,6 +151,7 @@ impl WalIndex {
             directory: sync::new_swap(Arc::new(Directory::default())),
             directory_writer: Mutex::new(()),
             accounting: Accounting::new(observer),
+            finished: Mutex::new(FinishedExecutions::default()),
             epoch: Instant::now(),
         }
     }
@@ -252,10 +280,26 @@ impl WalIndex {
             }
         }
         if !report.terminal_evicted.is_empty() {
+            let mut finished = self.finished.lock();
+            report
+                .terminal_evicted
+                .iter()
+                .for_each(|&id| finished.insert(id));
+            drop(finished);
             self.observer()
                 .evicted(EvictReason::Terminal, report.terminal_evicted.len());
         }
         report
+    }
+
+    /// True when `execution_id` was evicted after its terminal event and holds no events
+    /// now: its drives cannot be served by waiting (a late redelivery that re-creates the
+    /// execution makes this false again). Only drives whose build was incomplete ask.
+    fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
+        self.finished.lock().ids.contains(&execution_id)
+            && self
+                .lookup(execution_id)
+                .is_none_or(|slot| slot.chain().is_empty())
     }
 
     /// Removes `execution_id`'s slot.
@@ -341,6 +385,7 @@ impl WalIndex {
             self.observer(),
             || self.slot_or_create(execution_id).listen(),
             || std::future::ready(self.build(execution_id, expected_head)),
+            || self.finished_and_gone(execution_id),
         )
         .await;
         observed(drive, self.observer())
@@ -372,6 +417,7 @@ impl WalIndex {
             self.observer(),
             || self.slot_or_create(execution_id).listen(),
             || self.build(execution_id, expected_head),
+            || self.finished_and_gone(execution_id),
         )
     }
 

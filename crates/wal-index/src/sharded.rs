@@ -279,6 +279,8 @@ impl ShardedMutexIndex {
             self.observer(),
             || self.slot_or_create(execution_id).appended.listen(),
             || self.build_async(execution_id, expected_head),
+            // Today's design has no notion of a finished execution: waits run out.
+            || false,
         )
         .await;
         observed(drive, self.observer())
@@ -308,6 +310,8 @@ impl ShardedMutexIndex {
             self.observer(),
             || self.slot_or_create(execution_id).appended.listen(),
             || self.build(execution_id, expected_head),
+            // Today's design has no notion of a finished execution: waits run out.
+            || false,
         )
     }
 
