@@ -23,7 +23,7 @@ pub enum ConsumerMode {
     ReplayOnBoot,
     /// A durable consumer with this name. Delivery resumes where the last acknowledgement
     /// left off, across process restarts; [`JetStreamSource`](crate::JetStreamSource)
-    /// acknowledges a batch only after the drain applied it (`WalSource::commit`), so
+    /// acknowledges each message only after the drain applied it (`WalSource::commit`), so
     /// delivery is at-least-once and the index's idempotent apply absorbs redeliveries.
     Durable {
         /// The consumer's durable name (one per pool: pools sharing a name share the
@@ -66,6 +66,11 @@ pub struct NatsWalConfig {
     /// Time limit of one JetStream API call (creating a consumer, looking up the stream).
     /// Default 2 s.
     pub api_timeout: Duration,
+    /// Durable mode: how long the broker waits for a message's acknowledgement before it
+    /// delivers the message again. A batch is acknowledged milliseconds after it arrives, so
+    /// this only bounds how long a message lost with a dead connection stays missing.
+    /// Default 5 s. Takes effect when the durable consumer is created.
+    pub ack_wait: Duration,
 }
 
 impl NatsWalConfig {
@@ -80,6 +85,7 @@ impl NatsWalConfig {
             heartbeat: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(1),
             api_timeout: Duration::from_secs(2),
+            ack_wait: Duration::from_secs(5),
         }
     }
 

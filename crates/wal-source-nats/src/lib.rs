@@ -19,7 +19,7 @@
 //!
 //! One Tokio worker thread per source for the client connection; up to
 //! [`prefetch`](NatsWalConfig::prefetch) messages buffered in the client; in durable mode,
-//! one acknowledgement per batch. Payloads are handed to the index as the `Bytes` the
+//! one acknowledgement publish per message (no round trip). Payloads are handed to the index as the `Bytes` the
 //! client received, without a copy.
 //!
 //! # Failure

@@ -38,11 +38,15 @@ use crate::connect::{NatsWalError, Runtime, connect};
 ///
 /// # Acknowledgement
 ///
-/// In durable mode the consumer uses `AckPolicy::All`: [`commit`](WalSource::commit)
-/// acknowledges the last message of the batches pulled so far, which acknowledges every
-/// earlier one, so a batch costs one ack message instead of one per event. Bad records are
-/// acknowledged with their batch (they were counted and skipped; redelivering them would
-/// not make them decodable). Replay-on-boot acknowledges nothing (`AckPolicy::None`).
+/// In durable mode the consumer uses `AckPolicy::Explicit`: [`commit`](WalSource::commit)
+/// acknowledges every message of the batches pulled since the last commit, after the drain
+/// applied them. A message the broker sent to a connection that died before it arrived is
+/// never acknowledged, so the broker sends it again after
+/// [`ack_wait`](NatsWalConfig::ack_wait). (`AckPolicy::All`, one ack per batch, would be
+/// cheaper and is wrong here: acknowledging a later message acknowledges that lost one
+/// too.) Bad records are acknowledged with their batch (they were counted and skipped;
+/// redelivering them would not make them decodable). Replay-on-boot acknowledges nothing
+/// (`AckPolicy::None`).
 ///
 /// # Limits
 ///
@@ -60,8 +64,8 @@ pub struct JetStreamSource {
     /// The first stream sequence this source has not returned yet (replay-on-boot resumes
     /// here after a consumer is lost).
     next_sequence: u64,
-    /// Durable mode: the last message returned and not yet acknowledged.
-    unacked: Option<jetstream::Message>,
+    /// Durable mode: the messages returned and not yet acknowledged.
+    unacked: Vec<jetstream::Message>,
     /// Set when a pull saw the connection down: the consumer is recreated once it is up.
     lost: bool,
     stats: SourceStats,
@@ -106,7 +110,7 @@ impl JetStreamSource {
             config,
             feed: None,
             next_sequence: 1,
-            unacked: None,
+            unacked: Vec::new(),
             lost: false,
             stats: SourceStats::default(),
             runtime,
@@ -176,7 +180,11 @@ impl JetStreamSource {
                     consumer::pull::Config {
                         durable_name: Some(name.clone()),
                         deliver_policy: consumer::DeliverPolicy::All,
-                        ack_policy: consumer::AckPolicy::All,
+                        // Not AckPolicy::All: acknowledging a later message would also
+                        // acknowledge earlier ones the broker delivered to a connection
+                        // that died before they arrived, and they would never come again.
+                        ack_policy: consumer::AckPolicy::Explicit,
+                        ack_wait: config.ack_wait,
                         filter_subject,
                         ..Default::default()
                     },
@@ -219,7 +227,7 @@ impl JetStreamSource {
             payload: message.payload.clone(),
         });
         if matches!(self.config.mode, ConsumerMode::Durable { .. }) {
-            self.unacked = Some(message);
+            self.unacked.push(message);
         }
     }
 }
@@ -241,9 +249,6 @@ impl WalSource for JetStreamSource {
         if std::mem::take(&mut self.lost) {
             // The consumer may not have survived what happened to the connection.
             self.feed = None;
-            // Durable: an ack queued for a dead connection may be lost; the broker will
-            // redeliver from its floor, which the index absorbs.
-            self.unacked = None;
         }
         if self.feed.is_none() {
             let opened = self.runtime.block_on_for(
@@ -317,12 +322,20 @@ impl WalSource for JetStreamSource {
     fn commit(&mut self) -> io::Result<()> {
         let runtime = self.runtime.handle();
         let _inside = runtime.enter();
-        let Some(message) = self.unacked.take() else {
+        if self.unacked.is_empty() {
             return Ok(());
-        };
+        }
+        let batch = std::mem::take(&mut self.unacked);
+        // One ack per message (AckPolicy::Explicit): each is a fire-and-forget publish, so a
+        // batch of 200 costs 200 small writes and no round trip.
         let acked = self
             .runtime
-            .block_on_for(self.config.api_timeout, message.ack());
+            .block_on_for(self.config.api_timeout, async move {
+                for message in &batch {
+                    message.ack().await?;
+                }
+                Ok::<(), async_nats::Error>(())
+            });
         match acked {
             Some(Ok(())) => {
                 self.stats.commits += 1;
@@ -346,7 +359,7 @@ impl Drop for JetStreamSource {
         let runtime = self.runtime.handle();
         let _inside = runtime.enter();
         self.feed = None;
-        self.unacked = None;
+        self.unacked.clear();
     }
 }
 
