@@ -101,8 +101,10 @@ pub(crate) fn connect(
         .max_reconnects(None)
         .connection_timeout(config.api_timeout)
         .reconnect_delay_callback(move |attempts| reconnect_delay(attempts, max));
+    // Several comma-separated addresses name a cluster; the client picks among them.
+    let addresses: Vec<&str> = config.url.split(',').map(str::trim).collect();
     runtime
-        .block_on(options.connect(config.url.as_str()))
+        .block_on(options.connect(addresses))
         .map_err(|e| NatsWalError::Connect {
             url: config.url.clone(),
             message: e.to_string(),
@@ -121,6 +123,20 @@ mod tests {
             .collect();
         assert_eq!(delays, [25, 25, 50, 100, 200, 400, 800, 1000, 1000]);
         assert_eq!(reconnect_delay(usize::MAX, max), max);
+    }
+
+    #[test]
+    fn a_cluster_is_several_comma_separated_addresses() {
+        let runtime = Runtime::new().unwrap();
+        // Nothing listens on port 1; with retry_on_initial_connect the client is created
+        // anyway and keeps trying, so both addresses must have parsed.
+        let config = NatsWalConfig::new("nats://127.0.0.1:1, nats://127.0.0.1:2");
+        assert!(connect(&runtime, &config).is_ok());
+        let config = NatsWalConfig::new("nats://127.0.0.1:1,nats://[bad");
+        assert!(matches!(
+            connect(&runtime, &config),
+            Err(NatsWalError::Connect { .. })
+        ));
     }
 
     #[test]
