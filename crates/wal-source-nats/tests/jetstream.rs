@@ -345,3 +345,36 @@ fn a_pool_started_before_its_broker_catches_up() {
     assert_eq!(pool.metric(name::HEALTHY), 1.0);
     pool.assert_served(0..20, 10);
 }
+
+#[test]
+fn a_deleted_durable_consumer_is_recreated() {
+    let Some(broker) = Broker::start("deleted_consumer") else {
+        return;
+    };
+    let stream = stream_name("deleted");
+    let mut publisher = publisher(&broker, &stream, 1);
+    publish_chains(&mut publisher, 0..20, 10);
+    let pool = Pool::<WalIndex>::start(
+        NatsWalConfig::new(broker.url())
+            .stream(&stream)
+            .durable("pool-d"),
+    );
+    assert!(wait_for(LIMIT, || pool.events() == 200));
+
+    // An operator (or a broker-side limit) removes the consumer under the running drain.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(broker.url()).await.unwrap();
+        let context = async_nats::jetstream::new(client);
+        let deleted = context.delete_consumer_from_stream("pool-d", &stream).await;
+        assert!(deleted.is_ok(), "{:?}", deleted.err());
+    });
+    publish_chains(&mut publisher, 20..40, 10);
+    assert!(
+        wait_for(LIMIT, || pool.events() == 400),
+        "indexed {} of 400 after the consumer was deleted",
+        pool.events()
+    );
+    pool.assert_served(0..40, 10);
+    assert_eq!(pool.metric(name::HEALTHY), 1.0);
+}
