@@ -80,20 +80,19 @@ impl Runtime {
     }
 }
 
-/// The reconnect delay after `attempts` failed attempts: 25 ms doubling up to `max`.
+/// The reconnect delay after `attempts` failed attempts: 25 ms doubling up to `max`, the
+/// drain's own [`Backoff`](wal_index::Backoff) schedule.
 pub(crate) fn reconnect_delay(attempts: usize, max: Duration) -> Duration {
-    let exponent = u32::try_from(attempts.saturating_sub(1))
-        .unwrap_or(u32::MAX)
-        .min(16);
-    (Duration::from_millis(25) * 2u32.pow(exponent)).min(max)
+    wal_index::Backoff {
+        first: Duration::from_millis(25),
+        max,
+    }
+    .pause(u32::try_from(attempts).unwrap_or(u32::MAX))
 }
 
 /// Connects without failing on an unreachable broker: the client retries in the background,
 /// forever, with [`reconnect_delay`].
-pub(crate) fn connect(
-    runtime: &Runtime,
-    config: &NatsWalConfig,
-) -> Result<async_nats::Client, NatsWalError> {
+fn connect(runtime: &Runtime, config: &NatsWalConfig) -> Result<async_nats::Client, NatsWalError> {
     let max = config.reconnect_max_delay;
     let options = async_nats::ConnectOptions::new()
         .name("state-builder-wal")
@@ -109,6 +108,18 @@ pub(crate) fn connect(
             url: config.url.clone(),
             message: e.to_string(),
         })
+}
+
+/// What a source and a publisher both hold: the runtime, the client on it, and a JetStream
+/// context with `config.api_timeout`. Validates `config` first.
+pub(crate) fn open(
+    config: &NatsWalConfig,
+) -> Result<(Runtime, async_nats::Client, async_nats::jetstream::Context), NatsWalError> {
+    config.validate()?;
+    let runtime = Runtime::new()?;
+    let client = connect(&runtime, config)?;
+    let context = runtime.jetstream(client.clone(), config.api_timeout);
+    Ok((runtime, client, context))
 }
 
 #[cfg(test)]

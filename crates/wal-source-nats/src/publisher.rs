@@ -8,7 +8,7 @@ use async_nats::jetstream::{self, context::PublishAckFuture, stream};
 use bytes::Bytes;
 
 use crate::config::{NatsWalConfig, Subjects};
-use crate::connect::{NatsWalError, Runtime, connect};
+use crate::connect::{NatsWalError, Runtime, open};
 
 /// Publishes WAL events to a JetStream stream from synchronous code.
 ///
@@ -40,10 +40,7 @@ impl WalPublisher {
         subjects: Subjects,
         shards: u32,
     ) -> Result<Self, NatsWalError> {
-        config.validate()?;
-        let runtime = Runtime::new()?;
-        let client = connect(&runtime, config)?;
-        let context = runtime.jetstream(client, config.api_timeout);
+        let (runtime, _client, context) = open(config)?;
         Ok(WalPublisher {
             runtime,
             context,
@@ -133,7 +130,7 @@ impl WalPublisher {
             let Some((subject, payload, mut ack)) = self.in_flight.pop_front() else {
                 break;
             };
-            let mut backoff = Duration::from_millis(25);
+            let mut failures = 0;
             loop {
                 match self.runtime.block_on(ack.into_future()) {
                     Ok(_) => break,
@@ -143,8 +140,9 @@ impl WalPublisher {
                         )));
                     }
                     Err(_) => {
-                        std::thread::sleep(backoff);
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                        failures += 1;
+                        // 25 ms doubling to 1 s, as the drain retries its source.
+                        std::thread::sleep(wal_index::Backoff::default().pause(failures));
                         self.republished += 1;
                         ack = self.retry_send(&subject, &payload, deadline)?;
                     }

@@ -10,7 +10,7 @@ use futures_util::{FutureExt, StreamExt};
 use wal_index::{Pull, Record, WalSource};
 
 use crate::config::{ConsumerMode, NatsWalConfig};
-use crate::connect::{NatsWalError, Runtime, connect};
+use crate::connect::{NatsWalError, Runtime, open};
 
 /// A [`WalSource`] over a JetStream stream.
 ///
@@ -66,8 +66,6 @@ pub struct JetStreamSource {
     next_sequence: u64,
     /// Durable mode: the messages returned and not yet acknowledged.
     unacked: Vec<jetstream::Message>,
-    /// Set when a pull saw the connection down: the consumer is recreated once it is up.
-    lost: bool,
     stats: SourceStats,
     /// Last, so the client and consumer are dropped while their runtime still exists.
     runtime: Runtime,
@@ -100,10 +98,7 @@ impl JetStreamSource {
     /// background and `pull` reports `NotConnected` until it is up, so a pool may start
     /// before its broker.
     pub fn connect(config: NatsWalConfig) -> Result<Self, NatsWalError> {
-        config.validate()?;
-        let runtime = Runtime::new()?;
-        let client = connect(&runtime, &config)?;
-        let context = runtime.jetstream(client.clone(), config.api_timeout);
+        let (runtime, client, context) = open(&config)?;
         let source = JetStreamSource {
             client,
             context,
@@ -111,7 +106,6 @@ impl JetStreamSource {
             feed: None,
             next_sequence: 1,
             unacked: Vec::new(),
-            lost: false,
             stats: SourceStats::default(),
             runtime,
         };
@@ -237,7 +231,9 @@ impl WalSource for JetStreamSource {
         let runtime = self.runtime.handle();
         let _inside = runtime.enter();
         if self.client.connection_state() != State::Connected {
-            self.lost = true;
+            // The consumer may not survive what happens to the connection: once it is up
+            // again, a new one is opened below.
+            self.feed = None;
             // Give the reconnect a chance within this pull's wait before reporting.
             if !self.wait_connected(wait) {
                 return Err(self.interrupted(io::Error::new(
@@ -245,10 +241,6 @@ impl WalSource for JetStreamSource {
                     format!("not connected to {}", self.config.url),
                 )));
             }
-        }
-        if std::mem::take(&mut self.lost) {
-            // The consumer may not have survived what happened to the connection.
-            self.feed = None;
         }
         if self.feed.is_none() {
             let opened = self.runtime.block_on_for(
@@ -301,10 +293,9 @@ impl WalSource for JetStreamSource {
             // Only what the client already holds: the batch never waits for more.
             match feed.next().now_or_never() {
                 Some(Some(Ok(message))) => self.take(message, &mut batch),
-                // The error resurfaces (and is handled) on the next pull via the lost feed.
+                // A broken feed: the next pull opens a new consumer.
                 Some(Some(Err(_)) | None) => {
                     self.feed = None;
-                    self.lost = true;
                     break;
                 }
                 None => break,
