@@ -296,10 +296,11 @@ impl WalIndex {
     /// now: its drives cannot be served by waiting (a late redelivery that re-creates the
     /// execution makes this false again). Only drives whose build was incomplete ask.
     fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
-        self.finished.lock().ids.contains(&execution_id)
-            && self
-                .lookup(execution_id)
-                .is_none_or(|slot| slot.chain().is_empty())
+        // The wait-free test first: a drive waiting for a tip of an execution that holds
+        // events (the common incomplete build) never touches the lock.
+        self.lookup(execution_id)
+            .is_none_or(|slot| slot.chain().is_empty())
+            && self.finished.lock().ids.contains(&execution_id)
     }
 
     /// Removes `execution_id`'s slot.
