@@ -56,20 +56,24 @@ fn wal_file_with_invalid_utf8_and_truncated_lines_keeps_its_neighbours<I: StateI
     );
 }
 
+/// Applies `(id, prev)` links to execution 5: roots are `playbook_started`, the rest steps.
+fn apply_links<I: StateIndex>(index: &I, links: &[(i64, Option<i64>)]) {
+    for &(id, prev) in links {
+        let kind = if prev.is_none() {
+            "playbook_started"
+        } else {
+            "step"
+        };
+        index.apply(Event::minimal(id, 5, prev, kind));
+    }
+}
+
 fn conflicting_redelivery_last_write_wins_and_rebuilds<I: StateIndex>() {
     let index = I::with_config(IndexConfig::default());
-    for (id, prev) in [(1, None), (2, Some(1)), (3, Some(2)), (4, Some(3))] {
-        index.apply(Event::minimal(
-            id,
-            5,
-            prev,
-            if prev.is_none() {
-                "playbook_started"
-            } else {
-                "step"
-            },
-        ));
-    }
+    apply_links(
+        &index,
+        &[(1, None), (2, Some(1)), (3, Some(2)), (4, Some(3))],
+    );
     assert_eq!(
         index.build(5, Some(4)).outcome,
         AdvanceOutcome::ColdRebuild(4)
@@ -88,18 +92,10 @@ fn conflicting_redelivery_last_write_wins_and_rebuilds<I: StateIndex>() {
 
 fn a_fork_serves_each_branch_by_its_tip<I: StateIndex>() {
     let index = I::with_config(IndexConfig::default());
-    for (id, prev) in [(1, None), (2, Some(1)), (3, Some(2)), (4, Some(2))] {
-        index.apply(Event::minimal(
-            id,
-            5,
-            prev,
-            if prev.is_none() {
-                "playbook_started"
-            } else {
-                "step"
-            },
-        ));
-    }
+    apply_links(
+        &index,
+        &[(1, None), (2, Some(1)), (3, Some(2)), (4, Some(2))],
+    );
     assert_eq!(
         index.build(5, Some(3)).spine.map(|s| s.ids()),
         Some(vec![1, 2, 3])
