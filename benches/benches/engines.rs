@@ -12,7 +12,8 @@ use bytes::Bytes;
 use chain_fold::Event;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sb_benches::{interleaved, linear, payload};
-use wal_index::{IndexConfig, MutexIndex, ShardedMutexIndex, StateIndex, WalIndex};
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::{IndexConfig, StateIndex, WalIndex};
 
 /// A thread applying `wal` in 200-event batches, over and over, until dropped.
 struct Background {

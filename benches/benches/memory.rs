@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use bytes::Bytes;
 use chain_fold::Event;
 use sb_benches::{interleaved, payload};
-use wal_index::{IndexConfig, MutexIndex, ShardedMutexIndex, StateIndex, WalIndex};
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::{IndexConfig, StateIndex, WalIndex};
 
 struct Counting;
 

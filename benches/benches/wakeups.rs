@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{AdvanceOutcome, Event};
 use sb_benches::{linear, payload};
-use wal_index::{
-    DriveBudget, IndexConfig, IndexObserver, MutexIndex, ShardedMutexIndex, StateIndex, WaitLabel,
-    WalIndex,
-};
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::observe::WaitLabel;
+use wal_index::{DriveBudget, IndexConfig, IndexObserver, StateIndex, WalIndex};
 
 #[derive(Default)]
 struct Counts {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use chain_fold::Event;
 use libfuzzer_sys::fuzz_target;
-use wal_index::{Drain, DrainConfig, JsonLinesSource, Pull, WalIndex, WalSource};
+use wal_index::{Drain, DrainConfig, StateIndex, WalIndex, WalSource};
+use wal_index::ingest::{JsonLinesSource, Pull};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(event) = Event::from_json(data) {

@@ -8,7 +8,8 @@ use chain_fold::{Event, SpineOrder, advance};
 use loom::sync::Arc;
 use loom::thread;
 use wal_index::model::{Accounting, Slot, SlotEviction};
-use wal_index::{IndexStats, NoopObserver};
+use wal_index::observe::NoopObserver;
+use wal_index::report::IndexStats;
 
 fn ev(id: i64, prev: Option<i64>) -> Event {
     let ty = if prev.is_none() {

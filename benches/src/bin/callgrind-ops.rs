@@ -8,7 +8,7 @@ use std::hint::black_box;
 
 use chain_fold::{Event, SpineCache, advance};
 use sb_benches::{chain, linear, payload};
-use wal_index::{IndexConfig, WalIndex};
+use wal_index::{IndexConfig, StateIndex, WalIndex};
 
 const OPS: [&str; 7] = [
     "decode_1k",

@@ -19,14 +19,20 @@ pub enum AdvanceOutcome {
 }
 
 impl AdvanceOutcome {
+    /// The position of this outcome's label in [`AdvanceOutcome::LABELS`], so a metrics
+    /// layer indexes an array of series directly instead of matching strings.
+    pub fn index(&self) -> usize {
+        match self {
+            AdvanceOutcome::CacheHit => 0,
+            AdvanceOutcome::Incremental(_) => 1,
+            AdvanceOutcome::ColdRebuild(_) => 2,
+            AdvanceOutcome::Incomplete(_) => 3,
+        }
+    }
+
     /// The metrics label: `cache_hit`, `incremental`, `cold_rebuild` or `incomplete`.
     pub fn label(&self) -> &'static str {
-        match self {
-            AdvanceOutcome::CacheHit => "cache_hit",
-            AdvanceOutcome::Incremental(_) => "incremental",
-            AdvanceOutcome::ColdRebuild(_) => "cold_rebuild",
-            AdvanceOutcome::Incomplete(_) => "incomplete",
-        }
+        Self::LABELS[self.index()]
     }
 
     /// Every label, in the order metrics pre-register them.
@@ -47,7 +53,7 @@ pub struct Advance {
 }
 
 /// The decision procedure of one build, as a pure function of the chain, the cached spine
-/// and the target, in the order of the domain reference:
+/// and the target, in the order of the domain (docs/domain.md):
 ///
 /// 1. `target` not indexed: `Incomplete(TipMissing)`.
 /// 2. the cached spine's head is `target`: `CacheHit`.

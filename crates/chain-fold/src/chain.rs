@@ -145,7 +145,7 @@ impl Chain {
         self.bytes
     }
 
-    /// The largest indexed id (the legacy head; see the domain reference for why the tip is
+    /// The largest indexed id (the legacy head; see docs/domain.md in the repository for why the tip is
     /// not the max id).
     pub fn max_id(&self) -> Option<EventId> {
         self.events.get_max().map(|(id, _)| *id)

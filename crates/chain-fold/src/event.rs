@@ -245,7 +245,7 @@ impl Event {
 
     /// Decodes one WAL payload that is already a [`Bytes`], sharing it (no copy).
     ///
-    /// Rules (from the domain reference): `event_id` and `execution_id` must be JSON
+    /// Rules (docs/domain.md): `event_id` and `execution_id` must be JSON
     /// integers in the `i64` range; `prev_event_id` absent, `null`, a boolean, an object, an
     /// array or a non-integer number makes the event a chain root, as today; a *string* id in
     /// any of the three fields is an error; `event_type` that is absent or not a string

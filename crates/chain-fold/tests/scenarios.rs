@@ -1,4 +1,4 @@
-//! Every scenario of the domain reference ("Chains and the cached spine"), by name.
+//! Every scenario of docs/domain.md ("Chains and the cached spine"), by name.
 
 use chain_fold::{
     AdvanceOutcome, Chain, Event, Fold, FoldCache, Incomplete, SpineCache, SpineOrder, fold_all,

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use chain_fold::Event;
 use sb_metrics::{StateBuilderMetrics, exporter, series::DEFAULT_PREFIX};
-use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, WalIndex, channel_wal};
+use wal_index::ingest::channel_wal;
+use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -2,7 +2,7 @@
 //!
 //! Operators diagnose drive latency from these series, and their names are in dashboards
 //! already, so names, label values, units and buckets are constants here ([`series`]),
-//! matching the domain reference exactly. [`StateBuilderMetrics`] implements
+//! matching docs/domain.md exactly. [`StateBuilderMetrics`] implements
 //! `wal_index::IndexObserver`: give it to either engine and every build, drive, wait,
 //! eviction, rehydration and residency change is recorded through the
 //! [`metrics`](https://docs.rs/metrics) facade.

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use chain_fold::AdvanceOutcome;
 use metrics::{Counter, Gauge, Histogram, Label};
-use wal_index::{DriveLabel, EvictReason, IndexObserver, IndexStats, RehydrateLabel, WaitLabel};
+use wal_index::IndexObserver;
+use wal_index::observe::{DriveLabel, RehydrateLabel, WaitLabel};
+use wal_index::report::{EvictReason, IndexStats};
 
 use crate::series::{
     BUILD_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES, EVICTION_REASONS, Kind, REHYDRATE_OUTCOMES,
@@ -32,7 +34,7 @@ pub fn describe(prefix: &str) {
 /// ```
 /// use std::sync::Arc;
 /// use sb_metrics::StateBuilderMetrics;
-/// use wal_index::{IndexConfig, WalIndex};
+/// use wal_index::{IndexConfig, StateIndex, WalIndex};
 ///
 /// let metrics = StateBuilderMetrics::register();
 /// let index = WalIndex::with_observer(IndexConfig::default(), metrics);
@@ -66,10 +68,6 @@ fn labelled<T, const N: usize>(
     key: &'static str,
 ) -> [T; N] {
     std::array::from_fn(|i| make(vec![Label::new(key, values[i])]))
-}
-
-fn index_of(values: &[&str], label: &str) -> usize {
-    values.iter().position(|v| *v == label).unwrap_or(0)
 }
 
 impl StateBuilderMetrics {
@@ -162,18 +160,16 @@ impl StateBuilderMetrics {
     }
 
     /// Records a drive outcome the index cannot know (`served_shard`,
-    /// `served_shard_mismatch`, `stateless_retry`, `fallback_disabled`). Unknown labels are
-    /// ignored rather than creating a series dashboards do not expect.
-    pub fn drive_outcome(&self, outcome: &str) {
-        if let Some(i) = DRIVE_OUTCOMES.iter().position(|v| *v == outcome) {
-            self.drive_builds[i].increment(1);
-        }
+    /// `served_shard_mismatch`, `stateless_retry`, `fallback_disabled`): the caller's drive
+    /// flow decides those.
+    pub fn drive_outcome(&self, outcome: DriveLabel) {
+        self.drive_builds[outcome.index()].increment(1);
     }
 }
 
 impl IndexObserver for StateBuilderMetrics {
     fn build(&self, outcome: &AdvanceOutcome, elapsed: Duration, waited: Duration) {
-        let i = index_of(&BUILD_OUTCOMES, outcome.label());
+        let i = outcome.index();
         self.builds[i].increment(1);
         self.build_duration[i].record(elapsed.as_secs_f64());
         self.lock_wait[i].increment(waited.as_secs_f64());
@@ -183,11 +179,11 @@ impl IndexObserver for StateBuilderMetrics {
     }
 
     fn drive_wait(&self, outcome: WaitLabel) {
-        self.drive_wait[index_of(&WAIT_OUTCOMES, outcome.label())].increment(1);
+        self.drive_wait[outcome.index()].increment(1);
     }
 
     fn drive(&self, outcome: DriveLabel) {
-        self.drive_builds[index_of(&DRIVE_OUTCOMES, outcome.label())].increment(1);
+        self.drive_builds[outcome.index()].increment(1);
     }
 
     fn residency(&self, stats: IndexStats) {
@@ -197,11 +193,11 @@ impl IndexObserver for StateBuilderMetrics {
     }
 
     fn evicted(&self, reason: EvictReason, count: usize) {
-        self.evictions[index_of(&EVICTION_REASONS, reason.label())].increment(count as u64);
+        self.evictions[reason.index()].increment(count as u64);
     }
 
     fn rehydrate(&self, outcome: RehydrateLabel) {
-        self.rehydrate[index_of(&REHYDRATE_OUTCOMES, outcome.label())].increment(1);
+        self.rehydrate[outcome.index()].increment(1);
     }
 
     fn wal_events(&self, count: u64) {

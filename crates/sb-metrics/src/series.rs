@@ -1,36 +1,25 @@
 //! Every series: name, type, labels, unit and help text, as dashboards already use them.
 
 use metrics::Unit;
+use wal_index::observe::{DriveLabel, RehydrateLabel, WaitLabel};
+use wal_index::report::EvictReason;
 
 /// The prefix production dashboards use. Note `noetl_worker_`, not `noetl_state_builder_`.
 pub const DEFAULT_PREFIX: &str = "noetl_worker_state_builder_";
 
 /// `builds_total{outcome}` label values (`chain_fold::AdvanceOutcome::label`).
 pub const BUILD_OUTCOMES: [&str; 4] = chain_fold::AdvanceOutcome::LABELS;
-/// `drive_builds_total{outcome}` label values. The index reports the first three; the
-/// others belong to the caller (sharded pools, retries, disabled builder) and are recorded
-/// with [`StateBuilderMetrics::drive_outcome`](crate::StateBuilderMetrics::drive_outcome).
-pub const DRIVE_OUTCOMES: [&str; 7] = [
-    "served",
-    "served_rehydrated",
-    "fallback_incomplete",
-    "served_shard",
-    "served_shard_mismatch",
-    "stateless_retry",
-    "fallback_disabled",
-];
-/// `drive_wait_total{outcome}` label values.
-pub const WAIT_OUTCOMES: [&str; 2] = ["woken", "timeout"];
+/// `drive_builds_total{outcome}` label values (`wal_index::observe::DriveLabel`). The index
+/// reports the first three; the others belong to the caller (state shard, stateless edge,
+/// disabled builder) and are recorded with
+/// [`StateBuilderMetrics::drive_outcome`](crate::StateBuilderMetrics::drive_outcome).
+pub const DRIVE_OUTCOMES: [&str; 7] = DriveLabel::LABELS;
+/// `drive_wait_total{outcome}` label values (`wal_index::observe::WaitLabel`).
+pub const WAIT_OUTCOMES: [&str; 2] = WaitLabel::LABELS;
 /// `evictions_total{reason}` label values (`terminal` and `explicit` added to today's three).
-pub const EVICTION_REASONS: [&str; 5] = [
-    "ttl",
-    "max_executions",
-    "byte_ceiling",
-    "terminal",
-    "explicit",
-];
-/// `rehydrate_total{outcome}` label values.
-pub const REHYDRATE_OUTCOMES: [&str; 4] = ["served", "incomplete", "empty", "throttled"];
+pub const EVICTION_REASONS: [&str; 5] = EvictReason::LABELS;
+/// `rehydrate_total{outcome}` label values (`wal_index::observe::RehydrateLabel`).
+pub const REHYDRATE_OUTCOMES: [&str; 4] = RehydrateLabel::LABELS;
 
 /// `build_duration_seconds` buckets.
 pub const BUILD_DURATION_BUCKETS: [f64; 13] = [
@@ -96,7 +85,7 @@ pub mod name {
     pub const HEALTHY: &str = "healthy";
 }
 
-/// The whole catalogue, in the order of the domain reference.
+/// The whole catalogue, in the order of docs/domain.md.
 pub const SERIES: [Series; 13] = [
     Series {
         name: name::BUILDS_TOTAL,

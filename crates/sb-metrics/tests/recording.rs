@@ -12,10 +12,11 @@ use chain_fold::Event;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use sb_metrics::series::{BUILD_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES};
 use sb_metrics::{StateBuilderMetrics, exporter, formulas};
-use wal_index::{
-    Drain, DrainConfig, DriveBudget, EvictionPolicy, IndexConfig, JsonLinesSource, MutexIndex,
-    RehydrateGate, StateIndex, WalIndex,
-};
+use wal_index::baseline::MutexIndex;
+use wal_index::config::EvictionPolicy;
+use wal_index::ingest::JsonLinesSource;
+use wal_index::rehydrate::RehydrateGate;
+use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
 
 fn ev(exec: i64, id: i64, prev: Option<i64>) -> Event {
     let ty = if prev.is_none() {
@@ -209,7 +210,7 @@ fn every_series_moves_as_documented<I: StateIndex>() {
     let (drive, replay) =
         index.drive_or_rehydrate_blocking(7, Some(3), short, &gate, |_| Vec::new());
     assert!(drive.outcome.spine().is_none());
-    assert_eq!(replay, Some(wal_index::RehydrateLabel::Empty));
+    assert_eq!(replay, Some(wal_index::observe::RehydrateLabel::Empty));
     let (drive, _) = index.drive_or_rehydrate_blocking(7, Some(3), short, &gate, |e| chain(e, 3));
     assert_eq!(drive.outcome.spine().map(|s| s.len()), Some(3));
     assert_gauges_match(&*index, &mut seen, &snapshotter, "after rehydrate");

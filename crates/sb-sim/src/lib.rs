@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sb_metrics::StateBuilderMetrics;
-use wal_index::{MutexIndex, WalIndex};
+use wal_index::WalIndex;
+use wal_index::baseline::MutexIndex;
 
 pub use report::Report;
 pub use run::{Plan, SimConfig};

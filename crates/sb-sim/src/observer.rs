@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chain_fold::AdvanceOutcome;
-use wal_index::{DriveLabel, EvictReason, IndexObserver, IndexStats, RehydrateLabel, WaitLabel};
+use wal_index::IndexObserver;
+use wal_index::observe::{DriveLabel, RehydrateLabel, WaitLabel};
+use wal_index::report::{EvictReason, IndexStats};
 
 /// Build outcomes in report order.
 pub const OUTCOMES: [&str; 4] = ["incomplete", "incremental", "cold_rebuild", "cache_hit"];

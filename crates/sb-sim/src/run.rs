@@ -6,10 +6,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
-use wal_index::{
-    Drain, DrainConfig, DrainReport, DriveBudget, IndexConfig, IndexObserver, IndexStats,
-    StateIndex,
-};
+use wal_index::ingest::DrainReport;
+use wal_index::report::IndexStats;
+use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, IndexObserver, StateIndex};
 
 use crate::observer::SimObserver;
 use crate::wal::{Feed, WalTarget};

@@ -5,7 +5,8 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wal_index::{Pull, WalSource, WalWriter, channel_wal};
+use wal_index::WalSource;
+use wal_index::ingest::{Pull, WalWriter, channel_wal};
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
 use crate::workload::{Item, items_from_payloads};

@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 use chain_fold::Event;
-use wal_index::{IndexConfig, MutexIndex, StateIndex, WalIndex};
+use wal_index::baseline::MutexIndex;
+use wal_index::{IndexConfig, StateIndex, WalIndex};
 
 fn events(total: i64, per_execution: i64) -> Vec<Event> {
     let payload = bytes::Bytes::from_static(br#"{"slim":true}"#);

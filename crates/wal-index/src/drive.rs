@@ -1,161 +1,142 @@
-//! The drive loop's waiting half, shared by every engine: register, build, wait, repeat.
+//! The drive loop, written once for every index: register, build, wait, repeat.
 //!
 //! A drive registers a listener *before* each build, so a publish that lands between the
 //! build and the wait is never lost: the listener was already there to be woken by it.
+//!
+//! Each index supplies only its [`DriveHooks`] (what to listen on, how to build without
+//! blocking an executor, whether waiting can still help); the loop, its counters and its
+//! reporting live here. The blocking drive runs the very same `async` loop with waits and
+//! builds that complete inside their first poll, so there is exactly one loop to read, to
+//! test and to model-check.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
-use chain_fold::Incomplete;
-use event_listener::Listener as _;
+use chain_fold::{AdvanceOutcome, EventId, ExecutionId, Incomplete};
 
 use crate::config::DriveBudget;
-use crate::observe::{IndexObserver, WaitLabel};
+use crate::observe::{DriveLabel, IndexObserver, WaitLabel};
 use crate::report::{Build, Drive, DriveOutcome};
-use crate::sync::Listener;
+use crate::sync::{self, Listener};
 
-/// How one wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitEnd {
-    Woken,
-    TimedOut,
-}
+/// What an index supplies to the shared drive loop. Sealed: it is a supertrait of
+/// [`StateIndex`](crate::StateIndex) in a private module, so only this crate's indexes
+/// implement it.
+// `pub` in a private module is the sealed-trait pattern: nameable here, not outside.
+#[allow(unreachable_pub)]
+pub trait DriveHooks {
+    /// Registers a waiter that any publish of `execution_id` after this call wakes.
+    fn listen(&self, execution_id: ExecutionId) -> Listener;
 
-/// Parks the thread until `listener` fires or `cap` passes.
-pub(crate) fn wait_blocking(listener: Listener, cap: Duration) -> WaitEnd {
-    match listener.wait_timeout(cap) {
-        Some(()) => WaitEnd::Woken,
-        None => WaitEnd::TimedOut,
+    /// One build that awaits, rather than blocks on, whatever the index locks.
+    fn build_async(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+    ) -> impl Future<Output = Build> + Send;
+
+    /// One build that may block the calling thread.
+    fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build;
+
+    /// Asked after an unserved build: true when no wait can serve the drive (the engine:
+    /// the execution finished and was evicted). Today's design never ends a drive early.
+    fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
+        let _ = execution_id;
+        false
     }
 }
 
-/// Waits without blocking the executor. Runtime-agnostic: the timeout is a
-/// `futures-timer` delay (its own timer thread), so this runs under tokio, smol, or a plain
-/// `block_on`.
-pub(crate) async fn wait_async(listener: Listener, cap: Duration) -> WaitEnd {
+/// How the loop waits and builds: on an executor, or by parking the thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Awaits builds and waits; the timeout is a `futures-timer` delay, so any executor
+    /// (tokio, smol, a plain `block_on`) can run it.
+    Async,
+    /// Builds and waits block the thread inside their first poll.
+    Blocking,
+}
+
+/// One drive of `index` for `expected_head`, without reporting its final outcome.
+pub(crate) async fn drive_loop<I: DriveHooks + ?Sized>(
+    index: &I,
+    observer: &dyn IndexObserver,
+    execution_id: ExecutionId,
+    expected_head: Option<EventId>,
+    budget: DriveBudget,
+    mode: Mode,
+) -> Drive {
+    let started = Instant::now();
+    let mut drive = Drive {
+        outcome: DriveOutcome::Incomplete(Incomplete::NoEvents),
+        builds: 0,
+        wakes: 0,
+        timeouts: 0,
+        elapsed: Duration::ZERO,
+    };
+    loop {
+        let listener = index.listen(execution_id);
+        let build = match mode {
+            Mode::Async => index.build_async(execution_id, expected_head).await,
+            Mode::Blocking => index.build_blocking(execution_id, expected_head),
+        };
+        drive.builds += 1;
+        match build.spine {
+            Some(spine) => {
+                drive.outcome = DriveOutcome::Served(spine);
+                break;
+            }
+            None => {
+                if let AdvanceOutcome::Incomplete(why) = build.outcome {
+                    drive.outcome = DriveOutcome::Incomplete(why);
+                }
+                if drive.builds > budget.waits || index.finished_and_gone(execution_id) {
+                    break;
+                }
+            }
+        }
+        let woken = match mode {
+            Mode::Async => wait_async(listener, budget.wait).await,
+            Mode::Blocking => sync::wait_timeout(listener, budget.wait),
+        };
+        if woken {
+            drive.wakes += 1;
+            observer.drive_wait(WaitLabel::Woken);
+        } else {
+            drive.timeouts += 1;
+            observer.drive_wait(WaitLabel::Timeout);
+        }
+    }
+    drive.elapsed = started.elapsed();
+    drive
+}
+
+/// Runs a [`Mode::Blocking`] drive loop to completion on the calling thread. Its builds and
+/// waits never return `Pending`, so the first poll finishes it; `block_on` is only the
+/// harness that polls it.
+pub(crate) fn run_blocking(drive: impl Future<Output = Drive>) -> Drive {
+    futures_lite::future::block_on(drive)
+}
+
+/// Waits for `listener` or `cap`, whichever comes first; true if woken.
+async fn wait_async(listener: Listener, cap: Duration) -> bool {
     futures_lite::future::or(
         async {
             listener.await;
-            WaitEnd::Woken
+            true
         },
         async {
             futures_timer::Delay::new(cap).await;
-            WaitEnd::TimedOut
+            false
         },
     )
     .await
 }
 
-/// The counters of one drive in progress.
-pub(crate) struct Tally {
-    started: Instant,
-    budget: DriveBudget,
-    builds: u32,
-    wakes: u32,
-    timeouts: u32,
-}
-
-impl Tally {
-    pub(crate) fn start(budget: DriveBudget) -> Tally {
-        Tally {
-            started: Instant::now(),
-            budget,
-            builds: 0,
-            wakes: 0,
-            timeouts: 0,
-        }
-    }
-
-    /// Counts a build; returns the finished drive if it served, the budget is spent, or
-    /// `hopeless` says no wait can help (the execution finished and was evicted).
-    pub(crate) fn after_build(
-        &mut self,
-        build: Build,
-        hopeless: impl FnOnce() -> bool,
-    ) -> Option<Drive> {
-        self.builds += 1;
-        let outcome = match build.spine {
-            Some(spine) => DriveOutcome::Served(spine),
-            None if self.builds > self.budget.waits || hopeless() => {
-                let why = match build.outcome {
-                    chain_fold::AdvanceOutcome::Incomplete(why) => why,
-                    _ => Incomplete::NoEvents,
-                };
-                DriveOutcome::Incomplete(why)
-            }
-            None => return None,
-        };
-        Some(Drive {
-            outcome,
-            builds: self.builds,
-            wakes: self.wakes,
-            timeouts: self.timeouts,
-            elapsed: self.started.elapsed(),
-        })
-    }
-
-    pub(crate) fn after_wait(&mut self, end: WaitEnd, observer: &dyn IndexObserver) {
-        match end {
-            WaitEnd::Woken => {
-                self.wakes += 1;
-                observer.drive_wait(WaitLabel::Woken);
-            }
-            WaitEnd::TimedOut => {
-                self.timeouts += 1;
-                observer.drive_wait(WaitLabel::Timeout);
-            }
-        }
-    }
-
-    pub(crate) fn cap(&self) -> Duration {
-        self.budget.wait
-    }
-}
-
-/// The async drive loop every index shares: register with `listen`, build, and if not
-/// served, wait on the listener (up to the budget's cap) and go again. After an unserved
-/// build, `hopeless` may end the drive early (the engine: the execution already finished and
-/// was evicted, so its tip can never arrive; the baselines never end early, as today).
-pub(crate) async fn drive_loop<F: std::future::Future<Output = Build>>(
-    budget: DriveBudget,
-    observer: &dyn IndexObserver,
-    mut listen: impl FnMut() -> Listener,
-    mut build: impl FnMut() -> F,
-    hopeless: impl Fn() -> bool,
-) -> Drive {
-    let mut tally = Tally::start(budget);
-    loop {
-        let listener = listen();
-        if let Some(drive) = tally.after_build(build().await, &hopeless) {
-            return drive;
-        }
-        let end = wait_async(listener, tally.cap()).await;
-        tally.after_wait(end, observer);
-    }
-}
-
-/// [`drive_loop`], parking the calling thread between builds.
-pub(crate) fn drive_loop_blocking(
-    budget: DriveBudget,
-    observer: &dyn IndexObserver,
-    mut listen: impl FnMut() -> Listener,
-    mut build: impl FnMut() -> Build,
-    hopeless: impl Fn() -> bool,
-) -> Drive {
-    let mut tally = Tally::start(budget);
-    loop {
-        let listener = listen();
-        if let Some(drive) = tally.after_build(build(), &hopeless) {
-            return drive;
-        }
-        tally.after_wait(wait_blocking(listener, tally.cap()), observer);
-    }
-}
-
 /// Reports a finished drive's outcome and hands it back.
 pub(crate) fn observed(drive: Drive, observer: &dyn IndexObserver) -> Drive {
     observer.drive(match drive.outcome {
-        DriveOutcome::Served(_) => crate::observe::DriveLabel::Served,
-        DriveOutcome::Incomplete(_) => crate::observe::DriveLabel::FallbackIncomplete,
+        DriveOutcome::Served(_) => DriveLabel::Served,
+        DriveOutcome::Incomplete(_) => DriveLabel::FallbackIncomplete,
     });
     drive
 }

@@ -7,15 +7,33 @@
 //! Today's index is a `HashMap` of chains behind one async mutex. The drain takes it per
 //! applied event; a build whose tip is not yet indexed is exactly the build that arrives
 //! while the drain is applying that tip, so in production 98.7% of such a build is waiting
-//! (376.6 µs of 381.6 µs). [`WalIndex`] removes the wait by construction; [`MutexIndex`]
-//! keeps today's design, faithfully, so both can be measured side by side through the
-//! [`StateIndex`] trait.
+//! (376.6 µs of 381.6 µs). [`WalIndex`] removes the wait by construction.
+//!
+//! # What a worker pool uses
+//!
+//! | item | role |
+//! |---|---|
+//! | [`WalIndex`] | the index; its [`StateIndex`] methods are the whole surface |
+//! | [`IndexConfig`] | eviction limits, spine order, slim payloads, sink gate (`from_env` reads today's variables) |
+//! | [`DriveBudget`], [`Drive`], [`DriveOutcome`] | how long a drive may wait, and what it returned |
+//! | [`Drain`], [`DrainConfig`], [`WalSource`] | the loop that pulls the WAL into the index, and what it pulls from |
+//! | [`IndexObserver`] | where builds, drives, residency and evictions are reported (`sb-metrics` implements it) |
+//! | [`Event`], [`Spine`], [`Chain`], [`Incomplete`], ... | the `chain-fold` types that appear in those signatures, re-exported |
+//!
+//! Everything else lives in named modules: [`config`], [`report`] (what each operation
+//! returns), [`observe`] (metric labels), [`ingest`] (drain reports, the channel and file
+//! sources), [`rehydrate`] (the replay concurrency cap), [`protocol`] (documentation only:
+//! how the engine publishes, waits and evicts, and which ordering pairs with which), and,
+//! behind the `baselines`
+//! feature, `baseline` (today's design and a per-execution-lock design, kept to be
+//! measured against).
 //!
 //! # Quick start
 //!
 //! ```
 //! use std::sync::Arc;
-//! use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, WalIndex, channel_wal};
+//! use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
+//! use wal_index::ingest::channel_wal;
 //!
 //! let index = Arc::new(WalIndex::new(IndexConfig::default()));
 //! let (wal, source) = channel_wal();
@@ -33,55 +51,38 @@
 //! assert_eq!(report.events, 2);
 //! ```
 //!
-//! See `docs/protocol.md` in the repository for the publish and wait protocols, and
-//! [`WalIndex`] for each operation's progress guarantee.
+//! # Layout
+//!
+//! The crate reads from the pure core outwards: `chain-fold` (a separate crate) decides
+//! what a build returns; `sync` is the one place synchronization primitives come from
+//! (std or loom); `engine` is [`WalIndex`]; `drive` is the one drive loop every index
+//! shares; [`ingest`] feeds an index; `baseline` holds the comparators. Imports run one
+//! way: the engine never imports a comparator, and no module imports the crate root.
 
-mod accounting;
-#[cfg(not(wal_index_loom))]
-mod baseline;
-mod config;
-#[cfg(not(wal_index_loom))]
-mod drain;
-#[cfg(not(wal_index_loom))]
+pub mod config;
 mod drive;
-#[cfg(not(wal_index_loom))]
+#[doc = include_str!("protocol.md")]
+pub mod protocol {}
 mod engine;
-#[cfg(not(wal_index_loom))]
-mod eviction;
-#[cfg(not(wal_index_loom))]
-mod locked_entry;
-mod observe;
-#[cfg(not(wal_index_loom))]
-mod rehydrate;
-mod report;
-#[cfg(not(wal_index_loom))]
-mod sharded;
-mod slot;
-#[cfg(not(wal_index_loom))]
-mod source;
-#[cfg(not(wal_index_loom))]
+mod eviction_plan;
+pub mod ingest;
+pub mod observe;
+pub mod rehydrate;
+pub mod report;
 mod state_index;
 mod sync;
 
-#[cfg(not(wal_index_loom))]
-pub use baseline::MutexIndex;
-pub use config::{ConfigError, DriveBudget, EvictionPolicy, IndexConfig};
-#[cfg(not(wal_index_loom))]
-pub use drain::{Backoff, BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
-#[cfg(not(wal_index_loom))]
-pub use engine::WalIndex;
-pub use observe::{DriveLabel, IndexObserver, NoopObserver, RehydrateLabel, WaitLabel};
-#[cfg(not(wal_index_loom))]
-pub use rehydrate::{RehydrateGate, RehydratePermit};
-pub use report::{
-    Applied, ApplyError, BatchReport, Build, Drive, DriveOutcome, EvictReason, EvictionStats,
-    IndexStats, RehydrateReport,
+#[cfg(feature = "baselines")]
+pub mod baseline;
+
+pub use chain_fold::{
+    AdvanceOutcome, Chain, Event, EventError, EventId, ExecutionId, Incomplete, Spine, SpineOrder,
 };
-#[cfg(not(wal_index_loom))]
-pub use sharded::ShardedMutexIndex;
-#[cfg(not(wal_index_loom))]
-pub use source::{ChannelSource, JsonLinesSource, Pull, Record, WalSource, WalWriter, channel_wal};
-#[cfg(not(wal_index_loom))]
+pub use config::{DriveBudget, IndexConfig};
+pub use engine::WalIndex;
+pub use ingest::{Drain, DrainConfig, WalSource};
+pub use observe::IndexObserver;
+pub use report::{Drive, DriveOutcome};
 pub use state_index::StateIndex;
 
 /// The protocol core (slots and accounting) over the loom shim, for the models in
@@ -89,7 +90,7 @@ pub use state_index::StateIndex;
 #[cfg(wal_index_loom)]
 #[doc(hidden)]
 pub mod model {
-    pub use crate::accounting::Accounting;
-    pub use crate::slot::{Evicted, Slot, SlotApplied, SlotEviction};
+    pub use crate::engine::accounting::Accounting;
+    pub use crate::engine::slot::{Evicted, Slot, SlotApplied, SlotEviction};
     pub use crate::sync::Listener;
 }

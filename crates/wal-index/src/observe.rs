@@ -7,69 +7,80 @@ use chain_fold::AdvanceOutcome;
 
 use crate::report::{EvictReason, IndexStats};
 
-/// The final outcome of a drive, as `drive_builds_total{outcome}` labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DriveLabel {
-    /// Served within the wait budget.
-    Served,
-    /// Served after replaying the execution from the retained WAL.
-    ServedRehydrated,
-    /// Not served: the caller falls back to the server-built state.
-    FallbackIncomplete,
-}
-
-impl DriveLabel {
-    /// The metrics label.
-    pub fn label(self) -> &'static str {
-        match self {
-            DriveLabel::Served => "served",
-            DriveLabel::ServedRehydrated => "served_rehydrated",
-            DriveLabel::FallbackIncomplete => "fallback_incomplete",
+/// A metric label enum: a fixed set of values, each with its place in `LABELS`, so a
+/// metrics layer keeps one series per value in an array and indexes it with
+/// [`index`](DriveLabel::index) (no string matching on the hot path).
+macro_rules! label_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $label:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
         }
+
+        impl $name {
+            /// Every value, in the order of [`Self::LABELS`].
+            pub const ALL: [$name; [$($label),+].len()] = [$($name::$variant),+];
+            /// Every label, in the order metrics pre-register them.
+            pub const LABELS: [&'static str; [$($label),+].len()] = [$($label),+];
+
+            /// This value's position in [`Self::LABELS`] and [`Self::ALL`].
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+
+            /// The metrics label.
+            pub const fn label(self) -> &'static str {
+                Self::LABELS[self as usize]
+            }
+        }
+    };
+}
+pub(crate) use label_enum;
+
+label_enum! {
+    /// The final outcome of a drive, as `drive_builds_total{outcome}` labels it. The index
+    /// reports the first three; the others belong to the caller's drive flow (a state-shard
+    /// read, the stateless edge, a worker that does not build).
+    DriveLabel {
+        /// Served within the wait budget.
+        Served = "served",
+        /// Served after replaying the execution from the retained WAL.
+        ServedRehydrated = "served_rehydrated",
+        /// Not served: the caller falls back to the server-built state.
+        FallbackIncomplete = "fallback_incomplete",
+        /// Served from the execution's state shard.
+        ServedShard = "served_shard",
+        /// Served from the state shard, whose bytes disagreed with the WAL's.
+        ServedShardMismatch = "served_shard_mismatch",
+        /// Not served on the stateless edge; the caller retries.
+        StatelessRetry = "stateless_retry",
+        /// Not attempted: this worker does not build.
+        FallbackDisabled = "fallback_disabled",
     }
 }
 
-/// How one wait of a drive ended, as `drive_wait_total{outcome}` labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WaitLabel {
-    /// Ended by a notification.
-    Woken,
-    /// Ended by the per-wait cap.
-    Timeout,
-}
-
-impl WaitLabel {
-    /// The metrics label.
-    pub fn label(self) -> &'static str {
-        match self {
-            WaitLabel::Woken => "woken",
-            WaitLabel::Timeout => "timeout",
-        }
+label_enum! {
+    /// How one wait of a drive ended, as `drive_wait_total{outcome}` labels it.
+    WaitLabel {
+        /// Ended by a notification.
+        Woken = "woken",
+        /// Ended by the per-wait cap.
+        Timeout = "timeout",
     }
 }
 
-/// How one rehydration attempt ended, as `rehydrate_total{outcome}` labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RehydrateLabel {
-    /// The replay made the build complete.
-    Served,
-    /// Replayed, still incomplete.
-    Incomplete,
-    /// The retained WAL had nothing for the execution.
-    Empty,
-    /// The concurrency cap was reached; nothing was replayed.
-    Throttled,
-}
-
-impl RehydrateLabel {
-    /// The metrics label.
-    pub fn label(self) -> &'static str {
-        match self {
-            RehydrateLabel::Served => "served",
-            RehydrateLabel::Incomplete => "incomplete",
-            RehydrateLabel::Empty => "empty",
-            RehydrateLabel::Throttled => "throttled",
-        }
+label_enum! {
+    /// How one rehydration attempt ended, as `rehydrate_total{outcome}` labels it.
+    RehydrateLabel {
+        /// The replay made the build complete.
+        Served = "served",
+        /// Replayed, still incomplete.
+        Incomplete = "incomplete",
+        /// The retained WAL had nothing for the execution.
+        Empty = "empty",
+        /// The concurrency cap was reached; nothing was replayed.
+        Throttled = "throttled",
     }
 }
 

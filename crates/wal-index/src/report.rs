@@ -91,31 +91,19 @@ pub struct Drive {
     pub elapsed: Duration,
 }
 
-/// Why an execution left the index (the `reason` label of `evictions_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EvictReason {
-    /// Its terminal event was in the last batch.
-    Terminal,
-    /// Idle longer than the TTL.
-    Ttl,
-    /// Least recently used while over the execution cap.
-    MaxExecutions,
-    /// Least recently used while over the byte ceiling.
-    ByteCeiling,
-    /// `evict` was called.
-    Explicit,
-}
-
-impl EvictReason {
-    /// The metrics label.
-    pub fn label(self) -> &'static str {
-        match self {
-            EvictReason::Terminal => "terminal",
-            EvictReason::Ttl => "ttl",
-            EvictReason::MaxExecutions => "max_executions",
-            EvictReason::ByteCeiling => "byte_ceiling",
-            EvictReason::Explicit => "explicit",
-        }
+crate::observe::label_enum! {
+    /// Why an execution left the index (the `reason` label of `evictions_total`).
+    EvictReason {
+        /// Idle longer than the TTL.
+        Ttl = "ttl",
+        /// Least recently used while over the execution cap.
+        MaxExecutions = "max_executions",
+        /// Least recently used while over the byte ceiling.
+        ByteCeiling = "byte_ceiling",
+        /// Its terminal event was in the last batch.
+        Terminal = "terminal",
+        /// `evict` was called.
+        Explicit = "explicit",
     }
 }
 

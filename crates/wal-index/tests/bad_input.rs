@@ -6,16 +6,16 @@
 use std::sync::Arc;
 
 use chain_fold::{AdvanceOutcome, Event, EventError, Incomplete};
-use wal_index::{
-    Drain, DrainConfig, IndexConfig, JsonLinesSource, MutexIndex, StateIndex, WalIndex,
-};
+use wal_index::baseline::MutexIndex;
+use wal_index::ingest::JsonLinesSource;
+use wal_index::{Drain, DrainConfig, IndexConfig, StateIndex, WalIndex};
 
 fn line(id: i64, prev: Option<i64>, ty: &str) -> String {
     let prev = prev.map_or("null".to_owned(), |p| p.to_string());
     format!(r#"{{"event_id":{id},"execution_id":5,"prev_event_id":{prev},"event_type":"{ty}"}}"#)
 }
 
-fn drain_bytes<I: StateIndex>(wal: Vec<u8>) -> (Arc<I>, wal_index::DrainReport) {
+fn drain_bytes<I: StateIndex>(wal: Vec<u8>) -> (Arc<I>, wal_index::ingest::DrainReport) {
     let index = Arc::new(I::with_config(IndexConfig::default()));
     let report = Drain::new(
         Arc::clone(&index),

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use chain_fold::AdvanceOutcome;
 use common::{ev, linear};
-use wal_index::{
-    DriveBudget, IndexConfig, IndexStats, MutexIndex, ShardedMutexIndex, StateIndex, WalIndex,
-};
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::report::IndexStats;
+use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
 
 /// A build of an already-indexed execution keeps being served while another thread
 /// backfills a million events of other executions.

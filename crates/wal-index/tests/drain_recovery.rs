@@ -8,9 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use wal_index::{
-    Backoff, Drain, DrainConfig, IndexConfig, IndexObserver, Pull, Record, WalIndex, WalSource,
-};
+use wal_index::ingest::{Backoff, Pull, Record};
+use wal_index::{Drain, DrainConfig, IndexConfig, IndexObserver, StateIndex, WalIndex, WalSource};
 
 /// What a scripted source does on each pull.
 enum Step {

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use chain_fold::Event;
-use wal_index::{DriveBudget, MutexIndex, StateIndex, WalIndex};
+use wal_index::baseline::MutexIndex;
+use wal_index::{DriveBudget, StateIndex, WalIndex};
 
 fn finished_execution<I: StateIndex>() -> I {
     let index = I::with_config(Default::default());

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chain_fold::Event;
-use wal_index::{DriveBudget, IndexConfig, WalIndex};
+use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
 
 fn ev(e: i64, id: i64) -> Event {
     let ty = if id == 1 { "playbook_started" } else { "step" };

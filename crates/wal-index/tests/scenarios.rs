@@ -1,4 +1,4 @@
-//! chain-fold's scenario list, and the index-level behaviour of the domain reference,
+//! chain-fold's scenario list, and the index-level behaviour of docs/domain.md,
 //! through the index API, for every engine.
 
 mod common;
@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{AdvanceOutcome, Event, Incomplete};
 use common::{end, ev, linear};
-use wal_index::{DriveBudget, DriveOutcome, EvictionPolicy, IndexConfig, IndexStats, StateIndex};
+use wal_index::config::EvictionPolicy;
+use wal_index::report::IndexStats;
+use wal_index::{DriveBudget, DriveOutcome, IndexConfig, StateIndex};
 
 fn ids<I: StateIndex>(index: &I, exec: i64, head: Option<i64>) -> Vec<i64> {
     index.build(exec, head).spine.expect("served").ids()
@@ -230,7 +232,7 @@ fn lru_and_byte_ceiling_evict_least_recently_used<I: StateIndex>() {
     let sweep = index.enforce_limits_at(Instant::now());
     assert_eq!(
         sweep.evicted,
-        vec![(2, wal_index::EvictReason::MaxExecutions)]
+        vec![(2, wal_index::report::EvictReason::MaxExecutions)]
     );
     let one = index.chain(1).unwrap().bytes();
     let capped = I::with_config(IndexConfig {

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{Event, Incomplete};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use wal_index::{
-    DriveBudget, EvictionPolicy, IndexConfig, IndexStats, MutexIndex, ShardedMutexIndex,
-    StateIndex, WalIndex,
-};
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::config::EvictionPolicy;
+use wal_index::report::IndexStats;
+use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
 
 const EXECUTIONS: i64 = 48;
 const LEN: i64 = 30;
@@ -107,7 +107,7 @@ fn soak<I: StateIndex>() {
                             index.enforce_limits_at(Instant::now());
                         }
                         2 => {
-                            index.rehydrate(e, (1..=tip).map(|id| event(e, id)).collect());
+                            index.rehydrate(e, (1..=tip).map(|id| event(e, id)));
                         }
                         3 => index.mark_pending_sink(e),
                         4 => {

@@ -18,10 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wal_index::{
-    Drain, DrainConfig, DriveBudget, IndexConfig, MutexIndex, ShardedMutexIndex, StateIndex,
-    WalIndex,
-};
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
 const CHAIN: i64 = 27;

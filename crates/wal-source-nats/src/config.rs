@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use wal_index::ConfigError;
+use wal_index::config::ConfigError;
 
 /// The stream production writes workflow events to.
 pub const DEFAULT_STREAM: &str = "noetl_events";

@@ -11,7 +11,7 @@ use crate::config::NatsWalConfig;
 pub enum NatsWalError {
     /// A setting the broker would reject; names the variable that holds it.
     #[error("invalid WAL configuration: {0}")]
-    Config(#[from] wal_index::ConfigError),
+    Config(#[from] wal_index::config::ConfigError),
     /// The client's runtime could not start.
     #[error("cannot start the NATS client runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -81,9 +81,9 @@ impl Runtime {
 }
 
 /// The reconnect delay after `attempts` failed attempts: 25 ms doubling up to `max`, the
-/// drain's own [`Backoff`](wal_index::Backoff) schedule.
+/// drain's own [`Backoff`](wal_index::ingest::Backoff) schedule.
 pub(crate) fn reconnect_delay(attempts: usize, max: Duration) -> Duration {
-    wal_index::Backoff {
+    wal_index::ingest::Backoff {
         first: Duration::from_millis(25),
         max,
     }

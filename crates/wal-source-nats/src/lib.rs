@@ -33,7 +33,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use wal_index::{Drain, DrainConfig, WalIndex};
+//! use wal_index::{Drain, DrainConfig, StateIndex, WalIndex};
 //! use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects};
 //!
 //! // Pool 0 of 2, replay-on-boot, broker and stream from the environment's defaults.

@@ -142,7 +142,7 @@ impl WalPublisher {
                     Err(_) => {
                         failures += 1;
                         // 25 ms doubling to 1 s, as the drain retries its source.
-                        std::thread::sleep(wal_index::Backoff::default().pause(failures));
+                        std::thread::sleep(wal_index::ingest::Backoff::default().pause(failures));
                         self.republished += 1;
                         ack = self.retry_send(&subject, &payload, deadline)?;
                     }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_nats::connection::State;
 use async_nats::jetstream::{self, consumer};
 use futures_util::{FutureExt, StreamExt};
-use wal_index::{Pull, Record, WalSource};
+use wal_index::WalSource;
+use wal_index::ingest::{Pull, Record};
 
 use crate::config::{ConsumerMode, NatsWalConfig};
 use crate::connect::{NatsWalError, Runtime, open};

@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 use common::{chain, sample, tip, wait_for};
 use sb_metrics::StateBuilderMetrics;
 use sb_metrics::series::name;
-use wal_index::{
-    Drain, DrainConfig, DrainHandle, DriveBudget, IndexConfig, MutexIndex, ShardedMutexIndex,
-    StateIndex, WalIndex,
-};
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::ingest::DrainHandle;
+use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
 use wal_source_nats::test_broker::Broker;
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
@@ -81,7 +80,7 @@ impl<I: StateIndex> Pool<I> {
         self.index.stats().events
     }
 
-    fn stop(&mut self) -> wal_index::DrainReport {
+    fn stop(&mut self) -> wal_index::ingest::DrainReport {
         self.drain.take().unwrap().stop().unwrap()
     }
 

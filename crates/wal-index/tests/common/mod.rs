@@ -33,10 +33,10 @@ macro_rules! for_each_engine {
             $( #[test] fn $name() { super::$name::<wal_index::WalIndex>() } )*
         }
         mod mutex {
-            $( #[test] fn $name() { super::$name::<wal_index::MutexIndex>() } )*
+            $( #[test] fn $name() { super::$name::<wal_index::baseline::MutexIndex>() } )*
         }
         mod sharded {
-            $( #[test] fn $name() { super::$name::<wal_index::ShardedMutexIndex>() } )*
+            $( #[test] fn $name() { super::$name::<wal_index::baseline::ShardedMutexIndex>() } )*
         }
     };
 }

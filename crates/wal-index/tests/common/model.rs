@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use chain_fold::{AdvanceOutcome, Chain, Event, ExecutionId, Incomplete, SpineCache, SpineOrder};
-use wal_index::{
-    DriveBudget, EvictionPolicy, IndexConfig, IndexStats, MutexIndex, ShardedMutexIndex,
-    StateIndex, WalIndex,
-};
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::config::EvictionPolicy;
+use wal_index::report::IndexStats;
+use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
 
 pub const EXECUTIONS: i64 = 3;
 
@@ -139,7 +139,7 @@ pub enum Seen {
 }
 
 pub fn run_index<I: StateIndex>(index: &I, op: &Op, far: Instant) -> Seen {
-    let json = |b: wal_index::Build| {
+    let json = |b: wal_index::report::Build| {
         Seen::Build(
             b.outcome,
             b.spine.map(|s| s.json_array().to_bytes().to_vec()),
@@ -182,7 +182,7 @@ pub fn run_index<I: StateIndex>(index: &I, op: &Op, far: Instant) -> Seen {
         Op::Release(e) => Seen::Flag(index.release_pending_sink(*e, "test")),
         Op::Confirm(e) => Seen::Flag(index.confirm_sunk(*e)),
         Op::Rehydrate(e, v) => {
-            let r = index.rehydrate(*e, v.iter().map(|&(x, k)| pool_event(x, k)).collect());
+            let r = index.rehydrate(*e, v.iter().map(|&(x, k)| pool_event(x, k)));
             Seen::Rehydrate(r.applied, r.new, r.other_execution)
         }
     }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{Event, EventError};
 
+use super::source::{Pull, WalSource};
 use crate::report::EvictionStats;
-use crate::source::{Pull, WalSource};
 use crate::state_index::StateIndex;
 
 /// Drain settings. The defaults are production's.
@@ -64,7 +64,7 @@ impl Backoff {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use wal_index::Backoff;
+    /// use wal_index::ingest::Backoff;
     ///
     /// let backoff = Backoff::default();
     /// assert_eq!(backoff.pause(1), Duration::from_millis(25));
@@ -124,7 +124,8 @@ impl DrainReport {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use wal_index::{Drain, DrainConfig, JsonLinesSource, WalIndex};
+/// use wal_index::ingest::JsonLinesSource;
+/// use wal_index::{Drain, DrainConfig, StateIndex, WalIndex};
 ///
 /// let wal = "{\"event_id\":1,\"execution_id\":5,\"event_type\":\"playbook_started\"}\n\
 ///            not json\n\

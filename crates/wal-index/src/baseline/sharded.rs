@@ -1,33 +1,31 @@
 //! [`ShardedMutexIndex`]: the fix a reasonable engineer would try before a lock-free
 //! design — one mutex and one notification per execution — kept as a comparator.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 use dashmap::DashMap;
 
-use crate::baseline::finish_build;
-use crate::config::{DriveBudget, IndexConfig};
-use crate::drive::{drive_loop, drive_loop_blocking, observed};
-use crate::engine::report_sweep;
-use crate::eviction;
-use crate::locked_entry::{Entry, nanos_since};
-use crate::observe::{IndexObserver, NoopObserver};
+use super::entry::{Entry, finish_build, nanos_since};
+use crate::config::IndexConfig;
+use crate::drive::DriveHooks;
+use crate::eviction_plan::{self, report_sweep};
+use crate::observe::IndexObserver;
 use crate::report::{
-    Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
-    RehydrateReport,
+    Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
 };
+use crate::state_index::StateIndex;
+use crate::sync::{self, Arc, Listener, Mutex, Notify};
 
 struct Slot {
     entry: async_lock::Mutex<Entry>,
-    appended: event_listener::Event,
+    appended: Notify,
 }
 
 /// Today's design with the global lock split per execution: a sharded map (`dashmap`) of
 /// slots, each with its own async mutex and its own notification.
 ///
-/// Everything else is as in [`MutexIndex`](crate::MutexIndex): the drain takes the
+/// Everything else is as in [`MutexIndex`](super::MutexIndex): the drain takes the
 /// execution's mutex per applied event and wakes that execution's waiters per event, a
 /// build's timer starts before the lock, and a build copies every payload of the spine out
 /// under the lock. So an incomplete build still queues behind the drain applying *its own*
@@ -38,9 +36,9 @@ struct Slot {
 /// The totals live under a separate small lock, taken inside the execution's lock.
 pub struct ShardedMutexIndex {
     config: IndexConfig,
-    observer: Arc<dyn IndexObserver>,
+    observer: std::sync::Arc<dyn IndexObserver>,
     slots: DashMap<ExecutionId, Arc<Slot>>,
-    stats: parking_lot::Mutex<IndexStats>,
+    stats: Mutex<IndexStats>,
     epoch: Instant,
 }
 
@@ -61,28 +59,7 @@ impl Default for ShardedMutexIndex {
 impl ShardedMutexIndex {
     /// An empty index.
     pub fn new(config: IndexConfig) -> Self {
-        Self::with_observer(config, Arc::new(NoopObserver))
-    }
-
-    /// An empty index reporting to `observer`.
-    pub fn with_observer(config: IndexConfig, observer: Arc<dyn IndexObserver>) -> Self {
-        ShardedMutexIndex {
-            config,
-            observer,
-            slots: DashMap::new(),
-            stats: parking_lot::Mutex::new(IndexStats::default()),
-            epoch: Instant::now(),
-        }
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &IndexConfig {
-        &self.config
-    }
-
-    /// The observer.
-    pub fn observer(&self) -> &dyn IndexObserver {
-        &*self.observer
+        Self::with_config(config)
     }
 
     fn nanos(&self, at: Instant) -> u64 {
@@ -107,7 +84,7 @@ impl ShardedMutexIndex {
         Arc::clone(&self.slots.entry(execution_id).or_insert_with(|| {
             Arc::new(Slot {
                 entry: async_lock::Mutex::new(Entry::new(config, now)),
-                appended: event_listener::Event::new(),
+                appended: sync::new_notify(),
             })
         }))
     }
@@ -132,68 +109,6 @@ impl ShardedMutexIndex {
             drop(entry);
             return (result, slot);
         }
-    }
-
-    /// Indexes one event under its execution's mutex, then wakes that execution's waiters.
-    pub fn apply(&self, event: Event) -> Applied {
-        let event = self.prepare(event);
-        let mut applied = Applied {
-            execution_id: event.execution_id(),
-            event_id: event.id(),
-            is_new: false,
-            is_terminal: event.is_terminal(),
-        };
-        let now = self.nanos(Instant::now());
-        let mut event = Some(event);
-        let (is_new, slot) = self.with_live_entry(applied.execution_id, |entry| {
-            let mut stats = self.stats.lock();
-            let is_new = event
-                .take()
-                .is_some_and(|e| entry.apply(e, now, &mut stats));
-            self.observer.residency(*stats);
-            is_new
-        });
-        applied.is_new = is_new;
-        slot.appended.notify(usize::MAX);
-        applied
-    }
-
-    /// Decodes and applies one payload.
-    pub fn apply_json(&self, payload: &[u8]) -> Result<Applied, ApplyError> {
-        Ok(self.apply(Event::from_json(payload)?))
-    }
-
-    /// Applies each event (lock, apply, unlock, wake, per event), then evicts the batch's
-    /// terminal executions.
-    pub fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
-        let mut report = BatchReport::default();
-        let mut touched = Vec::new();
-        let mut terminal = Vec::new();
-        for event in events {
-            let applied = self.apply(event);
-            report.applied += 1;
-            report.new += usize::from(applied.is_new);
-            if !touched.contains(&applied.execution_id) {
-                touched.push(applied.execution_id);
-            }
-            if applied.is_terminal && !terminal.contains(&applied.execution_id) {
-                terminal.push(applied.execution_id);
-            }
-        }
-        report.executions = touched.len();
-        terminal.sort_unstable();
-        for execution_id in terminal {
-            match self.evict_slot(execution_id) {
-                Some(true) => report.terminal_evicted.push(execution_id),
-                Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
-                None => {}
-            }
-        }
-        if !report.terminal_evicted.is_empty() {
-            self.observer
-                .evicted(EvictReason::Terminal, report.terminal_evicted.len());
-        }
-        report
     }
 
     /// `None` if absent, `Some(false)` if gated, `Some(true)` if removed (with events).
@@ -238,21 +153,15 @@ impl ShardedMutexIndex {
         };
         finish_build(self.observer(), outcome, spine, waited, started)
     }
+}
 
-    /// Builds under the execution's mutex (timer started before the lock).
-    pub fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
-        let started = Instant::now();
-        match self.slot(execution_id) {
-            Some(slot) => {
-                let mut entry = slot.entry.lock_blocking();
-                self.build_with(Some(&mut entry), expected_head, started)
-            }
-            None => self.build_with(None, expected_head, started),
-        }
+impl DriveHooks for ShardedMutexIndex {
+    /// This execution's own signal: each event applied to it wakes this waiter.
+    fn listen(&self, execution_id: ExecutionId) -> Listener {
+        self.slot_or_create(execution_id).appended.listen()
     }
 
-    /// [`build`](ShardedMutexIndex::build), awaiting the mutex.
-    pub async fn build_async(
+    async fn build_async(
         &self,
         execution_id: ExecutionId,
         expected_head: Option<EventId>,
@@ -267,56 +176,106 @@ impl ShardedMutexIndex {
         }
     }
 
-    /// Register on the execution's notification, build, wait, repeat.
-    pub async fn drive(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        budget: DriveBudget,
-    ) -> Drive {
-        let drive = drive_loop(
-            budget,
-            self.observer(),
-            || self.slot_or_create(execution_id).appended.listen(),
-            || self.build_async(execution_id, expected_head),
-            // Today's design has no notion of a finished execution: waits run out.
-            || false,
-        )
-        .await;
-        observed(drive, self.observer())
+    fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        self.build(execution_id, expected_head)
+    }
+}
+
+impl StateIndex for ShardedMutexIndex {
+    const NAME: &'static str = "sharded";
+
+    /// An empty index reporting to `observer`.
+    fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> Self {
+        ShardedMutexIndex {
+            config,
+            observer,
+            slots: DashMap::new(),
+            stats: Mutex::new(IndexStats::default()),
+            epoch: Instant::now(),
+        }
     }
 
-    /// [`drive`](ShardedMutexIndex::drive), parking the thread.
-    pub fn drive_blocking(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        budget: DriveBudget,
-    ) -> Drive {
-        observed(
-            self.drive_blocking_unobserved(execution_id, expected_head, budget),
-            self.observer(),
-        )
+    /// The configuration.
+    fn config(&self) -> &IndexConfig {
+        &self.config
     }
 
-    pub(crate) fn drive_blocking_unobserved(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        budget: DriveBudget,
-    ) -> Drive {
-        drive_loop_blocking(
-            budget,
-            self.observer(),
-            || self.slot_or_create(execution_id).appended.listen(),
-            || self.build(execution_id, expected_head),
-            // Today's design has no notion of a finished execution: waits run out.
-            || false,
-        )
+    /// The observer.
+    fn observer(&self) -> &dyn IndexObserver {
+        &*self.observer
+    }
+
+    /// Indexes one event under its execution's mutex, then wakes that execution's waiters.
+    fn apply(&self, event: Event) -> Applied {
+        let event = self.prepare(event);
+        let mut applied = Applied {
+            execution_id: event.execution_id(),
+            event_id: event.id(),
+            is_new: false,
+            is_terminal: event.is_terminal(),
+        };
+        let now = self.nanos(Instant::now());
+        let mut event = Some(event);
+        let (is_new, slot) = self.with_live_entry(applied.execution_id, |entry| {
+            let mut stats = self.stats.lock();
+            let is_new = event
+                .take()
+                .is_some_and(|e| entry.apply(e, now, &mut stats));
+            self.observer.residency(*stats);
+            is_new
+        });
+        applied.is_new = is_new;
+        slot.appended.notify(usize::MAX);
+        applied
+    }
+
+    /// Applies each event (lock, apply, unlock, wake, per event), then evicts the batch's
+    /// terminal executions.
+    fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
+        let mut report = BatchReport::default();
+        let mut touched = Vec::new();
+        let mut terminal = Vec::new();
+        for event in events {
+            let applied = self.apply(event);
+            report.applied += 1;
+            report.new += usize::from(applied.is_new);
+            if !touched.contains(&applied.execution_id) {
+                touched.push(applied.execution_id);
+            }
+            if applied.is_terminal && !terminal.contains(&applied.execution_id) {
+                terminal.push(applied.execution_id);
+            }
+        }
+        report.executions = touched.len();
+        terminal.sort_unstable();
+        for execution_id in terminal {
+            match self.evict_slot(execution_id) {
+                Some(true) => report.terminal_evicted.push(execution_id),
+                Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
+                None => {}
+            }
+        }
+        if !report.terminal_evicted.is_empty() {
+            self.observer
+                .evicted(EvictReason::Terminal, report.terminal_evicted.len());
+        }
+        report
+    }
+
+    /// Builds under the execution's mutex (timer started before the lock).
+    fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        let started = Instant::now();
+        match self.slot(execution_id) {
+            Some(slot) => {
+                let mut entry = slot.entry.lock_blocking();
+                self.build_with(Some(&mut entry), expected_head, started)
+            }
+            None => self.build_with(None, expected_head, started),
+        }
     }
 
     /// Refreshes recency; false if not resident.
-    pub fn touch(&self, execution_id: ExecutionId) -> bool {
+    fn touch(&self, execution_id: ExecutionId) -> bool {
         let now = self.nanos(Instant::now());
         self.slot(execution_id).is_some_and(|slot| {
             let mut entry = slot.entry.lock_blocking();
@@ -326,7 +285,7 @@ impl ShardedMutexIndex {
     }
 
     /// Evicts one execution; true if one holding events was removed.
-    pub fn evict(&self, execution_id: ExecutionId) -> bool {
+    fn evict(&self, execution_id: ExecutionId) -> bool {
         let evicted = self.evict_slot(execution_id) == Some(true);
         if evicted {
             self.observer.evicted(EvictReason::Explicit, 1);
@@ -335,7 +294,7 @@ impl ShardedMutexIndex {
     }
 
     /// One sweep: lock each execution to read it, plan, evict.
-    pub fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
+    fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
         let policy = self.config.eviction;
         if policy == Default::default() {
             return EvictionStats::default();
@@ -354,7 +313,7 @@ impl ShardedMutexIndex {
             })
             .collect();
         let (mut plan, idle_empty) =
-            eviction::plan(candidates, &policy, self.nanos(now), self.stats());
+            eviction_plan::plan(candidates, &policy, self.nanos(now), self.stats());
         for execution_id in idle_empty {
             self.evict_slot(execution_id);
         }
@@ -378,30 +337,30 @@ impl ShardedMutexIndex {
     }
 
     /// Marks an execution as holding unsunk context.
-    pub fn mark_pending_sink(&self, execution_id: ExecutionId) {
+    fn mark_pending_sink(&self, execution_id: ExecutionId) {
         self.with_live_entry(execution_id, |entry| entry.pending_sink = true);
     }
 
     /// Unmarks; returns whether it was marked.
-    pub fn release_pending_sink(&self, execution_id: ExecutionId, reason: &str) -> bool {
+    fn release_pending_sink(&self, execution_id: ExecutionId, reason: &str) -> bool {
         let _ = reason;
         self.confirm_sunk(execution_id)
     }
 
     /// Unmarks after sinking; returns whether it was marked.
-    pub fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
+    fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
         self.slot(execution_id)
             .is_some_and(|slot| std::mem::take(&mut slot.entry.lock_blocking().pending_sink))
     }
 
     /// The resident totals.
-    pub fn stats(&self) -> IndexStats {
+    fn stats(&self) -> IndexStats {
         *self.stats.lock()
     }
 
     /// Replays one execution under its mutex (held for the whole replay), then wakes its
     /// waiters.
-    pub fn rehydrate(
+    fn rehydrate(
         &self,
         execution_id: ExecutionId,
         events: impl IntoIterator<Item = Event>,
@@ -438,7 +397,7 @@ impl ShardedMutexIndex {
     }
 
     /// A copy of one execution's chain.
-    pub fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
+    fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
         self.slot(execution_id).and_then(|slot| {
             let entry = slot.entry.lock_blocking();
             (!entry.evicted).then(|| entry.chain.clone())
@@ -446,7 +405,7 @@ impl ShardedMutexIndex {
     }
 
     /// Resident execution ids, ascending.
-    pub fn execution_ids(&self) -> Vec<ExecutionId> {
+    fn execution_ids(&self) -> Vec<ExecutionId> {
         let slots: Vec<(ExecutionId, Arc<Slot>)> = self
             .slots
             .iter()

@@ -6,16 +6,16 @@ use std::time::Instant;
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
-use crate::config::{DriveBudget, IndexConfig};
-use crate::drive::{drive_loop, drive_loop_blocking, observed};
-use crate::engine::report_sweep;
-use crate::eviction;
-use crate::locked_entry::{Entry, nanos_since};
-use crate::observe::{IndexObserver, NoopObserver};
+use super::entry::{Entry, finish_build, nanos_since};
+use crate::config::IndexConfig;
+use crate::drive::DriveHooks;
+use crate::eviction_plan::{self, report_sweep};
+use crate::observe::IndexObserver;
 use crate::report::{
-    Applied, ApplyError, BatchReport, Build, Drive, EvictReason, EvictionStats, IndexStats,
-    RehydrateReport,
+    Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
 };
+use crate::state_index::StateIndex;
+use crate::sync::{self, Listener, Notify};
 
 #[derive(Default)]
 struct Inner {
@@ -40,11 +40,21 @@ struct Inner {
 /// same pure core (`chain-fold`) as the engine, so a difference measured between them is
 /// the concurrency design, not the chain code. Its synchronous methods block the calling
 /// thread on the async mutex (`async_lock`'s `lock_blocking`); `drive` awaits it.
+///
+/// ```
+/// use wal_index::baseline::MutexIndex;
+/// use wal_index::{Event, IndexConfig, StateIndex};
+///
+/// let index = MutexIndex::new(IndexConfig::default());
+/// index.apply(Event::minimal(1, 7, None, "playbook_started"));
+/// let build = index.build(7, Some(1));
+/// assert_eq!(build.spine.unwrap().ids(), vec![1]);
+/// ```
 pub struct MutexIndex {
     config: IndexConfig,
     observer: std::sync::Arc<dyn IndexObserver>,
     inner: async_lock::Mutex<Inner>,
-    appended: event_listener::Event,
+    appended: Notify,
     epoch: Instant,
 }
 
@@ -106,31 +116,7 @@ impl Inner {
 impl MutexIndex {
     /// An empty index.
     pub fn new(config: IndexConfig) -> MutexIndex {
-        MutexIndex::with_observer(config, std::sync::Arc::new(NoopObserver))
-    }
-
-    /// An empty index reporting to `observer`.
-    pub fn with_observer(
-        config: IndexConfig,
-        observer: std::sync::Arc<dyn IndexObserver>,
-    ) -> MutexIndex {
-        MutexIndex {
-            config,
-            observer,
-            inner: async_lock::Mutex::new(Inner::default()),
-            appended: event_listener::Event::new(),
-            epoch: Instant::now(),
-        }
-    }
-
-    /// The configuration the index was built with.
-    pub fn config(&self) -> &IndexConfig {
-        &self.config
-    }
-
-    /// The observer this index reports to.
-    pub fn observer(&self) -> &dyn IndexObserver {
-        &*self.observer
+        MutexIndex::with_config(config)
     }
 
     fn nanos(&self, at: Instant) -> u64 {
@@ -145,8 +131,77 @@ impl MutexIndex {
         }
     }
 
+    fn build_locked(
+        &self,
+        inner: &mut Inner,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        started: Instant,
+    ) -> Build {
+        let waited = started.elapsed();
+        let (outcome, spine) = match inner.executions.get_mut(&execution_id) {
+            Some(entry) => entry.build(expected_head, self.nanos(started)),
+            None => (
+                AdvanceOutcome::Incomplete(
+                    expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing),
+                ),
+                None,
+            ),
+        };
+        finish_build(self.observer(), outcome, spine, waited, started)
+    }
+}
+
+impl DriveHooks for MutexIndex {
+    /// Today's global signal: every applied event of any execution wakes this waiter.
+    fn listen(&self, _execution_id: ExecutionId) -> Listener {
+        self.appended.listen()
+    }
+
+    async fn build_async(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+    ) -> Build {
+        let started = Instant::now();
+        let mut inner = self.inner.lock().await;
+        self.build_locked(&mut inner, execution_id, expected_head, started)
+    }
+
+    fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        self.build(execution_id, expected_head)
+    }
+}
+
+impl StateIndex for MutexIndex {
+    const NAME: &'static str = "mutex";
+
+    /// An empty index reporting to `observer`.
+    fn with_observer(
+        config: IndexConfig,
+        observer: std::sync::Arc<dyn IndexObserver>,
+    ) -> MutexIndex {
+        MutexIndex {
+            config,
+            observer,
+            inner: async_lock::Mutex::new(Inner::default()),
+            appended: sync::new_notify(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The configuration the index was built with.
+    fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    /// The observer this index reports to.
+    fn observer(&self) -> &dyn IndexObserver {
+        &*self.observer
+    }
+
     /// Indexes one event under the global mutex, then wakes every waiting drive.
-    pub fn apply(&self, event: Event) -> Applied {
+    fn apply(&self, event: Event) -> Applied {
         let event = self.prepare(event);
         let mut applied = Applied {
             execution_id: event.execution_id(),
@@ -163,14 +218,9 @@ impl MutexIndex {
         applied
     }
 
-    /// Decodes and applies one WAL payload.
-    pub fn apply_json(&self, payload: &[u8]) -> Result<Applied, ApplyError> {
-        Ok(self.apply(Event::from_json(payload)?))
-    }
-
     /// Applies each event as today's drain does (lock, apply, unlock, wake everyone, per
     /// event), then takes the lock once more to evict the batch's terminal executions.
-    pub fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
+    fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
         let mut report = BatchReport::default();
         let mut touched: Vec<ExecutionId> = Vec::new();
         let mut terminal: Vec<ExecutionId> = Vec::new();
@@ -204,94 +254,15 @@ impl MutexIndex {
         report
     }
 
-    fn build_locked(
-        &self,
-        inner: &mut Inner,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        started: Instant,
-    ) -> Build {
-        let waited = started.elapsed();
-        let (outcome, spine) = match inner.executions.get_mut(&execution_id) {
-            Some(entry) => entry.build(expected_head, self.nanos(started)),
-            None => (
-                AdvanceOutcome::Incomplete(
-                    expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing),
-                ),
-                None,
-            ),
-        };
-        finish_build(self.observer(), outcome, spine, waited, started)
-    }
-
     /// Builds under the global mutex (the timer starts before the lock, as today).
-    pub fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+    fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
         let started = Instant::now();
         let mut inner = self.inner.lock_blocking();
         self.build_locked(&mut inner, execution_id, expected_head, started)
     }
 
-    /// [`build`](MutexIndex::build), awaiting the mutex instead of blocking.
-    pub async fn build_async(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-    ) -> Build {
-        let started = Instant::now();
-        let mut inner = self.inner.lock().await;
-        self.build_locked(&mut inner, execution_id, expected_head, started)
-    }
-
-    /// Today's drive: register on the global notification, build, wait, repeat.
-    pub async fn drive(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        budget: DriveBudget,
-    ) -> Drive {
-        let drive = drive_loop(
-            budget,
-            self.observer(),
-            || self.appended.listen(),
-            || self.build_async(execution_id, expected_head),
-            // Today's design has no notion of a finished execution: waits run out.
-            || false,
-        )
-        .await;
-        observed(drive, self.observer())
-    }
-
-    /// [`drive`](MutexIndex::drive), parking the calling thread.
-    pub fn drive_blocking(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        budget: DriveBudget,
-    ) -> Drive {
-        observed(
-            self.drive_blocking_unobserved(execution_id, expected_head, budget),
-            self.observer(),
-        )
-    }
-
-    pub(crate) fn drive_blocking_unobserved(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        budget: DriveBudget,
-    ) -> Drive {
-        drive_loop_blocking(
-            budget,
-            self.observer(),
-            || self.appended.listen(),
-            || self.build(execution_id, expected_head),
-            // Today's design has no notion of a finished execution: waits run out.
-            || false,
-        )
-    }
-
     /// Refreshes recency; false if not resident.
-    pub fn touch(&self, execution_id: ExecutionId) -> bool {
+    fn touch(&self, execution_id: ExecutionId) -> bool {
         let now = self.nanos(Instant::now());
         let mut inner = self.inner.lock_blocking();
         inner
@@ -302,7 +273,7 @@ impl MutexIndex {
     }
 
     /// Evicts one execution; true if one holding events was removed.
-    pub fn evict(&self, execution_id: ExecutionId) -> bool {
+    fn evict(&self, execution_id: ExecutionId) -> bool {
         let mut inner = self.inner.lock_blocking();
         let held_events = inner
             .executions
@@ -318,7 +289,7 @@ impl MutexIndex {
     }
 
     /// One sweep under the global mutex.
-    pub fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
+    fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
         let policy = self.config.eviction;
         if policy == Default::default() {
             return EvictionStats::default();
@@ -330,7 +301,7 @@ impl MutexIndex {
             .iter()
             .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
             .collect();
-        let (plan, idle_empty) = eviction::plan(candidates, &policy, now, inner.stats);
+        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, inner.stats);
         for execution_id in idle_empty {
             inner.evict(execution_id, self.config.sink_gate, self.observer());
         }
@@ -343,7 +314,7 @@ impl MutexIndex {
     }
 
     /// Marks an execution as holding unsunk context.
-    pub fn mark_pending_sink(&self, execution_id: ExecutionId) {
+    fn mark_pending_sink(&self, execution_id: ExecutionId) {
         let now = self.nanos(Instant::now());
         self.inner
             .lock_blocking()
@@ -352,13 +323,13 @@ impl MutexIndex {
     }
 
     /// Unmarks; returns whether it was marked.
-    pub fn release_pending_sink(&self, execution_id: ExecutionId, reason: &str) -> bool {
+    fn release_pending_sink(&self, execution_id: ExecutionId, reason: &str) -> bool {
         let _ = reason;
         self.confirm_sunk(execution_id)
     }
 
     /// Unmarks after sinking; returns whether it was marked.
-    pub fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
+    fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
         let mut inner = self.inner.lock_blocking();
         inner
             .executions
@@ -367,13 +338,13 @@ impl MutexIndex {
     }
 
     /// The resident totals.
-    pub fn stats(&self) -> IndexStats {
+    fn stats(&self) -> IndexStats {
         self.inner.lock_blocking().stats
     }
 
     /// Replays one execution's events under the mutex (held for the whole replay, as
     /// today), then wakes every waiter.
-    pub fn rehydrate(
+    fn rehydrate(
         &self,
         execution_id: ExecutionId,
         events: impl IntoIterator<Item = Event>,
@@ -397,7 +368,7 @@ impl MutexIndex {
     }
 
     /// A copy of one execution's chain.
-    pub fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
+    fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
         self.inner
             .lock_blocking()
             .executions
@@ -406,7 +377,7 @@ impl MutexIndex {
     }
 
     /// Resident execution ids, ascending.
-    pub fn execution_ids(&self) -> Vec<ExecutionId> {
+    fn execution_ids(&self) -> Vec<ExecutionId> {
         let inner = self.inner.lock_blocking();
         let mut ids: Vec<ExecutionId> = inner
             .executions
@@ -417,22 +388,4 @@ impl MutexIndex {
         ids.sort_unstable();
         ids
     }
-}
-
-/// Assembles a lock-based build's result and reports it.
-pub(crate) fn finish_build(
-    observer: &dyn IndexObserver,
-    outcome: AdvanceOutcome,
-    spine: Option<chain_fold::Spine>,
-    waited: std::time::Duration,
-    started: Instant,
-) -> Build {
-    let build = Build {
-        outcome,
-        spine,
-        waited,
-        elapsed: started.elapsed(),
-    };
-    observer.build(&build.outcome, build.elapsed, build.waited);
-    build
 }

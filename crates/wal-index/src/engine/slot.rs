@@ -20,7 +20,7 @@
 
 use chain_fold::{Chain, Event, ExecutionId, Spine, SpineOrder};
 
-use crate::accounting::Accounting;
+use super::accounting::Accounting;
 use crate::sync::{self, Arc, AtomicBool, AtomicU64, Mutex, Notify, Ordering, Swap};
 
 /// The slot was evicted while the caller held it; look the execution up again.

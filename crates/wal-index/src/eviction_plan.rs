@@ -1,8 +1,10 @@
-//! Which executions a sweep evicts: a pure function both engines share.
+//! Which executions a sweep evicts: a pure function every index shares, and how a sweep's
+//! result is reported.
 
 use chain_fold::ExecutionId;
 
 use crate::config::EvictionPolicy;
+use crate::observe::IndexObserver;
 use crate::report::{EvictReason, EvictionStats, IndexStats};
 
 /// One resident execution as a sweep sees it.
@@ -109,6 +111,19 @@ impl Sweep {
         match reason {
             EvictReason::MaxExecutions => self.executions > limit,
             _ => self.bytes > limit,
+        }
+    }
+}
+
+/// Reports a sweep's evictions per reason.
+pub(crate) fn report_sweep(observer: &dyn IndexObserver, plan: &EvictionStats) {
+    for (reason, count) in [
+        (EvictReason::Ttl, plan.ttl),
+        (EvictReason::MaxExecutions, plan.max_executions),
+        (EvictReason::ByteCeiling, plan.byte_ceiling),
+    ] {
+        if count > 0 {
+            observer.evicted(reason, count);
         }
     }
 }

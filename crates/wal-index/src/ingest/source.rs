@@ -54,7 +54,8 @@ impl<S: WalSource + ?Sized> WalSource for Box<S> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use wal_index::{Pull, WalSource, channel_wal};
+/// use wal_index::WalSource;
+/// use wal_index::ingest::{Pull, channel_wal};
 ///
 /// let (writer, mut source) = channel_wal();
 /// writer.append(br#"{"event_id":1,"execution_id":1}"#.to_vec());

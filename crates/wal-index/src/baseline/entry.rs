@@ -9,8 +9,9 @@ use chain_fold::{
 };
 
 use crate::config::IndexConfig;
-use crate::eviction::Candidate;
-use crate::report::IndexStats;
+use crate::eviction_plan::Candidate;
+use crate::observe::IndexObserver;
+use crate::report::{Build, IndexStats};
 
 pub(crate) struct Entry {
     pub(crate) chain: Chain,
@@ -86,4 +87,22 @@ impl Entry {
 /// Nanoseconds from `epoch` to `at`, saturating.
 pub(crate) fn nanos_since(epoch: Instant, at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Assembles a lock-based build's result and reports it.
+pub(crate) fn finish_build(
+    observer: &dyn IndexObserver,
+    outcome: AdvanceOutcome,
+    spine: Option<Spine>,
+    waited: std::time::Duration,
+    started: Instant,
+) -> Build {
+    let build = Build {
+        outcome,
+        spine,
+        waited,
+        elapsed: started.elapsed(),
+    };
+    observer.build(&build.outcome, build.elapsed, build.waited);
+    build
 }

@@ -1,0 +1,307 @@
+//! [`WalIndex`]: the engine. Per-execution snapshots, wait-free builds, targeted wake-ups.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `mod.rs` | the index, its directory of slots, and its [`StateIndex`] surface |
+//! | [`slot`] | one execution: its published chain, spine cache, wait list and gate mark |
+//! | [`accounting`] | the three resident totals, changed under one lock |
+//! | [`read`] | builds and snapshots: no lock |
+//! | [`write`] | applies, rehydrate and the sink gate |
+//! | [`evict`] | explicit, terminal and policy eviction, and the finished set |
+
+pub(crate) mod accounting;
+mod evict;
+mod read;
+pub(crate) mod slot;
+mod write;
+
+use std::time::Instant;
+
+use chain_fold::{Chain, Event, EventId, ExecutionId};
+
+use crate::config::IndexConfig;
+use crate::drive::DriveHooks;
+use crate::observe::IndexObserver;
+use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
+use crate::state_index::StateIndex;
+use crate::sync::{self, Arc, Listener, Mutex, Swap};
+use accounting::Accounting;
+use evict::FinishedExecutions;
+use slot::{Evicted, Slot, SlotApplied};
+
+/// The directory hashes with SipHash under fixed keys (`DefaultHasher`): execution ids come
+/// from the server, not from an adversary, and a fixed hasher keeps instruction counts
+/// repeatable under callgrind (`benches/callgrind.sh`).
+type Directory = imbl::GenericHashMap<
+    ExecutionId,
+    Arc<Slot>,
+    std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>,
+    imbl::shared_ptr::DefaultSharedPtr,
+>;
+
+/// The state-builder index: one published snapshot per execution, read without locks.
+///
+/// # Model
+///
+/// Each execution has a *slot*. Its chain is an immutable, structurally shared
+/// [`Chain`] behind an atomic pointer: appliers build the next version off to the side and
+/// publish it with one pointer store; builds load the pointer and walk a snapshot nobody
+/// will ever mutate. The slot also holds the execution's spine cache (published by
+/// compare-and-swap, so concurrent builds share it without a lock) and its own wait list,
+/// notified only when *its* snapshot changes.
+///
+/// The directory from execution id to slot is itself an immutable map behind an atomic
+/// pointer: looking an execution up is a load, and only creating or removing a slot
+/// (first event of an execution, eviction) copies the map's O(log n) changed path under a
+/// writers-only lock.
+///
+/// # Progress guarantees
+///
+/// | operation | guarantee | what it may wait for |
+/// |---|---|---|
+/// | [`build`](StateIndex::build), [`chain`](StateIndex::chain) | wait-free\* | nothing the drain holds |
+/// | [`apply`](StateIndex::apply), [`apply_batch`](StateIndex::apply_batch), [`rehydrate`](StateIndex::rehydrate) | blocking | other writers of the *same* execution; the directory lock when an execution is new |
+/// | [`evict`](StateIndex::evict), [`enforce_limits_at`](StateIndex::enforce_limits_at) | blocking | writers of the evicted executions, other evictors |
+/// | [`drive`](StateIndex::drive) / [`drive_blocking`](StateIndex::drive_blocking) | blocking by design | its own execution's next publish, or its per-wait cap; the directory lock when it registers for an execution not yet resident; the finished-executions lock after an unserved build of an execution holding no events |
+/// | [`stats`](StateIndex::stats) | blocking, briefly | a writer's three-counter update (never a walk) |
+///
+/// \* arc-swap's load is wait-free on its fast path and lock-free on its fallback. A
+/// build also allocates (its spine), which is as wait-free as the allocator.
+///
+/// # Costs and limits
+///
+/// Publishing costs one allocation per touched execution per batch, plus the path copy in
+/// the persistent chain. A reader that keeps an old snapshot keeps its memory alive (that
+/// is what makes eviction safe under readers); the byte ledger counts only what the index
+/// itself holds. `stats()` takes a tiny lock that only writers share, so it never waits
+/// for a walk, but it does serialize with appliers.
+///
+/// ```
+/// use wal_index::{DriveBudget, Event, IndexConfig, StateIndex, WalIndex};
+///
+/// let index = WalIndex::new(IndexConfig::default());
+/// index.apply(Event::minimal(1, 7, None, "playbook_started"));
+/// index.apply(Event::minimal(2, 7, Some(1), "step"));
+/// let build = index.build(7, Some(2));
+/// assert_eq!(build.spine.unwrap().ids(), vec![1, 2]);
+///
+/// // A drive for a tip that is not indexed yet waits for exactly its execution.
+/// let drive = std::thread::scope(|s| {
+///     let waiter = s.spawn(|| index.drive_blocking(7, Some(3), DriveBudget::default()));
+///     std::thread::sleep(std::time::Duration::from_millis(20));
+///     index.apply(Event::minimal(3, 7, Some(2), "step"));
+///     waiter.join().unwrap()
+/// });
+/// assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
+/// ```
+pub struct WalIndex {
+    config: IndexConfig,
+    directory: Swap<Directory>,
+    /// Serializes directory writers (slot creation and removal). Builds never take it.
+    directory_writer: Mutex<()>,
+    /// The three resident totals, changed together under one lock by writers only.
+    accounting: Accounting,
+    /// Executions recently evicted after their terminal event: a drive for one of them
+    /// whose slot is empty ends at once instead of waiting for a tip that came and went.
+    finished: Mutex<FinishedExecutions>,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for WalIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalIndex")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Default for WalIndex {
+    fn default() -> Self {
+        WalIndex::new(IndexConfig::default())
+    }
+}
+
+impl WalIndex {
+    /// An empty index that reports to nobody.
+    pub fn new(config: IndexConfig) -> WalIndex {
+        WalIndex::with_config(config)
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
+        sync::peek(&self.directory, |directory| {
+            directory.get(&execution_id).cloned()
+        })
+    }
+
+    fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
+        if let Some(slot) = self.lookup(execution_id) {
+            return slot;
+        }
+        let _writer = self.directory_writer.lock();
+        let directory = sync::load(&self.directory);
+        if let Some(slot) = directory.get(&execution_id) {
+            return Arc::clone(slot);
+        }
+        let slot = Arc::new(Slot::new(
+            execution_id,
+            self.config.order,
+            self.nanos(Instant::now()),
+        ));
+        let next = directory.update(execution_id, Arc::clone(&slot));
+        sync::store(&self.directory, Arc::new(next));
+        slot
+    }
+
+    /// Applies `events` of one execution through its slot, retrying on a fresh slot if the
+    /// one found was evicted meanwhile (so no event is ever applied to an orphan).
+    fn apply_to_slot(
+        &self,
+        execution_id: ExecutionId,
+        mut events: impl Iterator<Item = Event>,
+        now: u64,
+    ) -> SlotApplied {
+        loop {
+            let slot = self.slot_or_create(execution_id);
+            match slot.apply(&mut events, &self.accounting, now) {
+                Ok(done) => return done,
+                Err(Evicted) => {
+                    // The evictor removes the slot from the directory before it releases the
+                    // directory lock; taking that lock here waits for it, then retries.
+                    drop(self.directory_writer.lock());
+                }
+            }
+        }
+    }
+
+    fn prepare(&self, event: Event) -> Event {
+        if self.config.slim {
+            event.to_slim()
+        } else {
+            event
+        }
+    }
+}
+
+impl DriveHooks for WalIndex {
+    /// A drive for an execution with nothing indexed yet registers on an empty slot, which
+    /// its first event then notifies. Empty slots are not executions (`stats()` and
+    /// `execution_ids()` skip them); TTL sweeps drop them, and without a TTL they stay until
+    /// the execution arrives or is evicted.
+    fn listen(&self, execution_id: ExecutionId) -> Listener {
+        self.slot_or_create(execution_id).listen()
+    }
+
+    async fn build_async(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+    ) -> Build {
+        read::build(self, execution_id, expected_head)
+    }
+
+    fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        read::build(self, execution_id, expected_head)
+    }
+
+    fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
+        evict::finished_and_gone(self, execution_id)
+    }
+}
+
+/// The engine's surface. Each method's progress guarantee is in the table on [`WalIndex`].
+impl StateIndex for WalIndex {
+    const NAME: &'static str = "lockfree";
+
+    fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> Self {
+        WalIndex {
+            config,
+            directory: sync::new_swap(Arc::new(Directory::default())),
+            directory_writer: Mutex::new(()),
+            accounting: Accounting::new(observer),
+            finished: Mutex::new(FinishedExecutions::default()),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    fn observer(&self) -> &dyn IndexObserver {
+        self.accounting.observer()
+    }
+
+    /// Publishes the execution's new snapshot (one pointer store) and wakes only that
+    /// execution's waiters.
+    fn apply(&self, event: Event) -> Applied {
+        write::apply(self, event)
+    }
+
+    /// Each touched execution is published once and its waiters woken once (in ascending
+    /// execution id); then the batch's terminal executions are evicted.
+    fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
+        write::apply_batch(self, events)
+    }
+
+    /// Wait-free: it loads two pointers and walks an immutable snapshot; it has no step
+    /// that can block, so `Build::waited` is always zero.
+    fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
+        read::build(self, execution_id, expected_head)
+    }
+
+    fn touch(&self, execution_id: ExecutionId) -> bool {
+        self.lookup(execution_id)
+            .map(|slot| slot.touch(self.nanos(Instant::now())))
+            .is_some()
+    }
+
+    /// Readers holding the execution's snapshot keep a valid one; its waiters are woken.
+    fn evict(&self, execution_id: ExecutionId) -> bool {
+        evict::evict(self, execution_id)
+    }
+
+    fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
+        evict::enforce_limits_at(self, now)
+    }
+
+    fn mark_pending_sink(&self, execution_id: ExecutionId) {
+        write::mark_pending_sink(self, execution_id)
+    }
+
+    fn release_pending_sink(&self, execution_id: ExecutionId, reason: &str) -> bool {
+        let _ = reason;
+        write::clear_pending_sink(self, execution_id)
+    }
+
+    fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
+        write::clear_pending_sink(self, execution_id)
+    }
+
+    /// Takes a tiny lock that only writers share: it never waits for a walk.
+    fn stats(&self) -> IndexStats {
+        self.accounting.get()
+    }
+
+    /// The replay is one published snapshot that wakes the execution's waiters once.
+    fn rehydrate(
+        &self,
+        execution_id: ExecutionId,
+        events: impl IntoIterator<Item = Event>,
+    ) -> RehydrateReport {
+        write::rehydrate(self, execution_id, events)
+    }
+
+    /// O(1); the snapshot stays valid whatever happens next.
+    fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
+        read::chain(self, execution_id)
+    }
+
+    fn execution_ids(&self) -> Vec<ExecutionId> {
+        read::execution_ids(self)
+    }
+}

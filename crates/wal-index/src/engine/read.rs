@@ -1,0 +1,84 @@
+//! The engine's reads: builds and snapshots. Nothing here takes a lock or waits.
+
+use std::time::{Duration, Instant};
+
+use chain_fold::{AdvanceOutcome, Chain, EventId, ExecutionId, Incomplete, advance};
+
+use super::WalIndex;
+use crate::report::Build;
+use crate::sync;
+
+/// Builds the spine at `expected_head` from the execution's published snapshot and shared
+/// spine cache, and publishes the result to the cache by compare-and-swap.
+pub(super) fn build(
+    index: &WalIndex,
+    execution_id: ExecutionId,
+    expected_head: Option<EventId>,
+) -> Build {
+    let started = Instant::now();
+    let Some(slot) = index.lookup(execution_id) else {
+        let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
+        return incomplete(index, why, started);
+    };
+    // The cache is loaded as an owned Arc (its identity is what the compare-and-swap
+    // below compares); the chain is only borrowed for the walk, without touching its
+    // reference count, so builds of one hot execution do not contend on it.
+    let cached = slot.cached_spine();
+    let result = slot.with_chain(|chain| {
+        let target = expected_head.or_else(|| chain.max_id());
+        target.map(|t| advance(chain, Option::as_ref(&cached), t))
+    });
+    let Some(result) = result else {
+        return incomplete(index, Incomplete::NoEvents, started);
+    };
+    if let Some(spine) = &result.spine {
+        if result.outcome != AdvanceOutcome::CacheHit {
+            slot.publish_spine(&cached, spine.clone());
+        }
+        slot.touch(index.nanos(started));
+    }
+    let build = Build {
+        outcome: result.outcome,
+        spine: result.spine,
+        // Nothing above can block: no lock, no wait loop (see the progress table).
+        waited: Duration::ZERO,
+        elapsed: started.elapsed(),
+    };
+    index
+        .accounting
+        .observer()
+        .build(&build.outcome, build.elapsed, build.waited);
+    build
+}
+
+fn incomplete(index: &WalIndex, why: Incomplete, started: Instant) -> Build {
+    let build = Build {
+        outcome: AdvanceOutcome::Incomplete(why),
+        spine: None,
+        waited: Duration::ZERO,
+        elapsed: started.elapsed(),
+    };
+    index
+        .accounting
+        .observer()
+        .build(&build.outcome, build.elapsed, build.waited);
+    build
+}
+
+/// A snapshot of one execution's chain.
+pub(super) fn chain(index: &WalIndex, execution_id: ExecutionId) -> Option<Chain> {
+    index
+        .lookup(execution_id)
+        .map(|slot| Chain::clone(&slot.chain()))
+}
+
+/// The ids of resident executions (those holding at least one event), ascending.
+pub(super) fn execution_ids(index: &WalIndex) -> Vec<ExecutionId> {
+    let mut ids: Vec<ExecutionId> = sync::load(&index.directory)
+        .values()
+        .filter(|slot| !slot.with_chain(Chain::is_empty))
+        .map(|slot| slot.execution_id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}

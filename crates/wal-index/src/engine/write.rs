@@ -1,0 +1,118 @@
+//! The engine's writes: applies (one event, a batch, a rehydrate replay) and the sink
+//! gate's marks. Each execution's writers serialize on its slot; nothing here makes a
+//! build wait.
+
+use std::time::Instant;
+
+use chain_fold::{Event, ExecutionId};
+
+use super::WalIndex;
+use super::slot::SlotEviction;
+use crate::report::{Applied, BatchReport, EvictReason, RehydrateReport};
+
+/// Indexes one event, publishes its execution's new snapshot and wakes its waiters.
+pub(super) fn apply(index: &WalIndex, event: Event) -> Applied {
+    let event = index.prepare(event);
+    let applied = Applied {
+        execution_id: event.execution_id(),
+        event_id: event.id(),
+        is_new: false,
+        is_terminal: event.is_terminal(),
+    };
+    let now = index.nanos(Instant::now());
+    let done = index.apply_to_slot(applied.execution_id, std::iter::once(event), now);
+    Applied {
+        is_new: done.new == 1,
+        ..applied
+    }
+}
+
+/// Applies a batch: each touched execution is published once and its waiters woken once
+/// (in ascending execution id); then the executions whose terminal event was in the batch
+/// are evicted (unless the sink gate holds them).
+pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
+    let mut events: Vec<Event> = events.into_iter().map(|e| index.prepare(e)).collect();
+    // A stable sort groups each execution's events, keeping their WAL order.
+    events.sort_by_key(Event::execution_id);
+    let now = index.nanos(Instant::now());
+    let mut report = BatchReport::default();
+    let mut terminal = Vec::new();
+    let mut events = events.into_iter().peekable();
+    while let Some(first) = events.next() {
+        let execution_id = first.execution_id();
+        let rest = std::iter::from_fn(|| events.next_if(|e| e.execution_id() == execution_id));
+        let done = index.apply_to_slot(execution_id, std::iter::once(first).chain(rest), now);
+        report.executions += 1;
+        report.applied += done.applied;
+        report.new += done.new;
+        if done.terminal {
+            terminal.push(execution_id);
+        }
+    }
+    for execution_id in terminal {
+        match index.evict_slot(execution_id) {
+            SlotEviction::Evicted { .. } => report.terminal_evicted.push(execution_id),
+            SlotEviction::KeptBySinkGate => report.terminal_kept_by_sink_gate.push(execution_id),
+            SlotEviction::AlreadyGone => {}
+        }
+    }
+    if !report.terminal_evicted.is_empty() {
+        let mut finished = index.finished.lock();
+        report
+            .terminal_evicted
+            .iter()
+            .for_each(|&id| finished.insert(id));
+        drop(finished);
+        index
+            .accounting
+            .observer()
+            .evicted(EvictReason::Terminal, report.terminal_evicted.len());
+    }
+    report
+}
+
+/// Replays one execution's retained events as one published snapshot.
+pub(super) fn rehydrate(
+    index: &WalIndex,
+    execution_id: ExecutionId,
+    events: impl IntoIterator<Item = Event>,
+) -> RehydrateReport {
+    let mut report = RehydrateReport::default();
+    let mine: Vec<Event> = events
+        .into_iter()
+        .filter(|e| {
+            let ok = e.execution_id() == execution_id;
+            report.other_execution += usize::from(!ok);
+            ok
+        })
+        .map(|e| index.prepare(e))
+        .collect();
+    if !mine.is_empty() {
+        let now = index.nanos(Instant::now());
+        let done = index.apply_to_slot(execution_id, mine.into_iter(), now);
+        report.applied = done.applied;
+        report.new = done.new;
+    }
+    report
+}
+
+/// Sets the sink-gate mark, on a fresh slot if the one found was evicted meanwhile.
+pub(super) fn mark_pending_sink(index: &WalIndex, execution_id: ExecutionId) {
+    loop {
+        if index
+            .slot_or_create(execution_id)
+            .mark_pending_sink()
+            .is_ok()
+        {
+            return;
+        }
+        drop(index.directory_writer.lock());
+    }
+}
+
+/// Clears the sink-gate mark; returns whether it was set.
+pub(super) fn clear_pending_sink(index: &WalIndex, execution_id: ExecutionId) -> bool {
+    index
+        .lookup(execution_id)
+        .is_some_and(|slot| slot.clear_pending_sink())
+}

@@ -1,0 +1,8 @@
+//! Ingestion: the [`Drain`] that pulls the WAL into an index, and the [`WalSource`]s it
+//! pulls from (an in-process channel, a JSON-lines file; `wal-source-nats` adds JetStream).
+
+mod drain;
+mod source;
+
+pub use drain::{Backoff, BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
+pub use source::{ChannelSource, JsonLinesSource, Pull, Record, WalSource, WalWriter, channel_wal};

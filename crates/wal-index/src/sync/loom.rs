@@ -1,0 +1,232 @@
+//! The shim's model side: every primitive is loom's, so the models in `loom-tests/` explore
+//! the engine's own code.
+
+pub(crate) use loom::sync::Arc;
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// loom's mutex behind the `parking_lot`-style `lock()` the engine uses.
+pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Mutex(loom::sync::Mutex::new(value))
+    }
+    pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The ordering a snapshot is published with. arc-swap publishes with (at least)
+/// release semantics; the `loom-weaken-publish` feature downgrades the model to relaxed,
+/// to show that the loom models catch a publication that does not pair with the
+/// reader's acquire.
+#[cfg(not(feature = "loom-weaken-publish"))]
+const PUBLISH: Ordering = Ordering::AcqRel;
+#[cfg(feature = "loom-weaken-publish")]
+const PUBLISH: Ordering = Ordering::Relaxed;
+
+/// One published value, with a loom-tracked cell written when it is created and read
+/// on every load, so loom checks that each load happens after the publication.
+struct Tracked<T> {
+    written: loom::cell::UnsafeCell<u8>,
+    value: Arc<T>,
+}
+
+impl<T> Tracked<T> {
+    fn publishable(value: Arc<T>) -> *mut Tracked<T> {
+        let tracked = Box::new(Tracked {
+            written: loom::cell::UnsafeCell::new(0),
+            value,
+        });
+        // SAFETY: the box is not shared yet; this is the only access.
+        tracked.written.with_mut(|byte| unsafe { *byte = 1 });
+        Box::into_raw(tracked)
+    }
+}
+
+/// A model of arc-swap's `ArcSwap`: an atomic pointer, published with [`PUBLISH`] and
+/// loaded with acquire. Replaced values are kept until the cell drops (a model needs no
+/// reclamation scheme, and keeping them makes every loaded pointer valid).
+pub(crate) struct Swap<T> {
+    current: loom::sync::atomic::AtomicPtr<Tracked<T>>,
+    retired: loom::sync::Mutex<Vec<*mut Tracked<T>>>,
+}
+
+// SAFETY: the cell only hands out clones of `Arc<T>` and owns its `Tracked<T>` boxes,
+// so it is as thread-safe as `Arc<T>`.
+unsafe impl<T: Send + Sync> Send for Swap<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for Swap<T> {}
+
+impl<T> Drop for Swap<T> {
+    fn drop(&mut self) {
+        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        let current = self.current.load(Ordering::Acquire);
+        for ptr in retired.into_iter().chain(std::iter::once(current)) {
+            // SAFETY: every pointer came from `Box::into_raw` in `Tracked::publishable`,
+            // is either current or retired (never both), and is freed only here, once.
+            drop(unsafe { Box::from_raw(ptr) });
+        }
+    }
+}
+
+pub(crate) fn new_swap<T>(value: Arc<T>) -> Swap<T> {
+    Swap {
+        current: loom::sync::atomic::AtomicPtr::new(Tracked::publishable(value)),
+        retired: loom::sync::Mutex::new(Vec::new()),
+    }
+}
+
+fn load_tracked<T>(swap: &Swap<T>) -> &Tracked<T> {
+    // Acquire pairs with the `PUBLISH` swap or compare-exchange that installed it.
+    let ptr = swap.current.load(Ordering::Acquire);
+    // SAFETY: installed pointers are freed only when the cell drops, and the borrow of
+    // `swap` outlives the returned reference.
+    let tracked = unsafe { &*ptr };
+    // SAFETY: the publisher wrote this byte before installing the pointer; loom checks
+    // that the write happens before this read.
+    let _ = tracked.written.with(|byte| unsafe { *byte });
+    tracked
+}
+
+pub(crate) fn load<T>(swap: &Swap<T>) -> Arc<T> {
+    Arc::clone(&load_tracked(swap).value)
+}
+
+pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
+    f(&load_tracked(swap).value)
+}
+
+pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
+    let fresh = Tracked::publishable(value);
+    #[cfg(not(feature = "loom-weaken-publish"))]
+    let old = swap.current.swap(fresh, PUBLISH);
+    // The weakened model publishes with a plain relaxed store (stores are serialized by
+    // the slot's writer lock, so reading the old pointer first loses nothing).
+    #[cfg(feature = "loom-weaken-publish")]
+    let old = {
+        let old = swap.current.load(Ordering::Relaxed);
+        swap.current.store(fresh, PUBLISH);
+        old
+    };
+    swap.retired
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(old);
+}
+
+pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>) -> bool {
+    let seen = swap.current.load(Ordering::Acquire);
+    // SAFETY: as in `load_tracked`.
+    if !Arc::ptr_eq(unsafe { &(*seen).value }, current) {
+        return false;
+    }
+    let fresh = Tracked::publishable(new);
+    match swap
+        .current
+        .compare_exchange(seen, fresh, PUBLISH, Ordering::Acquire)
+    {
+        Ok(old) => {
+            swap.retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(old);
+            true
+        }
+        Err(_) => {
+            // SAFETY: `fresh` was never installed, so this is its only owner.
+            drop(unsafe { Box::from_raw(fresh) });
+            false
+        }
+    }
+}
+
+/// A wait list with event-listener's contract, built from loom primitives: a listener
+/// records the notification count when it registers and is ready once the count moved.
+pub(crate) struct Notify(Arc<WaitList>);
+
+struct WaitList {
+    state: loom::sync::Mutex<WaitState>,
+    changed: loom::sync::Condvar,
+}
+
+struct WaitState {
+    notified: u64,
+    wakers: Vec<std::task::Waker>,
+}
+
+/// A registered waiter: blocks in [`wait_timeout`], or is awaited as a future.
+pub struct Listener {
+    list: Arc<WaitList>,
+    seen: u64,
+}
+
+pub(crate) fn new_notify() -> Notify {
+    Notify(Arc::new(WaitList {
+        state: loom::sync::Mutex::new(WaitState {
+            notified: 0,
+            wakers: Vec::new(),
+        }),
+        changed: loom::sync::Condvar::new(),
+    }))
+}
+
+impl Notify {
+    pub(crate) fn listen(&self) -> Listener {
+        let seen = self
+            .0
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .notified;
+        Listener {
+            list: Arc::clone(&self.0),
+            seen,
+        }
+    }
+
+    pub(crate) fn notify(&self, _n: usize) {
+        let wakers = {
+            let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.notified += 1;
+            std::mem::take(&mut state.wakers)
+        };
+        self.0.changed.notify_all();
+        wakers.into_iter().for_each(std::task::Waker::wake);
+    }
+}
+
+/// Blocks until a notification newer than the registration. loom has no clock, so the cap
+/// is ignored: a model whose waiter is never notified deadlocks, and loom reports it, which
+/// is exactly how a lost wake-up shows.
+pub(crate) fn wait_timeout(listener: Listener, _cap: std::time::Duration) -> bool {
+    let list = &*listener.list;
+    let mut state = list.state.lock().unwrap_or_else(|e| e.into_inner());
+    while state.notified == listener.seen {
+        state = list.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+    }
+    true
+}
+
+impl Listener {
+    /// Blocks until notified (for models that drive a listener by hand).
+    pub fn wait(self) {
+        wait_timeout(self, std::time::Duration::MAX);
+    }
+}
+
+impl std::future::Future for Listener {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let mut state = self.list.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.notified != self.seen {
+            return std::task::Poll::Ready(());
+        }
+        state.wakers.push(cx.waker().clone());
+        std::task::Poll::Pending
+    }
+}

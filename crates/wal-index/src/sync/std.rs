@@ -1,0 +1,53 @@
+//! The shim's production side: `std`, `parking_lot`, `arc-swap` and `event-listener`.
+
+pub(crate) use std::sync::Arc;
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// A mutual-exclusion lock without poisoning (writers never panic while holding it;
+/// if one did, its chain snapshot was never published, so there is nothing to repair).
+pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
+
+/// An atomically replaceable `Arc<T>`: wait-free loads in the common case.
+pub(crate) type Swap<T> = arc_swap::ArcSwap<T>;
+
+/// A wait list: `listen()` registers, `notify(n)` wakes up to `n` registered listeners.
+pub(crate) type Notify = event_listener::Event;
+pub(crate) type Listener = event_listener::EventListener;
+
+pub(crate) fn new_notify() -> Notify {
+    event_listener::Event::new()
+}
+
+pub(crate) fn new_swap<T>(value: Arc<T>) -> Swap<T> {
+    arc_swap::ArcSwap::new(value)
+}
+
+/// Loads the current value as an owned `Arc`.
+pub(crate) fn load<T>(swap: &Swap<T>) -> Arc<T> {
+    swap.load_full()
+}
+
+/// Runs `f` on the current value without touching its reference count (arc-swap's
+/// debt-list `load`), so concurrent readers of one hot cell do not contend on it. Keep
+/// `f` short: the guard occupies one of the thread's few debt slots while it runs.
+pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
+    f(&swap.load())
+}
+
+/// Publishes `value` (a release store; pairs with the acquire in [`load`]).
+pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
+    swap.store(value);
+}
+
+/// Replaces `current` with `new` only if `current` is still published; returns whether
+/// it did. Pointer identity, as arc-swap compares.
+pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>) -> bool {
+    let previous = swap.compare_and_swap(current, new);
+    Arc::ptr_eq(&previous, current)
+}
+
+/// Parks until `listener` is notified or `cap` passes; true if it was notified.
+pub(crate) fn wait_timeout(listener: Listener, cap: std::time::Duration) -> bool {
+    use event_listener::Listener as _;
+    listener.wait_timeout(cap).is_some()
+}
