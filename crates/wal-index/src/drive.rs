@@ -18,6 +18,7 @@ use crate::config::DriveBudget;
 use crate::observe::{DriveLabel, IndexObserver, WaitLabel};
 use crate::report::{Build, Drive, DriveOutcome};
 use crate::sync::{self, Listener};
+use crate::waiting_room::Registered;
 
 /// What an index supplies to the shared drive loop. Sealed: it is a supertrait of
 /// [`StateIndex`](crate::StateIndex) in a private module, so only this crate's indexes
@@ -25,8 +26,10 @@ use crate::sync::{self, Listener};
 // `pub` in a private module is the sealed-trait pattern: nameable here, not outside.
 #[allow(unreachable_pub)]
 pub trait DriveHooks {
-    /// Registers a waiter that any publish of `execution_id` after this call wakes.
-    fn listen(&self, execution_id: ExecutionId) -> Listener;
+    /// Registers a waiter that any publish of `execution_id` after this call wakes,
+    /// including the publish that makes a non-resident execution resident. Must not create
+    /// state the index keeps after the drive ends.
+    fn listen(&self, execution_id: ExecutionId) -> Registered<'_>;
 
     /// One build that awaits, rather than blocks on, whatever the index locks.
     fn build_async(
@@ -74,11 +77,17 @@ pub(crate) async fn drive_loop<I: DriveHooks + ?Sized>(
         elapsed: Duration::ZERO,
     };
     loop {
-        let listener = index.listen(execution_id);
+        // Register before the build: a publish after this point wakes the listener, so one
+        // that lands between the build and the wait is never lost. The mutation registers
+        // after the build, and loom must find the lost wake-up.
+        #[cfg(not(feature = "mutation-listen-after-build"))]
+        let registered = index.listen(execution_id);
         let build = match mode {
             Mode::Async => index.build_async(execution_id, expected_head).await,
             Mode::Blocking => index.build_blocking(execution_id, expected_head),
         };
+        #[cfg(feature = "mutation-listen-after-build")]
+        let registered = index.listen(execution_id);
         drive.builds += 1;
         match build.spine {
             Some(spine) => {
@@ -94,10 +103,12 @@ pub(crate) async fn drive_loop<I: DriveHooks + ?Sized>(
                 }
             }
         }
+        let Registered { listener, ticket } = registered;
         let woken = match mode {
             Mode::Async => wait_async(listener, budget.wait).await,
             Mode::Blocking => sync::wait_timeout(listener, budget.wait),
         };
+        drop(ticket);
         if woken {
             drive.wakes += 1;
             observer.drive_wait(WaitLabel::Woken);

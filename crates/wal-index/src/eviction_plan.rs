@@ -27,7 +27,27 @@ pub(crate) struct Candidate {
 /// Slots without events (a drive or a sink-gate mark arrived before the first event) are not
 /// executions: they are not reported, and are returned separately as `idle_empty` once idle
 /// past the TTL, for the engine to drop as housekeeping.
+///
+/// The totals the LRU passes count down from are the candidates' own, so the plan is
+/// consistent with itself whatever happened to the index since the candidates were read
+/// (reading the index's totals separately let a concurrent eviction make them smaller than
+/// the candidates, and the subtraction wrapped).
 pub(crate) fn plan(
+    candidates: Vec<Candidate>,
+    policy: &EvictionPolicy,
+    now: u64,
+) -> (EvictionStats, Vec<ExecutionId>) {
+    let totals = IndexStats {
+        executions: candidates.iter().filter(|c| c.events > 0).count(),
+        events: candidates.iter().map(|c| c.events).sum(),
+        bytes: candidates.iter().map(|c| c.bytes).sum(),
+    };
+    plan_against(candidates, policy, now, totals)
+}
+
+/// [`plan`] against totals read elsewhere. Only the `mutation-sweep-totals-from-stats` build
+/// calls it directly, to re-introduce the bug [`plan`] fixes.
+pub(crate) fn plan_against(
     mut candidates: Vec<Candidate>,
     policy: &EvictionPolicy,
     now: u64,
@@ -115,6 +135,17 @@ impl Sweep {
     }
 }
 
+/// Sets the per-reason counts from the victims a sweep actually evicted (planned victims that
+/// vanished, changed or turned out gated are not counted), adding `gated_at_eviction` to the
+/// executions the sink gate kept.
+pub(crate) fn recount(stats: &mut EvictionStats, gated_at_eviction: usize) {
+    let count = |reason| stats.evicted.iter().filter(|(_, r)| *r == reason).count();
+    stats.ttl = count(EvictReason::Ttl);
+    stats.max_executions = count(EvictReason::MaxExecutions);
+    stats.byte_ceiling = count(EvictReason::ByteCeiling);
+    stats.kept_by_sink_gate += gated_at_eviction;
+}
+
 /// Reports a sweep's evictions per reason.
 pub(crate) fn report_sweep(observer: &dyn IndexObserver, plan: &EvictionStats) {
     for (reason, count) in [
@@ -143,14 +174,6 @@ mod tests {
         }
     }
 
-    fn totals(cands: &[Candidate]) -> IndexStats {
-        IndexStats {
-            executions: cands.len(),
-            events: cands.len(),
-            bytes: cands.iter().map(|c| c.bytes).sum(),
-        }
-    }
-
     #[test]
     fn ttl_then_lru_by_count_then_by_bytes() {
         let cands = vec![
@@ -164,7 +187,7 @@ mod tests {
             max_executions: Some(2),
             max_bytes: Some(15),
         };
-        let (s, _) = plan(cands.clone(), &policy, 100, totals(&cands));
+        let (s, _) = plan(cands.clone(), &policy, 100);
         assert_eq!(
             s.evicted,
             vec![
@@ -184,7 +207,7 @@ mod tests {
             max_executions: Some(0),
             max_bytes: Some(0),
         };
-        let (s, _) = plan(cands.clone(), &policy, 100, totals(&cands));
+        let (s, _) = plan(cands.clone(), &policy, 100);
         assert!(s.evicted.is_empty());
         assert_eq!(s.kept_by_sink_gate, 2);
     }
@@ -192,12 +215,7 @@ mod tests {
     #[test]
     fn no_policy_evicts_nothing() {
         let cands = vec![c(1, 0, 10, false)];
-        let (s, _) = plan(
-            cands.clone(),
-            &EvictionPolicy::default(),
-            u64::MAX,
-            totals(&cands),
-        );
+        let (s, _) = plan(cands.clone(), &EvictionPolicy::default(), u64::MAX);
         assert_eq!(s, EvictionStats::default());
     }
 }

@@ -71,6 +71,7 @@ pub mod rehydrate;
 pub mod report;
 mod state_index;
 mod sync;
+mod waiting_room;
 
 #[cfg(feature = "baselines")]
 pub mod baseline;
@@ -85,12 +86,18 @@ pub use observe::IndexObserver;
 pub use report::{Drive, DriveOutcome};
 pub use state_index::StateIndex;
 
-/// The protocol core (slots and accounting) over the loom shim, for the models in
-/// `loom-tests/`. Exists only under `--cfg wal_index_loom`; not a public API.
+/// Hooks for the models in `loom-tests/`: the slot and accounting internals, and the model
+/// clock of a [`WalIndex`] (whose whole code runs over the loom shim in those builds).
+/// Exists only under `--cfg wal_index_loom`; not a public API.
 #[cfg(wal_index_loom)]
 #[doc(hidden)]
 pub mod model {
     pub use crate::engine::accounting::Accounting;
     pub use crate::engine::slot::{Evicted, Slot, SlotApplied, SlotEviction};
     pub use crate::sync::Listener;
+
+    /// Moves `index`'s model clock forward by `by` (time stands still otherwise).
+    pub fn advance_clock(index: &crate::WalIndex, by: std::time::Duration) {
+        index.advance_model_clock(by);
+    }
 }

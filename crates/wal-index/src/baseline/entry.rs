@@ -20,6 +20,9 @@ pub(crate) struct Entry {
     pub(crate) pending_sink: bool,
     /// Set when a per-execution index removed this entry while an applier held it.
     pub(crate) evicted: bool,
+    /// Moves on every apply: a sweep evicts only an entry whose version is the one it
+    /// planned on.
+    pub(crate) version: u64,
 }
 
 impl Entry {
@@ -30,6 +33,7 @@ impl Entry {
             last_used: now,
             pending_sink: false,
             evicted: false,
+            version: 0,
         }
     }
 
@@ -37,6 +41,7 @@ impl Entry {
     pub(crate) fn apply(&mut self, event: Event, now: u64, stats: &mut IndexStats) -> bool {
         let (len, bytes) = (self.chain.len(), self.chain.bytes());
         let is_new = self.chain.apply(event);
+        self.version += 1;
         self.last_used = self.last_used.max(now);
         if len == 0 && !self.chain.is_empty() {
             stats.executions += 1;
@@ -56,12 +61,14 @@ impl Entry {
     }
 
     /// Today's build, under the caller's lock: advance the cache, then copy every payload
-    /// of the spine out (what production does on every build).
+    /// of the spine out (what production does on every build). Every build refreshes the
+    /// entry's recency, served or not, as today.
     pub(crate) fn build(
         &mut self,
         expected_head: Option<EventId>,
         now: u64,
     ) -> (AdvanceOutcome, Option<Spine>) {
+        self.last_used = self.last_used.max(now);
         let Some(target) = expected_head.or_else(|| self.chain.max_id()) else {
             return (AdvanceOutcome::Incomplete(Incomplete::NoEvents), None);
         };
@@ -69,7 +76,6 @@ impl Entry {
         if let AdvanceOutcome::Incomplete(_) = outcome {
             return (outcome, None);
         }
-        self.last_used = self.last_used.max(now);
         (outcome, self.cache.spine().map(Spine::deep_copy))
     }
 

@@ -15,7 +15,8 @@ use crate::report::{
     Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
 };
 use crate::state_index::StateIndex;
-use crate::sync::{self, Listener, Notify};
+use crate::sync::{self, Notify};
+use crate::waiting_room::Registered;
 
 #[derive(Default)]
 struct Inner {
@@ -154,8 +155,8 @@ impl MutexIndex {
 
 impl DriveHooks for MutexIndex {
     /// Today's global signal: every applied event of any execution wakes this waiter.
-    fn listen(&self, _execution_id: ExecutionId) -> Listener {
-        self.appended.listen()
+    fn listen(&self, _execution_id: ExecutionId) -> Registered<'_> {
+        Registered::on(self.appended.listen())
     }
 
     async fn build_async(
@@ -301,7 +302,7 @@ impl StateIndex for MutexIndex {
             .iter()
             .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
             .collect();
-        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, inner.stats);
+        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now);
         for execution_id in idle_empty {
             inner.evict(execution_id, self.config.sink_gate, self.observer());
         }
@@ -314,7 +315,11 @@ impl StateIndex for MutexIndex {
     }
 
     /// Marks an execution as holding unsunk context.
+    /// A no-op when the sink gate is off, as today.
     fn mark_pending_sink(&self, execution_id: ExecutionId) {
+        if !self.config.sink_gate {
+            return;
+        }
         let now = self.nanos(Instant::now());
         self.inner
             .lock_blocking()

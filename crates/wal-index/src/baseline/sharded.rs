@@ -1,6 +1,7 @@
 //! [`ShardedMutexIndex`]: the fix a reasonable engineer would try before a lock-free
 //! design — one mutex and one notification per execution — kept as a comparator.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
@@ -15,11 +16,28 @@ use crate::report::{
     Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
 };
 use crate::state_index::StateIndex;
-use crate::sync::{self, Arc, Listener, Mutex, Notify};
+use crate::sync::{self, Arc, AtomicBool, Mutex, Notify, Ordering};
+use crate::waiting_room::{Registered, WaitingRooms};
 
 struct Slot {
     entry: async_lock::Mutex<Entry>,
     appended: Notify,
+    /// Set (after `entry.evicted`, before the map drops the slot and its waiters are woken)
+    /// so a drive that listened on a slot being evicted sees it and looks again.
+    retired: AtomicBool,
+}
+
+/// What one attempt to evict a slot did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// Not in the map, already evicted, or no longer the slot the caller judged.
+    Gone,
+    /// The sink gate holds it.
+    Gated,
+    /// The caller's condition no longer held under the entry's lock.
+    Changed,
+    /// Removed; it held this many events.
+    Evicted(usize),
 }
 
 /// Today's design with the global lock split per execution: a sharded map (`dashmap`) of
@@ -38,6 +56,8 @@ pub struct ShardedMutexIndex {
     config: IndexConfig,
     observer: std::sync::Arc<dyn IndexObserver>,
     slots: DashMap<ExecutionId, Arc<Slot>>,
+    /// Drives waiting for executions that have no slot.
+    rooms: WaitingRooms,
     stats: Mutex<IndexStats>,
     epoch: Instant,
 }
@@ -79,14 +99,26 @@ impl ShardedMutexIndex {
     }
 
     fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
+        if let Some(slot) = self.slot(execution_id) {
+            return slot;
+        }
         let now = self.nanos(Instant::now());
-        let config = &self.config;
-        Arc::clone(&self.slots.entry(execution_id).or_insert_with(|| {
+        let mut created = false;
+        let slot = Arc::clone(&self.slots.entry(execution_id).or_insert_with(|| {
+            created = true;
             Arc::new(Slot {
-                entry: async_lock::Mutex::new(Entry::new(config, now)),
+                entry: async_lock::Mutex::new(Entry::new(&self.config, now)),
                 appended: sync::new_notify(),
+                retired: AtomicBool::new(false),
             })
-        }))
+        }));
+        if created {
+            // After the insert (and with the map's shard lock released): a drive entering
+            // the room checks residency under the rooms lock, so it either finds this slot
+            // or is in the room this wakes.
+            self.rooms.wake(execution_id);
+        }
+        slot
     }
 
     /// Runs `f` on the execution's live entry under its lock, creating it if needed and
@@ -111,18 +143,34 @@ impl ShardedMutexIndex {
         }
     }
 
-    /// `None` if absent, `Some(false)` if gated, `Some(true)` if removed (with events).
-    fn evict_slot(&self, execution_id: ExecutionId) -> Option<bool> {
-        let slot = self.slot(execution_id)?;
+    /// Evicts `execution_id`'s slot if it is `expected` (any slot when `None`) and
+    /// `still_justified` holds for its entry under the entry's lock.
+    fn evict_slot(
+        &self,
+        execution_id: ExecutionId,
+        expected: Option<&Arc<Slot>>,
+        still_justified: impl FnOnce(&Entry) -> bool,
+    ) -> Removal {
+        let Some(slot) = self.slot(execution_id) else {
+            return Removal::Gone;
+        };
+        if expected.is_some_and(|expected| !Arc::ptr_eq(expected, &slot)) {
+            return Removal::Gone;
+        }
         let mut entry = slot.entry.lock_blocking();
         if entry.evicted {
-            return None;
+            return Removal::Gone;
         }
         if self.config.sink_gate && entry.pending_sink {
-            return Some(false);
+            return Removal::Gated;
+        }
+        if !still_justified(&entry) {
+            return Removal::Changed;
         }
         entry.evicted = true;
-        let had_events = !entry.chain.is_empty();
+        // SeqCst pairs with the load after `listen` in `DriveHooks::listen`.
+        slot.retired.store(true, Ordering::SeqCst);
+        let events = entry.chain.len();
         {
             let mut stats = self.stats.lock();
             entry.subtract_from(&mut stats);
@@ -132,7 +180,7 @@ impl ShardedMutexIndex {
         self.slots
             .remove_if(&execution_id, |_, s| Arc::ptr_eq(s, &slot));
         slot.appended.notify(usize::MAX);
-        Some(had_events)
+        Removal::Evicted(events)
     }
 
     fn build_with(
@@ -156,9 +204,27 @@ impl ShardedMutexIndex {
 }
 
 impl DriveHooks for ShardedMutexIndex {
-    /// This execution's own signal: each event applied to it wakes this waiter.
-    fn listen(&self, execution_id: ExecutionId) -> Listener {
-        self.slot_or_create(execution_id).appended.listen()
+    /// This execution's own signal: each event applied to it wakes this waiter. An
+    /// execution without a slot: a waiting room, so a drive creates no slot.
+    fn listen(&self, execution_id: ExecutionId) -> Registered<'_> {
+        loop {
+            if let Some(slot) = self.slot(execution_id) {
+                let listener = slot.appended.listen();
+                // SeqCst pairs with the store in `evict_slot`, through event-listener's fence.
+                if !slot.retired.load(Ordering::SeqCst) {
+                    return Registered::on(listener);
+                }
+                // Being evicted: the evictor removes it from the map next.
+                std::thread::yield_now();
+                continue;
+            }
+            if let Some(place) = self
+                .rooms
+                .enter(execution_id, || self.slots.contains_key(&execution_id))
+            {
+                return Registered::in_room(place);
+            }
+        }
     }
 
     async fn build_async(
@@ -190,6 +256,7 @@ impl StateIndex for ShardedMutexIndex {
             config,
             observer,
             slots: DashMap::new(),
+            rooms: WaitingRooms::default(),
             stats: Mutex::new(IndexStats::default()),
             epoch: Instant::now(),
         }
@@ -249,10 +316,10 @@ impl StateIndex for ShardedMutexIndex {
         report.executions = touched.len();
         terminal.sort_unstable();
         for execution_id in terminal {
-            match self.evict_slot(execution_id) {
-                Some(true) => report.terminal_evicted.push(execution_id),
-                Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
-                None => {}
+            match self.evict_slot(execution_id, None, |_| true) {
+                Removal::Evicted(_) => report.terminal_evicted.push(execution_id),
+                Removal::Gated => report.terminal_kept_by_sink_gate.push(execution_id),
+                Removal::Gone | Removal::Changed => {}
             }
         }
         if !report.terminal_evicted.is_empty() {
@@ -286,7 +353,10 @@ impl StateIndex for ShardedMutexIndex {
 
     /// Evicts one execution; true if one holding events was removed.
     fn evict(&self, execution_id: ExecutionId) -> bool {
-        let evicted = self.evict_slot(execution_id) == Some(true);
+        let evicted = matches!(
+            self.evict_slot(execution_id, None, |_| true),
+            Removal::Evicted(events) if events > 0
+        );
         if evicted {
             self.observer.evicted(EvictReason::Explicit, 1);
         }
@@ -304,40 +374,53 @@ impl StateIndex for ShardedMutexIndex {
             .iter()
             .map(|kv| (*kv.key(), Arc::clone(kv.value())))
             .collect();
+        // What the plan judged of each slot: its entry's version and recency. A victim is
+        // evicted only if both are unchanged under its lock (see `WalIndex`'s sweep).
+        let mut judged: HashMap<ExecutionId, (Arc<Slot>, u64, u64)> =
+            HashMap::with_capacity(slots.len());
         let candidates = slots
-            .iter()
+            .into_iter()
             .map(|(id, slot)| {
-                slot.entry
-                    .lock_blocking()
-                    .candidate(*id, self.config.sink_gate)
+                let entry = slot.entry.lock_blocking();
+                let candidate = entry.candidate(id, self.config.sink_gate);
+                let seen = (entry.version, entry.last_used);
+                drop(entry);
+                judged.insert(id, (slot, seen.0, seen.1));
+                candidate
             })
             .collect();
-        let (mut plan, idle_empty) =
-            eviction_plan::plan(candidates, &policy, self.nanos(now), self.stats());
+        let (mut plan, idle_empty) = eviction_plan::plan(candidates, &policy, self.nanos(now));
+        let evict = |execution_id: ExecutionId| {
+            let Some((slot, version, last_used)) = judged.get(&execution_id) else {
+                return Removal::Gone;
+            };
+            self.evict_slot(execution_id, Some(slot), |entry| {
+                entry.version == *version && entry.last_used == *last_used
+            })
+        };
         for execution_id in idle_empty {
-            self.evict_slot(execution_id);
+            evict(execution_id);
         }
-        plan.evicted.retain(
-            |(execution_id, reason)| match self.evict_slot(*execution_id) {
-                Some(true) => true,
-                Some(false) => {
-                    plan.kept_by_sink_gate += 1;
-                    match reason {
-                        EvictReason::Ttl => plan.ttl -= 1,
-                        EvictReason::MaxExecutions => plan.max_executions -= 1,
-                        _ => plan.byte_ceiling -= 1,
-                    }
+        let mut gated_at_eviction = 0;
+        plan.evicted
+            .retain(|&(execution_id, _)| match evict(execution_id) {
+                Removal::Evicted(_) => true,
+                Removal::Gated => {
+                    gated_at_eviction += 1;
                     false
                 }
-                None => false,
-            },
-        );
+                Removal::Gone | Removal::Changed => false,
+            });
+        eviction_plan::recount(&mut plan, gated_at_eviction);
         report_sweep(self.observer(), &plan);
         plan
     }
 
-    /// Marks an execution as holding unsunk context.
+    /// A no-op when the sink gate is off, as today.
     fn mark_pending_sink(&self, execution_id: ExecutionId) {
+        if !self.config.sink_gate {
+            return;
+        }
         self.with_live_entry(execution_id, |entry| entry.pending_sink = true);
     }
 

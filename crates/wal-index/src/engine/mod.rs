@@ -24,7 +24,8 @@ use crate::drive::DriveHooks;
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
 use crate::state_index::StateIndex;
-use crate::sync::{self, Arc, Listener, Mutex, Swap};
+use crate::sync::{self, Arc, Clock, Mutex, Swap};
+use crate::waiting_room::{Registered, WaitingRooms};
 use accounting::Accounting;
 use evict::FinishedExecutions;
 use slot::{Evicted, Slot, SlotApplied};
@@ -104,7 +105,9 @@ pub struct WalIndex {
     /// Executions recently evicted after their terminal event: a drive for one of them
     /// whose slot is empty ends at once instead of waiting for a tip that came and went.
     finished: Mutex<FinishedExecutions>,
-    epoch: Instant,
+    /// Drives waiting for executions that have no slot (see `waiting_room`).
+    rooms: WaitingRooms,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -128,8 +131,27 @@ impl WalIndex {
         WalIndex::with_config(config)
     }
 
+    /// Moves the model clock (loom builds only: time is part of the explored state).
+    #[cfg(wal_index_loom)]
+    pub(crate) fn advance_model_clock(&self, by: std::time::Duration) {
+        self.clock.advance(by);
+    }
+
     fn nanos(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        self.clock.at(at)
+    }
+
+    /// Drives currently waiting for an execution the index does not hold (each is woken by
+    /// that execution's first event; none leaves state behind when it ends).
+    pub fn drives_waiting_for_unknown_executions(&self) -> usize {
+        self.rooms.occupied()
+    }
+
+    /// Slots in the directory, resident or not: executions holding events, plus any
+    /// holding only a sink-gate mark. Every slot is counted by `stats()` or held by a mark;
+    /// drives never create one.
+    pub fn slots(&self) -> usize {
+        sync::load(&self.directory).len()
     }
 
     fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
@@ -147,13 +169,12 @@ impl WalIndex {
         if let Some(slot) = directory.get(&execution_id) {
             return Arc::clone(slot);
         }
-        let slot = Arc::new(Slot::new(
-            execution_id,
-            self.config.order,
-            self.nanos(Instant::now()),
-        ));
+        let slot = Arc::new(Slot::new(execution_id, self.config.order, self.clock.now()));
         let next = directory.update(execution_id, Arc::clone(&slot));
         sync::store(&self.directory, Arc::new(next));
+        // After the store: a drive registering in the room checks residency under the
+        // rooms lock, so it either finds this slot or is in the room this wakes.
+        self.rooms.wake(execution_id);
         slot
     }
 
@@ -188,12 +209,27 @@ impl WalIndex {
 }
 
 impl DriveHooks for WalIndex {
-    /// A drive for an execution with nothing indexed yet registers on an empty slot, which
-    /// its first event then notifies. Empty slots are not executions (`stats()` and
-    /// `execution_ids()` skip them); TTL sweeps drop them, and without a TTL they stay until
-    /// the execution arrives or is evicted.
-    fn listen(&self, execution_id: ExecutionId) -> Listener {
-        self.slot_or_create(execution_id).listen()
+    /// A resident execution: its slot's own wait list (re-looked-up if the slot is being
+    /// evicted). An execution without a slot: a waiting room that its first event wakes and
+    /// that disappears with its last drive, so a drive never leaves state behind.
+    fn listen(&self, execution_id: ExecutionId) -> Registered<'_> {
+        loop {
+            if let Some(slot) = self.lookup(execution_id) {
+                if let Some(listener) = slot.listen() {
+                    return Registered::on(listener);
+                }
+                // Retired: its evictor holds the directory lock until the slot is out of
+                // the directory; wait for that, then look again.
+                drop(self.directory_writer.lock());
+                continue;
+            }
+            if let Some(place) = self
+                .rooms
+                .enter(execution_id, || self.lookup(execution_id).is_some())
+            {
+                return Registered::in_room(place);
+            }
+        }
     }
 
     async fn build_async(
@@ -224,7 +260,8 @@ impl StateIndex for WalIndex {
             directory_writer: Mutex::new(()),
             accounting: Accounting::new(observer),
             finished: Mutex::new(FinishedExecutions::default()),
-            epoch: Instant::now(),
+            rooms: WaitingRooms::default(),
+            clock: Clock::new(),
         }
     }
 
@@ -256,7 +293,7 @@ impl StateIndex for WalIndex {
 
     fn touch(&self, execution_id: ExecutionId) -> bool {
         self.lookup(execution_id)
-            .map(|slot| slot.touch(self.nanos(Instant::now())))
+            .map(|slot| slot.touch(self.clock.now()))
             .is_some()
     }
 
@@ -269,6 +306,7 @@ impl StateIndex for WalIndex {
         evict::enforce_limits_at(self, now)
     }
 
+    /// A no-op when the sink gate is off (as today): nothing is created or marked.
     fn mark_pending_sink(&self, execution_id: ExecutionId) {
         write::mark_pending_sink(self, execution_id)
     }

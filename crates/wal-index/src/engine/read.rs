@@ -31,12 +31,14 @@ pub(super) fn build(
     let Some(result) = result else {
         return incomplete(index, Incomplete::NoEvents, started);
     };
-    if let Some(spine) = &result.spine {
-        if result.outcome != AdvanceOutcome::CacheHit {
-            slot.publish_spine(&cached, spine.clone());
-        }
-        slot.touch(index.nanos(started));
+    if let Some(spine) = &result.spine
+        && result.outcome != AdvanceOutcome::CacheHit
+    {
+        slot.publish_spine(&cached, spine.clone());
     }
+    // Every build of a resident execution refreshes its recency, served or not (as today):
+    // a drive that keeps missing must not age its execution into a TTL or LRU eviction.
+    slot.touch(index.nanos(started));
     let build = Build {
         outcome: result.outcome,
         spine: result.spine,

@@ -8,6 +8,7 @@
 //! | `chain` | appliers | `writer` | builds, sweeps (no lock) |
 //! | `spine` | builds | nothing: compare-and-swap | builds (no lock) |
 //! | `writer` (`evicted`) | evictors, appliers, `mark_pending_sink` | itself | the same |
+//! | `retired` | evictors (under `writer`, before the directory drops the slot) | nothing: SeqCst store | drive registration, after it listens |
 //! | `pending_sink` | `mark`/`release`/`confirm` | `writer` to set, nothing to clear | evictors, under `writer` |
 //! | `last_used` | appliers, builds | nothing (relaxed store) | sweeps |
 //!
@@ -32,6 +33,9 @@ pub struct Evicted;
 pub enum SlotEviction {
     /// Someone else evicted it first.
     AlreadyGone,
+    /// The caller's condition no longer held under the slot's lock (a sweep's plan went
+    /// stale: the execution was applied to or used after the plan).
+    NoLongerJustified,
     /// The sink gate holds it.
     KeptBySinkGate,
     /// Removed; it held this many events (0 for a slot a drive or mark created early).
@@ -60,6 +64,9 @@ pub struct Slot {
     spine: Swap<Option<Spine>>,
     /// `true` once evicted; the lock serializes appliers, evictors and sink-gate marks.
     writer: Mutex<bool>,
+    /// Mirrors `writer`'s flag for lock-free readers: drive registration checks it after
+    /// listening (see [`Slot::listen`]).
+    retired: AtomicBool,
     changed: Notify,
     last_used: AtomicU64,
     pending_sink: AtomicBool,
@@ -73,6 +80,7 @@ impl Slot {
             chain: sync::new_swap(Arc::new(Chain::new(order))),
             spine: sync::new_swap(Arc::new(None)),
             writer: Mutex::new(false),
+            retired: AtomicBool::new(false),
             changed: sync::new_notify(),
             last_used: AtomicU64::new(now),
             pending_sink: AtomicBool::new(false),
@@ -100,9 +108,23 @@ impl Slot {
         sync::compare_and_swap(&self.spine, seen, Arc::new(Some(spine)))
     }
 
-    /// Registers a waiter. Call before building, so a publish after the build wakes it.
-    pub fn listen(&self) -> crate::sync::Listener {
-        self.changed.listen()
+    /// Registers a waiter, or `None` if the slot is retired (being evicted or gone): the
+    /// caller then looks the execution up again. Call before building, so a publish after
+    /// the build wakes it.
+    ///
+    /// Listening and then checking `retired` is the register-then-check half of
+    /// event-listener's contract; the evictor's retire-then-[`wake_all`](Slot::wake_all) is
+    /// the other. Either the check sees the retirement, or the wake comes after the
+    /// registration and reaches it: a waiter is never left on a slot nobody will notify.
+    pub fn listen(&self) -> Option<crate::sync::Listener> {
+        let listener = self.changed.listen();
+        // SeqCst pairs with the SeqCst store in `evict_if`, through the full fence that
+        // `notify` and `listen` carry (event-listener's documented pattern).
+        #[cfg(not(feature = "mutation-listen-ignores-retirement"))]
+        if self.retired.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(listener)
     }
 
     /// Refreshes recency.
@@ -136,9 +158,16 @@ impl Slot {
         now: u64,
     ) -> Result<SlotApplied, Evicted> {
         let evicted = self.writer.lock();
+        // The mutation applies to a slot an evictor already retired: the event lands on an
+        // orphan the directory no longer holds.
+        #[cfg(not(feature = "mutation-apply-to-retired-slot"))]
         if *evicted {
             return Err(Evicted);
         }
+        // The mutation releases the writer lock before the read-copy-publish, so two
+        // appliers of one execution can each publish a copy that lacks the other's events.
+        #[cfg(feature = "mutation-unserialized-apply")]
+        drop(evicted);
         let current = self.chain();
         let mut chain = Chain::clone(&current);
         let (len_before, bytes_before) = (chain.len(), chain.bytes());
@@ -163,6 +192,7 @@ impl Slot {
         // it fully constructed.
         sync::store(&self.chain, Arc::new(chain));
         self.touch(now);
+        #[cfg(not(feature = "mutation-unserialized-apply"))]
         drop(evicted);
         // After the store: a waiter registered before its build either saw the new chain in
         // that build or is woken here (event-listener's notify and listen are SeqCst).
@@ -175,6 +205,19 @@ impl Slot {
     /// [`Slot::wake_all`], so a woken waiter that looks the execution up again cannot find
     /// this slot and listen on it forever.
     pub fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
+        self.evict_if(accounting, sink_gate, |_, _| true)
+    }
+
+    /// [`Slot::evict`], only if `still_justified(chain, last_used)` holds under the slot's
+    /// lock, that is after every apply that returned before it. A sweep passes "the chain
+    /// and the recency its plan judged are still the current ones", so an event applied
+    /// after the plan is never evicted on that plan's word.
+    pub fn evict_if(
+        &self,
+        accounting: &Accounting,
+        sink_gate: bool,
+        still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
+    ) -> SlotEviction {
         let mut evicted = self.writer.lock();
         if *evicted {
             return SlotEviction::AlreadyGone;
@@ -182,8 +225,13 @@ impl Slot {
         if sink_gate && self.is_pending_sink() {
             return SlotEviction::KeptBySinkGate;
         }
-        *evicted = true;
         let chain = self.chain();
+        if !still_justified(&chain, self.last_used()) {
+            return SlotEviction::NoLongerJustified;
+        }
+        *evicted = true;
+        // SeqCst: pairs with the load in `listen` (see there).
+        self.retired.store(true, Ordering::SeqCst);
         accounting.change(|t| {
             if !chain.is_empty() {
                 t.executions -= 1;
@@ -195,6 +243,11 @@ impl Slot {
         SlotEviction::Evicted {
             events: chain.len(),
         }
+    }
+
+    /// Whether the slot holds no events and no sink mark: nothing but a name.
+    pub fn is_vacant(&self) -> bool {
+        self.with_chain(Chain::is_empty) && !self.is_pending_sink()
     }
 
     /// Wakes every waiter (after an eviction was published in the directory).

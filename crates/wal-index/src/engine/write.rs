@@ -2,8 +2,6 @@
 //! gate's marks. Each execution's writers serialize on its slot; nothing here makes a
 //! build wait.
 
-use std::time::Instant;
-
 use chain_fold::{Event, ExecutionId};
 
 use super::WalIndex;
@@ -19,7 +17,7 @@ pub(super) fn apply(index: &WalIndex, event: Event) -> Applied {
         is_new: false,
         is_terminal: event.is_terminal(),
     };
-    let now = index.nanos(Instant::now());
+    let now = index.clock.now();
     let done = index.apply_to_slot(applied.execution_id, std::iter::once(event), now);
     Applied {
         is_new: done.new == 1,
@@ -34,7 +32,7 @@ pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
     let mut events: Vec<Event> = events.into_iter().map(|e| index.prepare(e)).collect();
     // A stable sort groups each execution's events, keeping their WAL order.
     events.sort_by_key(Event::execution_id);
-    let now = index.nanos(Instant::now());
+    let now = index.clock.now();
     let mut report = BatchReport::default();
     let mut terminal = Vec::new();
     let mut events = events.into_iter().peekable();
@@ -50,19 +48,13 @@ pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
         }
     }
     for execution_id in terminal {
-        match index.evict_slot(execution_id) {
+        match index.evict_slot(execution_id, EvictReason::Terminal) {
             SlotEviction::Evicted { .. } => report.terminal_evicted.push(execution_id),
             SlotEviction::KeptBySinkGate => report.terminal_kept_by_sink_gate.push(execution_id),
-            SlotEviction::AlreadyGone => {}
+            SlotEviction::AlreadyGone | SlotEviction::NoLongerJustified => {}
         }
     }
     if !report.terminal_evicted.is_empty() {
-        let mut finished = index.finished.lock();
-        report
-            .terminal_evicted
-            .iter()
-            .for_each(|&id| finished.insert(id));
-        drop(finished);
         index
             .accounting
             .observer()
@@ -88,7 +80,7 @@ pub(super) fn rehydrate(
         .map(|e| index.prepare(e))
         .collect();
     if !mine.is_empty() {
-        let now = index.nanos(Instant::now());
+        let now = index.clock.now();
         let done = index.apply_to_slot(execution_id, mine.into_iter(), now);
         report.applied = done.applied;
         report.new = done.new;
@@ -96,8 +88,13 @@ pub(super) fn rehydrate(
     report
 }
 
-/// Sets the sink-gate mark, on a fresh slot if the one found was evicted meanwhile.
+/// Sets the sink-gate mark, on a fresh slot if the one found was evicted meanwhile. With
+/// the gate off, marking is a no-op, as today: production marks on every sink step of every
+/// execution, and the mark would otherwise create a slot for each.
 pub(super) fn mark_pending_sink(index: &WalIndex, execution_id: ExecutionId) {
+    if !index.config.sink_gate {
+        return;
+    }
     loop {
         if index
             .slot_or_create(execution_id)
@@ -110,9 +107,17 @@ pub(super) fn mark_pending_sink(index: &WalIndex, execution_id: ExecutionId) {
     }
 }
 
-/// Clears the sink-gate mark; returns whether it was set.
+/// Clears the sink-gate mark; returns whether it was set. A slot that held only the mark
+/// (marked before its first event) is removed with it.
 pub(super) fn clear_pending_sink(index: &WalIndex, execution_id: ExecutionId) -> bool {
-    index
-        .lookup(execution_id)
-        .is_some_and(|slot| slot.clear_pending_sink())
+    let Some(slot) = index.lookup(execution_id) else {
+        return false;
+    };
+    let was_marked = slot.clear_pending_sink();
+    if was_marked && slot.is_vacant() {
+        index.evict_slot_if(execution_id, &slot, EvictReason::Explicit, |chain, _| {
+            chain.is_empty()
+        });
+    }
+    was_marked
 }

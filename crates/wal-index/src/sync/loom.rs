@@ -7,6 +7,12 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// loom's mutex behind the `parking_lot`-style `lock()` the engine uses.
 pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Self {
+        Mutex::new(T::default())
+    }
+}
+
 impl<T> Mutex<T> {
     pub(crate) fn new(value: T) -> Self {
         Mutex(loom::sync::Mutex::new(value))
@@ -228,5 +234,36 @@ impl std::future::Future for Listener {
         }
         state.wakers.push(cx.waker().clone());
         std::task::Poll::Pending
+    }
+}
+
+/// A model clock: time moves only when a model calls [`Clock::advance`], so TTL and LRU
+/// decisions are part of the explored state rather than of the machine's timing.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    now: loom::sync::atomic::AtomicU64,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Clock {
+        Clock {
+            now: loom::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        // SeqCst: model time is a single total order that every thread agrees on.
+        self.now.load(Ordering::SeqCst)
+    }
+
+    /// The model's now: a model passes `Instant::now()` where production passes a real
+    /// instant, and the model clock decides.
+    pub(crate) fn at(&self, _at: std::time::Instant) -> u64 {
+        self.now()
+    }
+
+    pub(crate) fn advance(&self, by: std::time::Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        self.now.fetch_add(by, Ordering::SeqCst);
     }
 }

@@ -51,3 +51,28 @@ pub(crate) fn wait_timeout(listener: Listener, cap: std::time::Duration) -> bool
     use event_listener::Listener as _;
     listener.wait_timeout(cap).is_some()
 }
+
+/// The index's clock: nanoseconds since the index was created, from the monotonic clock.
+/// Under loom it is a model-controlled counter instead, so a model decides when time passes.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    epoch: std::time::Instant,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Clock {
+        Clock {
+            epoch: std::time::Instant::now(),
+        }
+    }
+
+    /// Now, in nanoseconds since the epoch.
+    pub(crate) fn now(&self) -> u64 {
+        self.at(std::time::Instant::now())
+    }
+
+    /// `at`, in nanoseconds since the epoch (0 before it, saturating after ~584 years).
+    pub(crate) fn at(&self, at: std::time::Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+}

@@ -238,8 +238,12 @@ pub fn run_model(m: &mut Model, op: &Op) -> Seen {
             }
             Seen::Sweep(evicted, kept)
         }
+        // The reference (docs/domain.md): with the sink gate off, marking is a no-op and
+        // confirm/release report "was not pending".
         Op::Mark(e) => {
-            m.entry(*e).pending = true;
+            if m.config.sink_gate {
+                m.entry(*e).pending = true;
+            }
             Seen::Nothing
         }
         Op::Release(e) | Op::Confirm(e) => Seen::Flag(
