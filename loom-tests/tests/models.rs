@@ -77,7 +77,7 @@ fn no_lost_wake_up_for_a_blocking_waiter() {
             let slot = Arc::clone(&slot);
             thread::spawn(move || {
                 loop {
-                    let listener = slot.listen();
+                    let listener = slot.listen().expect("a live slot");
                     if slot.with_chain(|chain| chain.contains(2)) {
                         return;
                     }

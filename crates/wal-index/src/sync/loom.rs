@@ -66,6 +66,12 @@ unsafe impl<T: Send + Sync> Sync for Swap<T> {}
 
 impl<T> Drop for Swap<T> {
     fn drop(&mut self) {
+        // A model that failed unwinds through here after loom's execution has ended, when
+        // loom's primitives can no longer be touched: leak instead of aborting the process,
+        // so the failure loom found is what the run reports.
+        if std::thread::panicking() {
+            return;
+        }
         let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
         let current = self.current.load(Ordering::Acquire);
         for ptr in retired.into_iter().chain(std::iter::once(current)) {

@@ -1,0 +1,247 @@
+//! Loom models of `WalIndex` itself: the directory, the sweep, drive registration and its
+//! waiting rooms, rehydrate, the finished set and the real drive loop all run over the
+//! crate's loom shim here, not a copy of them. Time is the index's model clock, which moves
+//! only when a model says so.
+//!
+//! Each model names the mutation (a `wal-index` feature, forwarded by this crate) that
+//! re-introduces the bug it guards against; `scripts/loom.sh` runs every model plain, then
+//! each mutation, and requires loom to fail on it.
+#![cfg(wal_index_loom)]
+
+use std::time::{Duration, Instant};
+
+use loom::sync::Arc;
+use loom::thread;
+use wal_index::config::EvictionPolicy;
+use wal_index::model::advance_clock;
+use wal_index::report::IndexStats;
+use wal_index::{DriveBudget, Event, IndexConfig, StateIndex, WalIndex};
+
+fn ev(execution: i64, id: i64, prev: Option<i64>) -> Event {
+    let ty = if prev.is_none() {
+        "playbook_started"
+    } else {
+        "step"
+    };
+    Event::minimal(id, execution, prev, ty)
+}
+
+fn index(eviction: EvictionPolicy) -> WalIndex {
+    WalIndex::new(IndexConfig {
+        eviction,
+        ..IndexConfig::default()
+    })
+}
+
+/// Under loom a wait never times out, so a drive's waits end only by a wake-up: a lost one
+/// is a deadlock loom reports. Ten waits is more than any model here can use.
+fn patient() -> DriveBudget {
+    DriveBudget {
+        waits: 10,
+        wait: Duration::from_secs(1),
+    }
+}
+
+/// The resident totals must describe exactly what is resident.
+fn assert_accounting_exact(index: &WalIndex) {
+    let mut recount = IndexStats::default();
+    for id in index.execution_ids() {
+        let chain = index.chain(id).expect("listed");
+        recount.executions += 1;
+        recount.events += chain.len();
+        recount.bytes += chain.bytes();
+    }
+    assert_eq!(index.stats(), recount);
+}
+
+/// Sweep vs apply. The execution is idle past its TTL when the sweep plans; an apply then
+/// makes it recent. Whatever the interleaving, the acknowledged event stays resident: the
+/// sweep either evicted the old chain before the apply (which then starts a fresh one) or
+/// finds, under the slot's lock, that what it planned on changed.
+///
+/// Mutation: `mutation-sweep-trusts-plan` (evict the planned id without re-checking).
+#[test]
+fn sweep_vs_apply_keeps_every_acknowledged_event() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy {
+            ttl: Some(Duration::from_millis(5)),
+            ..EvictionPolicy::default()
+        }));
+        index.apply(ev(1, 1, None));
+        advance_clock(&index, Duration::from_millis(10));
+        let sweeper = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.enforce_limits_at(Instant::now()))
+        };
+        index.apply(ev(1, 2, Some(1)));
+        let sweep = sweeper.join().unwrap();
+        assert!(
+            index.chain(1).is_some_and(|chain| chain.contains(2)),
+            "an acknowledged event was evicted by a stale plan ({sweep:?})"
+        );
+        assert_eq!(sweep.ttl, sweep.evicted.len());
+        assert_accounting_exact(&index);
+    });
+}
+
+/// Sweep vs evict. An explicit eviction between the sweep's candidate scan and its plan
+/// must neither make the plan's arithmetic wrap nor be counted twice.
+///
+/// Mutation: `mutation-sweep-totals-from-stats` (plan against totals read after the scan:
+/// the subtraction underflows).
+#[test]
+fn sweep_vs_evict_counts_each_execution_once() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy {
+            ttl: Some(Duration::ZERO),
+            ..EvictionPolicy::default()
+        }));
+        index.apply_batch(vec![ev(1, 1, None), ev(2, 1, None)]);
+        let evictor = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.evict(2))
+        };
+        let sweep = index.enforce_limits_at(Instant::now());
+        let explicit = evictor.join().unwrap();
+        assert_eq!(sweep.ttl, sweep.evicted.len());
+        let swept_2 = sweep.evicted.iter().any(|&(id, _)| id == 2);
+        assert!(explicit != swept_2, "execution 2 left exactly once");
+        assert!(sweep.evicted.iter().any(|&(id, _)| id == 1));
+        assert_eq!(index.stats(), IndexStats::default());
+    });
+}
+
+/// Drive registration vs eviction. A drive waits for tip 2 while the execution is evicted
+/// and replayed with the tip. The drive must be served: a registration that raced the
+/// eviction sees the slot retired and registers again, instead of listening on a slot
+/// nobody will ever notify.
+///
+/// Mutation: `mutation-listen-ignores-retirement` (loom finds the drive parked forever).
+#[test]
+fn drive_registration_vs_eviction_is_never_stranded() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy::default()));
+        index.apply(ev(1, 1, None));
+        let drive = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.drive_blocking(1, Some(2), patient()))
+        };
+        index.evict(1);
+        index.rehydrate(1, vec![ev(1, 1, None), ev(1, 2, Some(1))]);
+        let drive = drive.join().unwrap();
+        assert_eq!(drive.outcome.spine().map(|s| s.ids()), Some(vec![1, 2]));
+        assert_accounting_exact(&index);
+    });
+}
+
+/// Slot creation vs eviction. An applier that found the slot an evictor is retiring must
+/// apply to a fresh slot, never to the orphan: afterwards the totals equal a recount and
+/// the event is resident unless the eviction came after it.
+///
+/// Mutation: `mutation-apply-to-retired-slot` (the event lands on the orphan; the totals
+/// count an event no slot holds).
+#[test]
+fn apply_vs_eviction_never_writes_to_an_orphan() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy::default()));
+        index.apply(ev(1, 1, None));
+        let applier = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.apply(ev(1, 2, Some(1))))
+        };
+        let evicted = index.evict(1);
+        applier.join().unwrap();
+        assert!(evicted);
+        assert_accounting_exact(&index);
+    });
+}
+
+/// Rehydrate vs the drain. Two appliers of one execution (a replay and a drain batch)
+/// serialize on its slot: both events are resident afterwards.
+///
+/// Mutation: `mutation-unserialized-apply` (each publishes a copy without the other's event).
+#[test]
+fn rehydrate_vs_drain_apply_keeps_both() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy::default()));
+        index.apply(ev(1, 1, None));
+        let replay = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.rehydrate(1, vec![ev(1, 2, Some(1))]))
+        };
+        index.apply_batch(vec![ev(1, 3, Some(2))]);
+        replay.join().unwrap();
+        let chain = index.chain(1).expect("resident");
+        assert!(chain.contains(2) && chain.contains(3));
+        assert_accounting_exact(&index);
+    });
+}
+
+/// Terminal eviction vs a drive. The tip arrives with the terminal event in one batch, so the
+/// execution is evicted right after. The drive ends either served (it built in between) or
+/// at once as finished; it never waits for a wake-up nobody will send.
+///
+/// Mutation: `mutation-finished-after-wake` (the drive, woken before the execution is
+/// recorded as finished, parks in a waiting room forever).
+#[test]
+fn terminal_eviction_vs_a_drive_ends_the_drive() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy::default()));
+        index.apply(ev(1, 1, None));
+        let drive = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.drive_blocking(1, Some(3), patient()))
+        };
+        let batch = index.apply_batch(vec![
+            ev(1, 2, Some(1)),
+            Event::minimal(3, 1, Some(2), "playbook_completed"),
+        ]);
+        assert_eq!(batch.terminal_evicted, vec![1]);
+        let drive = drive.join().unwrap();
+        if let Some(spine) = drive.outcome.spine() {
+            assert_eq!(spine.ids(), vec![1, 2, 3]);
+        }
+        assert_eq!(index.stats(), IndexStats::default());
+    });
+}
+
+/// The real drive loop vs a publish: the loop registers before it builds, so the publish of
+/// the tip is seen by the build or wakes the wait.
+///
+/// Mutation: `mutation-listen-after-build` (a publish between the build and the
+/// registration is lost; loom finds the drive parked forever).
+#[test]
+fn drive_loop_vs_publish_never_misses_the_tip() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy::default()));
+        index.apply(ev(1, 1, None));
+        let drive = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.drive_blocking(1, Some(2), patient()))
+        };
+        index.apply(ev(1, 2, Some(1)));
+        let drive = drive.join().unwrap();
+        assert_eq!(drive.outcome.spine().map(|s| s.ids()), Some(vec![1, 2]));
+    });
+}
+
+/// A drive for an execution the index has never seen vs that execution's first event: the
+/// drive waits in a room (creating no slot) and is woken by the slot's creation or finds it.
+/// Afterwards no room is left.
+///
+/// Mutation: `mutation-room-ignores-residency` (the drive enters a room after the slot was
+/// created, builds before the event lands, and waits in a room nobody will wake).
+#[test]
+fn drive_for_an_unseen_execution_vs_its_first_event() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy::default()));
+        let drive = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.drive_blocking(5, Some(1), patient()))
+        };
+        index.apply(ev(5, 1, None));
+        let drive = drive.join().unwrap();
+        assert_eq!(drive.outcome.spine().map(|s| s.ids()), Some(vec![1]));
+        assert_eq!(index.drives_waiting_for_unknown_executions(), 0);
+    });
+}
