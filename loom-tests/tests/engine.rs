@@ -104,9 +104,9 @@ fn sweep_vs_evict_counts_each_execution_once() {
         let sweep = index.enforce_limits_at(Instant::now());
         let explicit = evictor.join().unwrap();
         assert_eq!(sweep.ttl, sweep.evicted.len());
-        let swept_2 = sweep.evicted.iter().any(|&(id, _)| id == 2);
+        let swept_2 = sweep.evicted.iter().any(|v| v.execution_id == 2);
         assert!(explicit != swept_2, "execution 2 left exactly once");
-        assert!(sweep.evicted.iter().any(|&(id, _)| id == 1));
+        assert!(sweep.evicted.iter().any(|v| v.execution_id == 1));
         assert_eq!(index.stats(), IndexStats::default());
     });
 }

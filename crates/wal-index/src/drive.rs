@@ -41,6 +41,10 @@ pub trait DriveHooks {
     /// One build that may block the calling thread.
     fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build;
 
+    /// The index's clock (model builds only: a model advances it).
+    #[cfg(any(wal_index_loom, wal_index_shuttle))]
+    fn clock(&self) -> &crate::sync::Clock;
+
     /// Asked after an unserved build: true when no wait can serve the drive (the engine:
     /// the execution finished and was evicted). Today's design never ends a drive early.
     fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {

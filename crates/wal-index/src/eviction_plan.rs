@@ -1,11 +1,13 @@
 //! Which executions a sweep evicts: a pure function every index shares, and how a sweep's
 //! result is reported.
 
+use std::time::Instant;
+
 use chain_fold::ExecutionId;
 
 use crate::config::EvictionPolicy;
 use crate::observe::IndexObserver;
-use crate::report::{EvictReason, EvictionStats, IndexStats};
+use crate::report::{EvictReason, EvictionStats, IndexStats, Victim};
 
 /// One resident execution as a sweep sees it.
 #[derive(Debug, Clone, Copy)]
@@ -32,17 +34,20 @@ pub(crate) struct Candidate {
 /// consistent with itself whatever happened to the index since the candidates were read
 /// (reading the index's totals separately let a concurrent eviction make them smaller than
 /// the candidates, and the subtraction wrapped).
+///
+/// Times are nanoseconds since `epoch`, the index's clock origin.
 pub(crate) fn plan(
     candidates: Vec<Candidate>,
     policy: &EvictionPolicy,
     now: u64,
+    epoch: Instant,
 ) -> (EvictionStats, Vec<ExecutionId>) {
     let totals = IndexStats {
         executions: candidates.iter().filter(|c| c.events > 0).count(),
         events: candidates.iter().map(|c| c.events).sum(),
         bytes: candidates.iter().map(|c| c.bytes).sum(),
     };
-    plan_against(candidates, policy, now, totals)
+    plan_against(candidates, policy, now, epoch, totals)
 }
 
 /// [`plan`] against totals read elsewhere. Only the `mutation-sweep-totals-from-stats` build
@@ -51,6 +56,7 @@ pub(crate) fn plan_against(
     mut candidates: Vec<Candidate>,
     policy: &EvictionPolicy,
     now: u64,
+    epoch: Instant,
     totals: IndexStats,
 ) -> (EvictionStats, Vec<ExecutionId>) {
     let mut idle_empty = Vec::new();
@@ -60,6 +66,7 @@ pub(crate) fn plan_against(
         evicted: vec![false; candidates.len()],
         executions: totals.executions,
         bytes: totals.bytes,
+        epoch,
     };
     let mut gated_skipped: Vec<ExecutionId> = Vec::new();
 
@@ -112,12 +119,17 @@ struct Sweep {
     evicted: Vec<bool>,
     executions: usize,
     bytes: usize,
+    epoch: Instant,
 }
 
 impl Sweep {
     fn take(&mut self, index: usize, c: &Candidate, reason: EvictReason) {
         self.evicted[index] = true;
-        self.stats.evicted.push((c.execution_id, reason));
+        self.stats.evicted.push(Victim {
+            execution_id: c.execution_id,
+            reason,
+            last_used: self.epoch + std::time::Duration::from_nanos(c.last_used),
+        });
         self.executions -= 1;
         self.bytes -= c.bytes;
         match reason {
@@ -139,7 +151,7 @@ impl Sweep {
 /// vanished, changed or turned out gated are not counted), adding `gated_at_eviction` to the
 /// executions the sink gate kept.
 pub(crate) fn recount(stats: &mut EvictionStats, gated_at_eviction: usize) {
-    let count = |reason| stats.evicted.iter().filter(|(_, r)| *r == reason).count();
+    let count = |reason| stats.evicted.iter().filter(|v| v.reason == reason).count();
     stats.ttl = count(EvictReason::Ttl);
     stats.max_executions = count(EvictReason::MaxExecutions);
     stats.byte_ceiling = count(EvictReason::ByteCeiling);
@@ -187,15 +199,22 @@ mod tests {
             max_executions: Some(2),
             max_bytes: Some(15),
         };
-        let (s, _) = plan(cands.clone(), &policy, 100);
+        let epoch = Instant::now();
+        let (s, _) = plan(cands.clone(), &policy, 100, epoch);
+        let evicted: Vec<_> = s
+            .evicted
+            .iter()
+            .map(|v| (v.execution_id, v.reason))
+            .collect();
         assert_eq!(
-            s.evicted,
+            evicted,
             vec![
                 (1, EvictReason::Ttl),
                 (2, EvictReason::MaxExecutions),
                 (3, EvictReason::ByteCeiling)
             ]
         );
+        assert_eq!(s.evicted[0].last_used, epoch);
         assert_eq!((s.ttl, s.max_executions, s.byte_ceiling), (1, 1, 1));
     }
 
@@ -207,7 +226,8 @@ mod tests {
             max_executions: Some(0),
             max_bytes: Some(0),
         };
-        let (s, _) = plan(cands.clone(), &policy, 100);
+        let epoch = Instant::now();
+        let (s, _) = plan(cands.clone(), &policy, 100, epoch);
         assert!(s.evicted.is_empty());
         assert_eq!(s.kept_by_sink_gate, 2);
     }
@@ -215,7 +235,12 @@ mod tests {
     #[test]
     fn no_policy_evicts_nothing() {
         let cands = vec![c(1, 0, 10, false)];
-        let (s, _) = plan(cands.clone(), &EvictionPolicy::default(), u64::MAX);
+        let (s, _) = plan(
+            cands.clone(),
+            &EvictionPolicy::default(),
+            u64::MAX,
+            Instant::now(),
+        );
         assert_eq!(s, EvictionStats::default());
     }
 }

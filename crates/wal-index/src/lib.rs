@@ -86,10 +86,11 @@ pub use observe::IndexObserver;
 pub use report::{Drive, DriveOutcome};
 pub use state_index::StateIndex;
 
-/// Hooks for the models in `loom-tests/`: the slot and accounting internals, and the model
-/// clock of a [`WalIndex`] (whose whole code runs over the loom shim in those builds).
-/// Exists only under `--cfg wal_index_loom`; not a public API.
-#[cfg(wal_index_loom)]
+/// Hooks for the models in `loom-tests/` and `shuttle-tests/`: the slot and accounting
+/// internals, and the model clock of a [`WalIndex`] (whose whole code runs over the model
+/// side of the sync shim in those builds). Exists only under `--cfg wal_index_loom` or
+/// `--cfg wal_index_shuttle`; not a public API.
+#[cfg(any(wal_index_loom, wal_index_shuttle))]
 #[doc(hidden)]
 pub mod model {
     pub use crate::engine::accounting::Accounting;
@@ -97,7 +98,7 @@ pub mod model {
     pub use crate::sync::Listener;
 
     /// Moves `index`'s model clock forward by `by` (time stands still otherwise).
-    pub fn advance_clock(index: &crate::WalIndex, by: std::time::Duration) {
-        index.advance_model_clock(by);
+    pub fn advance_clock<I: crate::StateIndex>(index: &I, by: std::time::Duration) {
+        crate::drive::DriveHooks::clock(index).advance(by);
     }
 }

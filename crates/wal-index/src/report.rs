@@ -119,7 +119,21 @@ pub struct EvictionStats {
     /// Executions a limit would have evicted but the sink gate kept.
     pub kept_by_sink_gate: usize,
     /// The evicted executions, in eviction order.
-    pub evicted: Vec<(ExecutionId, EvictReason)>,
+    pub evicted: Vec<Victim>,
+}
+
+/// One execution a sweep evicted, and what the sweep judged of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Victim {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// The rule that evicted it.
+    pub reason: EvictReason,
+    /// Its last use (apply or build) in the state the sweep judged and evicted. Every apply
+    /// refreshes recency, so an event applied after this instant was not part of that state,
+    /// and no sweep evicts it on this verdict. The sweep's `now` minus this is how long the
+    /// victim had been idle (zero if it was used after `now`).
+    pub last_used: std::time::Instant,
 }
 
 /// Resident totals. All three always describe the same state of the index.

@@ -204,7 +204,46 @@ fn unserved_builds_keep_an_execution_recent<I: StateIndex>() {
     );
 }
 
+/// A terminal eviction removes the execution its terminal event landed in, not whatever
+/// holds the execution's id by the time the batch ends: if another evictor removed it and
+/// another applier re-created it meanwhile (a rehydrate, a drive's tail), the new state
+/// holds no terminal event and an acknowledged event in it must survive.
+fn a_terminal_eviction_spares_an_execution_recreated_meanwhile<I: StateIndex>() {
+    let index = Arc::new(I::with_config(IndexConfig::default()));
+    index.apply(ev(1, 1, None));
+    // Execution 1's terminal event, then a long tail of execution 2 in the same batch: the
+    // batch evicts its terminal executions only after applying all of it.
+    let mut batch = vec![wal_index::Event::minimal(
+        2,
+        1,
+        Some(1),
+        "playbook_completed",
+    )];
+    batch.extend(common::linear(2, 1, 200_000));
+    let drain = {
+        let index = Arc::clone(&index);
+        std::thread::spawn(move || index.apply_batch(batch))
+    };
+    while !index.chain(1).is_some_and(|chain| chain.contains(2)) {
+        std::thread::yield_now();
+    }
+    let raced = index.evict(1);
+    index.apply(ev(1, 7, None));
+    let report = drain.join().unwrap();
+    assert!(
+        raced,
+        "{}: the eviction ran before the batch ended",
+        I::NAME
+    );
+    assert!(
+        index.chain(1).is_some_and(|chain| chain.contains(7)),
+        "{}: the batch's terminal eviction removed the re-created execution ({report:?})",
+        I::NAME
+    );
+}
+
 for_each_engine!(
+    a_terminal_eviction_spares_an_execution_recreated_meanwhile,
     a_sweep_never_evicts_an_event_applied_after_its_plan,
     a_sweep_racing_an_evictor_counts_each_eviction_once,
     drives_for_unknown_executions_leave_no_state,

@@ -189,7 +189,11 @@ fn sink_gate_blocks_every_eviction_until_released<I: StateIndex>() {
     let far = Instant::now() + Duration::from_secs(3600);
     let sweep = index.enforce_limits_at(far);
     assert_eq!(
-        sweep.evicted.iter().map(|e| e.0).collect::<Vec<_>>(),
+        sweep
+            .evicted
+            .iter()
+            .map(|e| e.execution_id)
+            .collect::<Vec<_>>(),
         vec![2]
     );
     assert_eq!(
@@ -231,7 +235,11 @@ fn lru_and_byte_ceiling_evict_least_recently_used<I: StateIndex>() {
     assert!(index.touch(1));
     let sweep = index.enforce_limits_at(Instant::now());
     assert_eq!(
-        sweep.evicted,
+        sweep
+            .evicted
+            .iter()
+            .map(|v| (v.execution_id, v.reason))
+            .collect::<Vec<_>>(),
         vec![(2, wal_index::report::EvictReason::MaxExecutions)]
     );
     let one = index.chain(1).unwrap().bytes();

@@ -1,19 +1,139 @@
-//! Soak: threads applying, building, driving, evicting, sweeping and rehydrating at random
-//! for a set time (`SOAK_SECS` per index, default 60; `scripts/soak.sh`), then invariants:
-//! stats equal a recount, every resident execution walks exactly as the model says, and no
-//! drive or build was ever served a spine that misses its tip.
+//! Soak: appliers (a drain of batches, single tail applies, rehydrate replays), builds,
+//! drives, sweeps, explicit evictions and sink marks at random for a set time (`SOAK_SECS`
+//! per index, default 60; `scripts/soak.sh`), then invariants: stats equal a recount, every
+//! resident execution walks exactly as the model says, no drive or build was ever served a
+//! spine other than the model's, and **nothing acknowledged is lost** (see [`Ledger`]).
 //! Ignored by default: `cargo test --release -p wal-index --test soak -- --ignored`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chain_fold::{Event, Incomplete};
+use chain_fold::{Event, ExecutionId, Incomplete};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::config::EvictionPolicy;
-use wal_index::report::IndexStats;
+use wal_index::report::{EvictReason, IndexStats};
 use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
+
+/// Every acknowledgement and every eviction, in one sequence order, so that at the end each
+/// acknowledged event can be accounted for.
+///
+/// An event whose `apply` (or batch, or replay) returned must be resident at the end, or its
+/// execution must have been evicted by an eviction justified for a state that held the
+/// event. Let `M` be the apply of the event that began last; the apply that took effect last
+/// either is `M` or was still running when `M` began (it acknowledged after `M`'s start).
+/// The removing eviction ended after `M` began, and:
+///
+/// - an explicit or terminal eviction removes whatever is resident when it runs;
+/// - a sweep's verdict names the last use it judged ([`Victim::last_used`]). Every apply
+///   refreshes recency to a time no earlier than the instant taken before it, so a verdict
+///   covered the event only if its last use is no earlier than that instant for one of those
+///   candidate applies; for TTL the idle time must also reach the TTL.
+///
+/// The check never accuses a correct index (each condition is implied by a justified
+/// eviction), and a sweep that evicts on a stale plan fails it: `scripts/mutations.sh` runs
+/// it against the `mutation-sweep-trusts-plan` build and requires the failure.
+///
+/// [`Victim::last_used`]: wal_index::report::Victim::last_used
+#[derive(Default)]
+struct Ledger {
+    sequence: AtomicU64,
+    acks: Mutex<HashMap<(ExecutionId, i64), Vec<Ack>>>,
+    evictions: Mutex<Vec<Eviction>>,
+}
+
+/// One apply of one event: when it began (sequence and instant) and when it returned.
+#[derive(Clone, Copy)]
+struct Ack {
+    started: u64,
+    before: Instant,
+    acknowledged: u64,
+}
+
+struct Eviction {
+    execution_id: ExecutionId,
+    ended: u64,
+    /// `None` for explicit and terminal evictions; a sweep's verdict otherwise: its reason,
+    /// its `now`, and the last use it judged.
+    verdict: Option<(EvictReason, Instant, Instant)>,
+}
+
+impl Ledger {
+    /// Runs one apply of `events` and records its acknowledgement.
+    fn apply<R>(&self, events: &[(ExecutionId, i64)], apply: impl FnOnce() -> R) -> R {
+        let before = Instant::now();
+        let started = self.sequence.fetch_add(1, Ordering::SeqCst);
+        let result = apply();
+        let acknowledged = self.sequence.fetch_add(1, Ordering::SeqCst);
+        let ack = Ack {
+            started,
+            before,
+            acknowledged,
+        };
+        let mut acks = self.acks.lock().unwrap();
+        for &key in events {
+            let seen = acks.entry(key).or_default();
+            seen.push(ack);
+            // Keep what can still be a candidate: the latest-started apply, and those that
+            // returned after it began.
+            let last = seen.iter().map(|a| a.started).max().unwrap_or(started);
+            seen.retain(|a| a.started == last || a.acknowledged > last);
+        }
+        result
+    }
+
+    fn evicted(&self, execution_id: ExecutionId, verdict: Option<(EvictReason, Instant, Instant)>) {
+        let ended = self.sequence.fetch_add(1, Ordering::SeqCst);
+        self.evictions.lock().unwrap().push(Eviction {
+            execution_id,
+            ended,
+            verdict,
+        });
+    }
+
+    /// How many distinct events were acknowledged.
+    fn acknowledged(&self) -> usize {
+        self.acks.lock().unwrap().len()
+    }
+
+    /// The acknowledged events that are neither resident nor covered by an eviction.
+    fn lost(&self, index: &impl StateIndex, ttl: Duration) -> Vec<(ExecutionId, i64)> {
+        let mut by_execution: HashMap<ExecutionId, Vec<&Eviction>> = HashMap::new();
+        let evictions = self.evictions.lock().unwrap();
+        for ev in evictions.iter() {
+            by_execution.entry(ev.execution_id).or_default().push(ev);
+        }
+        let acks = self.acks.lock().unwrap();
+        let mut lost: Vec<_> = acks
+            .iter()
+            .filter(|&(&(e, id), seen)| {
+                if index.chain(e).is_some_and(|chain| chain.contains(id)) {
+                    return false;
+                }
+                let last = seen.iter().map(|a| a.started).max().unwrap_or(0);
+                let earliest = seen
+                    .iter()
+                    .filter(|a| a.started == last || a.acknowledged > last)
+                    .map(|a| a.before)
+                    .min();
+                let covered = by_execution.get(&e).into_iter().flatten().any(|ev| {
+                    ev.ended > last
+                        && ev.verdict.is_none_or(|(reason, now, last_used)| {
+                            earliest.is_some_and(|earliest| last_used >= earliest)
+                                && (reason != EvictReason::Ttl
+                                    || now.saturating_duration_since(last_used) >= ttl)
+                        })
+                });
+                !covered
+            })
+            .map(|(&key, _)| key)
+            .collect();
+        lost.sort_unstable();
+        lost
+    }
+}
 
 const EXECUTIONS: i64 = 48;
 const LEN: i64 = 30;
@@ -38,10 +158,11 @@ fn soak<I: StateIndex>() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
+    let ttl = Duration::from_millis(40);
     let config = IndexConfig {
         sink_gate: true,
         eviction: EvictionPolicy {
-            ttl: Some(Duration::from_millis(40)),
+            ttl: Some(ttl),
             max_executions: Some(32),
             max_bytes: Some(400_000),
         },
@@ -50,24 +171,32 @@ fn soak<I: StateIndex>() {
     let index = Arc::new(I::with_config(config));
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicU64::new(0));
+    let ledger = Arc::new(Ledger::default());
     let deadline = Instant::now() + Duration::from_secs(secs);
     let worker = |seed: u64, role: u8| {
         let (index, stop, served) = (Arc::clone(&index), Arc::clone(&stop), Arc::clone(&served));
+        let ledger = Arc::clone(&ledger);
         std::thread::spawn(move || {
             let mut rng = SmallRng::seed_from_u64(seed);
             while !stop.load(Ordering::Relaxed) {
                 let e = rng.random_range(0..EXECUTIONS);
                 let tip = rng.random_range(1..=LEN);
                 match role {
+                    // The drain: batches, and the terminal evictions they cause.
                     0 => {
                         let n = rng.random_range(1..=8);
-                        let batch = (tip..=(tip + n).min(LEN)).map(|id| event(e, id)).collect();
-                        if rng.random_bool(0.7) {
-                            index.apply_batch(batch);
-                        } else {
-                            batch.into_iter().for_each(|ev| {
-                                index.apply(ev);
-                            });
+                        let ids: Vec<_> = (tip..=(tip + n).min(LEN)).map(|id| (e, id)).collect();
+                        let batch = ids.iter().map(|&(e, id)| event(e, id)).collect();
+                        let report = ledger.apply(&ids, || index.apply_batch(batch));
+                        for e in report.terminal_evicted {
+                            ledger.evicted(e, None);
+                        }
+                    }
+                    // A drive's server-attached tail: single applies, concurrent with the drain.
+                    4 => {
+                        let n = rng.random_range(1..=3);
+                        for id in tip..=(tip + n).min(LEN) {
+                            ledger.apply(&[(e, id)], || index.apply(event(e, id)));
                         }
                     }
                     1 => {
@@ -101,13 +230,22 @@ fn soak<I: StateIndex>() {
                     }
                     _ => match rng.random_range(0..6) {
                         0 => {
-                            index.evict(e);
+                            if index.evict(e) {
+                                ledger.evicted(e, None);
+                            }
                         }
                         1 => {
-                            index.enforce_limits_at(Instant::now());
+                            let now = Instant::now();
+                            for victim in index.enforce_limits_at(now).evicted {
+                                let verdict = (victim.reason, now, victim.last_used);
+                                ledger.evicted(victim.execution_id, Some(verdict));
+                            }
                         }
                         2 => {
-                            index.rehydrate(e, (1..=tip).map(|id| event(e, id)));
+                            let ids: Vec<_> = (1..=tip).map(|id| (e, id)).collect();
+                            ledger.apply(&ids, || {
+                                index.rehydrate(e, (1..=tip).map(|id| event(e, id)))
+                            });
                         }
                         3 => index.mark_pending_sink(e),
                         4 => {
@@ -121,7 +259,7 @@ fn soak<I: StateIndex>() {
             }
         })
     };
-    let threads: Vec<_> = (0..4u8)
+    let threads: Vec<_> = (0..6u8)
         .map(|role| worker(0x5eed + u64::from(role), role))
         .collect();
     while Instant::now() < deadline {
@@ -155,10 +293,23 @@ fn soak<I: StateIndex>() {
         }
     }
     assert_eq!(index.stats(), recount, "{}: stats equal a recount", I::NAME);
+    let acknowledged = ledger.acknowledged();
+    let lost = ledger.lost(&*index, ttl);
+    assert!(
+        lost.is_empty(),
+        "{}: {} of {acknowledged} acknowledged events lost without a justified eviction \
+         (first: {:?})",
+        I::NAME,
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
     eprintln!(
-        "soak {}: {secs}s, {} spines served and checked, {} executions resident at the end",
+        "soak {}: {secs}s, {} spines served and checked, {} events acknowledged and \
+         accounted for, {} evictions, {} executions resident at the end",
         I::NAME,
         served.load(Ordering::Relaxed),
+        acknowledged,
+        ledger.evictions.lock().unwrap().len(),
         recount.executions
     );
     assert!(served.load(Ordering::Relaxed) > 0);
@@ -180,4 +331,143 @@ fn soak_sharded() {
 #[ignore = "runs for SOAK_SECS per index; scripts/soak.sh"]
 fn soak_mutex() {
     soak::<MutexIndex>();
+}
+
+/// The acknowledged-events check on a workload where a lost event stays lost: each of many
+/// executions receives its chain one event per round, so between rounds it idles past the
+/// TTL and sweeps plan to evict it exactly while the next round's events arrive. The drain
+/// applies each event once, a tail applier re-applies some shortly after, and a replayer
+/// re-applies short prefixes; two sweepers and an explicit evictor run throughout. Runs for
+/// `LEDGER_SECS` per index (default 2; `scripts/soak.sh` sets it longer).
+fn nothing_acknowledged_is_lost<I: StateIndex>() {
+    const EXECUTIONS: i64 = 4_000;
+    const ROUNDS: i64 = 1_000;
+    let secs: u64 = std::env::var("LEDGER_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let ttl = Duration::from_millis(2);
+    let config = IndexConfig {
+        eviction: EvictionPolicy {
+            ttl: Some(ttl),
+            max_executions: Some(EXECUTIONS as usize * 3 / 4),
+            max_bytes: None,
+        },
+        ..IndexConfig::default()
+    };
+    let index = Arc::new(I::with_config(config));
+    let ledger = Arc::new(Ledger::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let round = Arc::new(AtomicU64::new(1));
+    let spawn = |seed: u64, role: u8| {
+        let (index, ledger, stop, round) = (
+            Arc::clone(&index),
+            Arc::clone(&ledger),
+            Arc::clone(&stop),
+            Arc::clone(&round),
+        );
+        std::thread::spawn(move || {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            while !stop.load(Ordering::Relaxed) {
+                let r = round.load(Ordering::Relaxed) as i64;
+                match role {
+                    // The drain: round r's event of every execution, in batches of 200.
+                    0 => {
+                        if r > ROUNDS {
+                            break;
+                        }
+                        for chunk in (0..EXECUTIONS).collect::<Vec<_>>().chunks(200) {
+                            let ids: Vec<_> = chunk.iter().map(|&e| (e, r)).collect();
+                            let batch = ids.iter().map(|&(e, id)| event(e, id)).collect();
+                            ledger.apply(&ids, || index.apply_batch(batch));
+                        }
+                        round.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(ttl * 2);
+                    }
+                    // Drive tails: the current round's event again, for a random execution.
+                    1 => {
+                        let e = rng.random_range(0..EXECUTIONS);
+                        ledger.apply(&[(e, r)], || index.apply(event(e, r)));
+                    }
+                    // Rehydrate: a short prefix ending at the current round.
+                    2 => {
+                        let e = rng.random_range(0..EXECUTIONS);
+                        let from = (r - 2).max(1);
+                        let ids: Vec<_> = (from..=r).map(|id| (e, id)).collect();
+                        ledger.apply(&ids, || {
+                            index.rehydrate(e, (from..=r).map(|id| event(e, id)))
+                        });
+                    }
+                    // Sweeps.
+                    3 | 4 => {
+                        let now = Instant::now();
+                        for victim in index.enforce_limits_at(now).evicted {
+                            let verdict = (victim.reason, now, victim.last_used);
+                            ledger.evicted(victim.execution_id, Some(verdict));
+                        }
+                    }
+                    // Explicit evictions, now and then.
+                    _ => {
+                        let e = rng.random_range(0..EXECUTIONS);
+                        if index.evict(e) {
+                            ledger.evicted(e, None);
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+        })
+    };
+    let threads: Vec<_> = (0..6u8)
+        .map(|role| spawn(0x1ed9e7 + u64::from(role), role))
+        .collect();
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("a ledger thread panicked");
+    }
+    let mut recount = IndexStats::default();
+    for e in index.execution_ids() {
+        let chain = index.chain(e).expect("listed executions are resident");
+        recount.executions += 1;
+        recount.events += chain.len();
+        recount.bytes += chain.bytes();
+    }
+    assert_eq!(index.stats(), recount, "{}: stats equal a recount", I::NAME);
+    let lost = ledger.lost(&*index, ttl);
+    let evictions = ledger.evictions.lock().unwrap().len();
+    eprintln!(
+        "ledger {}: {secs}s, {} rounds, {} events acknowledged, {evictions} evictions, {} lost",
+        I::NAME,
+        round.load(Ordering::Relaxed) - 1,
+        ledger.acknowledged(),
+        lost.len()
+    );
+    assert!(
+        evictions > 0,
+        "{}: the sweeps must have raced the drain",
+        I::NAME
+    );
+    assert!(
+        lost.is_empty(),
+        "{}: {} acknowledged events lost without a justified eviction (first: {:?})",
+        I::NAME,
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
+
+#[test]
+fn nothing_acknowledged_is_lost_lockfree() {
+    nothing_acknowledged_is_lost::<WalIndex>();
+}
+
+#[test]
+fn nothing_acknowledged_is_lost_sharded() {
+    nothing_acknowledged_is_lost::<ShardedMutexIndex>();
+}
+
+#[test]
+fn nothing_acknowledged_is_lost_mutex() {
+    nothing_acknowledged_is_lost::<MutexIndex>();
 }

@@ -20,6 +20,8 @@ pub(crate) struct Entry {
     pub(crate) pending_sink: bool,
     /// Set when a per-execution index removed this entry while an applier held it.
     pub(crate) evicted: bool,
+    /// Which entry of its execution this is (`MutexIndex` numbers them; 0 elsewhere).
+    pub(crate) incarnation: u64,
     /// Moves on every apply: a sweep evicts only an entry whose version is the one it
     /// planned on.
     pub(crate) version: u64,
@@ -33,6 +35,7 @@ impl Entry {
             last_used: now,
             pending_sink: false,
             evicted: false,
+            incarnation: 0,
             version: 0,
         }
     }
@@ -88,11 +91,6 @@ impl Entry {
             gated: sink_gate && self.pending_sink,
         }
     }
-}
-
-/// Nanoseconds from `epoch` to `at`, saturating.
-pub(crate) fn nanos_since(epoch: Instant, at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Assembles a lock-based build's result and reports it.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
-use super::entry::{Entry, finish_build, nanos_since};
+use super::entry::{Entry, finish_build};
 use crate::config::IndexConfig;
 use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
@@ -15,13 +15,16 @@ use crate::report::{
     Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
 };
 use crate::state_index::StateIndex;
-use crate::sync::{self, Notify};
+use crate::sync::{self, AsyncMutex, Clock, Notify};
 use crate::waiting_room::Registered;
 
 #[derive(Default)]
 struct Inner {
     executions: HashMap<ExecutionId, Entry>,
     stats: IndexStats,
+    /// Entries created so far: each entry's `incarnation`, so a terminal eviction can tell
+    /// the entry its terminal event landed in from one re-created after it was evicted.
+    created: u64,
 }
 
 /// Today's index: one async mutex around a `HashMap` of per-execution chains, and one
@@ -54,9 +57,9 @@ struct Inner {
 pub struct MutexIndex {
     config: IndexConfig,
     observer: std::sync::Arc<dyn IndexObserver>,
-    inner: async_lock::Mutex<Inner>,
+    inner: AsyncMutex<Inner>,
     appended: Notify,
-    epoch: Instant,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for MutexIndex {
@@ -75,9 +78,13 @@ impl Default for MutexIndex {
 
 impl Inner {
     fn entry(&mut self, execution_id: ExecutionId, config: &IndexConfig, now: u64) -> &mut Entry {
-        self.executions
-            .entry(execution_id)
-            .or_insert_with(|| Entry::new(config, now))
+        let created = &mut self.created;
+        self.executions.entry(execution_id).or_insert_with(|| {
+            *created += 1;
+            let mut entry = Entry::new(config, now);
+            entry.incarnation = *created;
+            entry
+        })
     }
 
     fn apply(
@@ -86,24 +93,28 @@ impl Inner {
         config: &IndexConfig,
         now: u64,
         observer: &dyn IndexObserver,
-    ) -> bool {
+    ) -> (bool, u64) {
         let mut stats = self.stats;
-        let is_new = self
-            .entry(event.execution_id(), config, now)
-            .apply(event, now, &mut stats);
+        let entry = self.entry(event.execution_id(), config, now);
+        let is_new = entry.apply(event, now, &mut stats);
+        let incarnation = entry.incarnation;
         self.stats = stats;
         observer.residency(self.stats);
-        is_new
+        (is_new, incarnation)
     }
 
-    /// `None` if absent, `Some(false)` if gated.
+    /// `None` if absent (or not the `incarnation` asked for), `Some(false)` if gated.
     fn evict(
         &mut self,
         execution_id: ExecutionId,
+        incarnation: Option<u64>,
         sink_gate: bool,
         observer: &dyn IndexObserver,
     ) -> Option<bool> {
         let entry = self.executions.get(&execution_id)?;
+        if incarnation.is_some_and(|i| i != entry.incarnation) {
+            return None;
+        }
         if sink_gate && entry.pending_sink {
             return Some(false);
         }
@@ -121,7 +132,7 @@ impl MutexIndex {
     }
 
     fn nanos(&self, at: Instant) -> u64 {
-        nanos_since(self.epoch, at)
+        self.clock.at(at)
     }
 
     fn prepare(&self, event: Event) -> Event {
@@ -130,6 +141,26 @@ impl MutexIndex {
         } else {
             event
         }
+    }
+
+    /// Indexes one event under the global mutex, then wakes every waiting drive. Returns
+    /// the incarnation of the entry it landed in.
+    fn apply_one(&self, event: Event) -> (Applied, u64) {
+        let event = self.prepare(event);
+        let mut applied = Applied {
+            execution_id: event.execution_id(),
+            event_id: event.id(),
+            is_new: false,
+            is_terminal: event.is_terminal(),
+        };
+        let now = self.nanos(Instant::now());
+        let (is_new, incarnation) =
+            self.inner
+                .lock_blocking()
+                .apply(event, &self.config, now, self.observer());
+        applied.is_new = is_new;
+        self.appended.notify(usize::MAX);
+        (applied, incarnation)
     }
 
     fn build_locked(
@@ -154,6 +185,11 @@ impl MutexIndex {
 }
 
 impl DriveHooks for MutexIndex {
+    #[cfg(any(wal_index_loom, wal_index_shuttle))]
+    fn clock(&self) -> &crate::sync::Clock {
+        &self.clock
+    }
+
     /// Today's global signal: every applied event of any execution wakes this waiter.
     fn listen(&self, _execution_id: ExecutionId) -> Registered<'_> {
         Registered::on(self.appended.listen())
@@ -185,9 +221,9 @@ impl StateIndex for MutexIndex {
         MutexIndex {
             config,
             observer,
-            inner: async_lock::Mutex::new(Inner::default()),
+            inner: AsyncMutex::new(Inner::default()),
             appended: sync::new_notify(),
-            epoch: Instant::now(),
+            clock: Clock::new(),
         }
     }
 
@@ -203,20 +239,7 @@ impl StateIndex for MutexIndex {
 
     /// Indexes one event under the global mutex, then wakes every waiting drive.
     fn apply(&self, event: Event) -> Applied {
-        let event = self.prepare(event);
-        let mut applied = Applied {
-            execution_id: event.execution_id(),
-            event_id: event.id(),
-            is_new: false,
-            is_terminal: event.is_terminal(),
-        };
-        let now = self.nanos(Instant::now());
-        applied.is_new =
-            self.inner
-                .lock_blocking()
-                .apply(event, &self.config, now, self.observer());
-        self.appended.notify(usize::MAX);
-        applied
+        self.apply_one(event).0
     }
 
     /// Applies each event as today's drain does (lock, apply, unlock, wake everyone, per
@@ -224,24 +247,33 @@ impl StateIndex for MutexIndex {
     fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
         let mut report = BatchReport::default();
         let mut touched: Vec<ExecutionId> = Vec::new();
-        let mut terminal: Vec<ExecutionId> = Vec::new();
+        let mut terminal: Vec<(ExecutionId, u64)> = Vec::new();
         for event in events {
-            let applied = self.apply(event);
+            let (applied, incarnation) = self.apply_one(event);
             report.applied += 1;
             report.new += usize::from(applied.is_new);
             if !touched.contains(&applied.execution_id) {
                 touched.push(applied.execution_id);
             }
-            if applied.is_terminal && !terminal.contains(&applied.execution_id) {
-                terminal.push(applied.execution_id);
+            if applied.is_terminal {
+                // Only the entry the terminal event landed in is evicted: one re-created by
+                // another applier after an eviction holds no terminal event.
+                terminal.retain(|(id, _)| *id != applied.execution_id);
+                terminal.push((applied.execution_id, incarnation));
             }
         }
         report.executions = touched.len();
         if !terminal.is_empty() {
             terminal.sort_unstable();
             let mut inner = self.inner.lock_blocking();
-            for execution_id in terminal {
-                match inner.evict(execution_id, self.config.sink_gate, self.observer()) {
+            for (execution_id, incarnation) in terminal {
+                let evicted = inner.evict(
+                    execution_id,
+                    Some(incarnation),
+                    self.config.sink_gate,
+                    self.observer(),
+                );
+                match evicted {
                     Some(true) => report.terminal_evicted.push(execution_id),
                     Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
                     None => {}
@@ -280,7 +312,7 @@ impl StateIndex for MutexIndex {
             .executions
             .get(&execution_id)
             .is_some_and(|e| !e.chain.is_empty());
-        let evicted = inner.evict(execution_id, self.config.sink_gate, self.observer())
+        let evicted = inner.evict(execution_id, None, self.config.sink_gate, self.observer())
             == Some(true)
             && held_events;
         if evicted {
@@ -302,12 +334,17 @@ impl StateIndex for MutexIndex {
             .iter()
             .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
             .collect();
-        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now);
+        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
         for execution_id in idle_empty {
-            inner.evict(execution_id, self.config.sink_gate, self.observer());
+            inner.evict(execution_id, None, self.config.sink_gate, self.observer());
         }
-        for (execution_id, _) in &plan.evicted {
-            inner.evict(*execution_id, self.config.sink_gate, self.observer());
+        for victim in &plan.evicted {
+            inner.evict(
+                victim.execution_id,
+                None,
+                self.config.sink_gate,
+                self.observer(),
+            );
         }
         drop(inner);
         report_sweep(self.observer(), &plan);
@@ -365,7 +402,7 @@ impl StateIndex for MutexIndex {
                 }
                 report.applied += 1;
                 let event = self.prepare(event);
-                report.new += usize::from(inner.apply(event, &self.config, now, self.observer()));
+                report.new += usize::from(inner.apply(event, &self.config, now, self.observer()).0);
             }
         }
         self.appended.notify(usize::MAX);

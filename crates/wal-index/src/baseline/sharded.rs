@@ -7,7 +7,7 @@ use std::time::Instant;
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 use dashmap::DashMap;
 
-use super::entry::{Entry, finish_build, nanos_since};
+use super::entry::{Entry, finish_build};
 use crate::config::IndexConfig;
 use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
@@ -16,11 +16,11 @@ use crate::report::{
     Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
 };
 use crate::state_index::StateIndex;
-use crate::sync::{self, Arc, AtomicBool, Mutex, Notify, Ordering};
+use crate::sync::{self, Arc, AsyncMutex, AtomicBool, Clock, Mutex, Notify, Ordering};
 use crate::waiting_room::{Registered, WaitingRooms};
 
 struct Slot {
-    entry: async_lock::Mutex<Entry>,
+    entry: AsyncMutex<Entry>,
     appended: Notify,
     /// Set (after `entry.evicted`, before the map drops the slot and its waiters are woken)
     /// so a drive that listened on a slot being evicted sees it and looks again.
@@ -59,7 +59,7 @@ pub struct ShardedMutexIndex {
     /// Drives waiting for executions that have no slot.
     rooms: WaitingRooms,
     stats: Mutex<IndexStats>,
-    epoch: Instant,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for ShardedMutexIndex {
@@ -83,7 +83,7 @@ impl ShardedMutexIndex {
     }
 
     fn nanos(&self, at: Instant) -> u64 {
-        nanos_since(self.epoch, at)
+        self.clock.at(at)
     }
 
     fn prepare(&self, event: Event) -> Event {
@@ -107,7 +107,7 @@ impl ShardedMutexIndex {
         let slot = Arc::clone(&self.slots.entry(execution_id).or_insert_with(|| {
             created = true;
             Arc::new(Slot {
-                entry: async_lock::Mutex::new(Entry::new(&self.config, now)),
+                entry: AsyncMutex::new(Entry::new(&self.config, now)),
                 appended: sync::new_notify(),
                 retired: AtomicBool::new(false),
             })
@@ -134,7 +134,7 @@ impl ShardedMutexIndex {
             if entry.evicted {
                 drop(entry);
                 // The evictor removes the slot from the map right after marking it.
-                std::thread::yield_now();
+                sync::yield_now();
                 continue;
             }
             let result = f(&mut entry);
@@ -176,11 +176,39 @@ impl ShardedMutexIndex {
             entry.subtract_from(&mut stats);
             self.observer.residency(*stats);
         }
-        drop(entry);
+        // Out of the map before the entry lock is released, so the spin of a drive that saw
+        // `retired` lasts no longer than this removal (nobody waits for an entry lock while
+        // holding a shard lock, so the order entry -> shard cannot deadlock).
         self.slots
             .remove_if(&execution_id, |_, s| Arc::ptr_eq(s, &slot));
+        drop(entry);
         slot.appended.notify(usize::MAX);
         Removal::Evicted(events)
+    }
+
+    /// Indexes one event under its execution's mutex, then wakes that execution's waiters.
+    /// Returns the slot it landed in.
+    fn apply_one(&self, event: Event) -> (Applied, Arc<Slot>) {
+        let event = self.prepare(event);
+        let mut applied = Applied {
+            execution_id: event.execution_id(),
+            event_id: event.id(),
+            is_new: false,
+            is_terminal: event.is_terminal(),
+        };
+        let now = self.nanos(Instant::now());
+        let mut event = Some(event);
+        let (is_new, slot) = self.with_live_entry(applied.execution_id, |entry| {
+            let mut stats = self.stats.lock();
+            let is_new = event
+                .take()
+                .is_some_and(|e| entry.apply(e, now, &mut stats));
+            self.observer.residency(*stats);
+            is_new
+        });
+        applied.is_new = is_new;
+        slot.appended.notify(usize::MAX);
+        (applied, slot)
     }
 
     fn build_with(
@@ -204,6 +232,11 @@ impl ShardedMutexIndex {
 }
 
 impl DriveHooks for ShardedMutexIndex {
+    #[cfg(any(wal_index_loom, wal_index_shuttle))]
+    fn clock(&self) -> &crate::sync::Clock {
+        &self.clock
+    }
+
     /// This execution's own signal: each event applied to it wakes this waiter. An
     /// execution without a slot: a waiting room, so a drive creates no slot.
     fn listen(&self, execution_id: ExecutionId) -> Registered<'_> {
@@ -215,7 +248,7 @@ impl DriveHooks for ShardedMutexIndex {
                     return Registered::on(listener);
                 }
                 // Being evicted: the evictor removes it from the map next.
-                std::thread::yield_now();
+                sync::yield_now();
                 continue;
             }
             if let Some(place) = self
@@ -258,7 +291,7 @@ impl StateIndex for ShardedMutexIndex {
             slots: DashMap::new(),
             rooms: WaitingRooms::default(),
             stats: Mutex::new(IndexStats::default()),
-            epoch: Instant::now(),
+            clock: Clock::new(),
         }
     }
 
@@ -274,26 +307,7 @@ impl StateIndex for ShardedMutexIndex {
 
     /// Indexes one event under its execution's mutex, then wakes that execution's waiters.
     fn apply(&self, event: Event) -> Applied {
-        let event = self.prepare(event);
-        let mut applied = Applied {
-            execution_id: event.execution_id(),
-            event_id: event.id(),
-            is_new: false,
-            is_terminal: event.is_terminal(),
-        };
-        let now = self.nanos(Instant::now());
-        let mut event = Some(event);
-        let (is_new, slot) = self.with_live_entry(applied.execution_id, |entry| {
-            let mut stats = self.stats.lock();
-            let is_new = event
-                .take()
-                .is_some_and(|e| entry.apply(e, now, &mut stats));
-            self.observer.residency(*stats);
-            is_new
-        });
-        applied.is_new = is_new;
-        slot.appended.notify(usize::MAX);
-        applied
+        self.apply_one(event).0
     }
 
     /// Applies each event (lock, apply, unlock, wake, per event), then evicts the batch's
@@ -301,22 +315,25 @@ impl StateIndex for ShardedMutexIndex {
     fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
         let mut report = BatchReport::default();
         let mut touched = Vec::new();
-        let mut terminal = Vec::new();
+        let mut terminal: Vec<(ExecutionId, Arc<Slot>)> = Vec::new();
         for event in events {
-            let applied = self.apply(event);
+            let (applied, slot) = self.apply_one(event);
             report.applied += 1;
             report.new += usize::from(applied.is_new);
             if !touched.contains(&applied.execution_id) {
                 touched.push(applied.execution_id);
             }
-            if applied.is_terminal && !terminal.contains(&applied.execution_id) {
-                terminal.push(applied.execution_id);
+            if applied.is_terminal {
+                // The slot the terminal event landed in: only that one is evicted (a slot
+                // re-created by another applier meanwhile holds no terminal event).
+                terminal.retain(|(id, _)| *id != applied.execution_id);
+                terminal.push((applied.execution_id, slot));
             }
         }
         report.executions = touched.len();
-        terminal.sort_unstable();
-        for execution_id in terminal {
-            match self.evict_slot(execution_id, None, |_| true) {
+        terminal.sort_unstable_by_key(|(id, _)| *id);
+        for (execution_id, slot) in terminal {
+            match self.evict_slot(execution_id, Some(&slot), |_| true) {
                 Removal::Evicted(_) => report.terminal_evicted.push(execution_id),
                 Removal::Gated => report.terminal_kept_by_sink_gate.push(execution_id),
                 Removal::Gone | Removal::Changed => {}
@@ -389,7 +406,8 @@ impl StateIndex for ShardedMutexIndex {
                 candidate
             })
             .collect();
-        let (mut plan, idle_empty) = eviction_plan::plan(candidates, &policy, self.nanos(now));
+        let (mut plan, idle_empty) =
+            eviction_plan::plan(candidates, &policy, self.nanos(now), self.clock.epoch());
         let evict = |execution_id: ExecutionId| {
             let Some((slot, version, last_used)) = judged.get(&execution_id) else {
                 return Removal::Gone;
@@ -403,7 +421,7 @@ impl StateIndex for ShardedMutexIndex {
         }
         let mut gated_at_eviction = 0;
         plan.evicted
-            .retain(|&(execution_id, _)| match evict(execution_id) {
+            .retain(|victim| match evict(victim.execution_id) {
                 Removal::Evicted(_) => true,
                 Removal::Gated => {
                     gated_at_eviction += 1;

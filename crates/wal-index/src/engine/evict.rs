@@ -138,6 +138,7 @@ pub(super) fn evict(index: &WalIndex, execution_id: ExecutionId) -> bool {
 
 /// What a sweep's plan judged of one slot: the slot itself, and the chain and recency the
 /// plan saw. An eviction goes ahead only if all three are still current.
+#[cfg_attr(feature = "mutation-sweep-trusts-plan", allow(dead_code))]
 struct Judged {
     slot: Arc<Slot>,
     chain: Arc<Chain>,
@@ -186,12 +187,14 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         .collect();
     drop(snapshot);
     #[cfg(not(feature = "mutation-sweep-totals-from-stats"))]
-    let (mut plan, idle_empty) = eviction_plan::plan(candidates, &policy, index.nanos(now));
+    let (mut plan, idle_empty) =
+        eviction_plan::plan(candidates, &policy, index.nanos(now), index.clock.epoch());
     #[cfg(feature = "mutation-sweep-totals-from-stats")]
     let (mut plan, idle_empty) = eviction_plan::plan_against(
         candidates,
         &policy,
         index.nanos(now),
+        index.clock.epoch(),
         index.accounting.get(),
     );
 
@@ -226,7 +229,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
     }
     let mut gated_at_eviction = 0;
     plan.evicted
-        .retain(|&(execution_id, _)| match evict(execution_id) {
+        .retain(|victim| match evict(victim.execution_id) {
             SlotEviction::Evicted { .. } => true,
             SlotEviction::KeptBySinkGate => {
                 gated_at_eviction += 1;

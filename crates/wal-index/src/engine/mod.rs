@@ -131,12 +131,6 @@ impl WalIndex {
         WalIndex::with_config(config)
     }
 
-    /// Moves the model clock (loom builds only: time is part of the explored state).
-    #[cfg(wal_index_loom)]
-    pub(crate) fn advance_model_clock(&self, by: std::time::Duration) {
-        self.clock.advance(by);
-    }
-
     fn nanos(&self, at: Instant) -> u64 {
         self.clock.at(at)
     }
@@ -179,17 +173,18 @@ impl WalIndex {
     }
 
     /// Applies `events` of one execution through its slot, retrying on a fresh slot if the
-    /// one found was evicted meanwhile (so no event is ever applied to an orphan).
+    /// one found was evicted meanwhile (so no event is ever applied to an orphan). Returns
+    /// the slot the events landed in.
     fn apply_to_slot(
         &self,
         execution_id: ExecutionId,
         mut events: impl Iterator<Item = Event>,
         now: u64,
-    ) -> SlotApplied {
+    ) -> (SlotApplied, Arc<Slot>) {
         loop {
             let slot = self.slot_or_create(execution_id);
             match slot.apply(&mut events, &self.accounting, now) {
-                Ok(done) => return done,
+                Ok(done) => return (done, slot),
                 Err(Evicted) => {
                     // The evictor removes the slot from the directory before it releases the
                     // directory lock; taking that lock here waits for it, then retries.
@@ -242,6 +237,11 @@ impl DriveHooks for WalIndex {
 
     fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
         read::build(self, execution_id, expected_head)
+    }
+
+    #[cfg(any(wal_index_loom, wal_index_shuttle))]
+    fn clock(&self) -> &crate::sync::Clock {
+        &self.clock
     }
 
     fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {

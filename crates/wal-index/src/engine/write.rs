@@ -18,7 +18,7 @@ pub(super) fn apply(index: &WalIndex, event: Event) -> Applied {
         is_terminal: event.is_terminal(),
     };
     let now = index.clock.now();
-    let done = index.apply_to_slot(applied.execution_id, std::iter::once(event), now);
+    let (done, _) = index.apply_to_slot(applied.execution_id, std::iter::once(event), now);
     Applied {
         is_new: done.new == 1,
         ..applied
@@ -39,16 +39,21 @@ pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
     while let Some(first) = events.next() {
         let execution_id = first.execution_id();
         let rest = std::iter::from_fn(|| events.next_if(|e| e.execution_id() == execution_id));
-        let done = index.apply_to_slot(execution_id, std::iter::once(first).chain(rest), now);
+        let (done, slot) =
+            index.apply_to_slot(execution_id, std::iter::once(first).chain(rest), now);
         report.executions += 1;
         report.applied += done.applied;
         report.new += done.new;
         if done.terminal {
-            terminal.push(execution_id);
+            terminal.push((execution_id, slot));
         }
     }
-    for execution_id in terminal {
-        match index.evict_slot(execution_id, EvictReason::Terminal) {
+    // Each terminal execution is evicted only if it is still the slot its terminal event
+    // landed in: if another evictor removed that slot and another applier re-created the
+    // execution meanwhile, the new slot holds no terminal event and nothing justifies
+    // evicting it.
+    for (execution_id, slot) in terminal {
+        match index.evict_slot_if(execution_id, &slot, EvictReason::Terminal, |_, _| true) {
             SlotEviction::Evicted { .. } => report.terminal_evicted.push(execution_id),
             SlotEviction::KeptBySinkGate => report.terminal_kept_by_sink_gate.push(execution_id),
             SlotEviction::AlreadyGone | SlotEviction::NoLongerJustified => {}
@@ -81,7 +86,7 @@ pub(super) fn rehydrate(
         .collect();
     if !mine.is_empty() {
         let now = index.clock.now();
-        let done = index.apply_to_slot(execution_id, mine.into_iter(), now);
+        let (done, _) = index.apply_to_slot(execution_id, mine.into_iter(), now);
         report.applied = done.applied;
         report.new = done.new;
     }

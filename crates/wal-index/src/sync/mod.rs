@@ -2,26 +2,37 @@
 //!
 //! Every atomic, `Arc`, lock, snapshot cell and wait list that a protocol of this crate
 //! relies on is imported from here, so that building with `--cfg wal_index_loom` swaps
-//! them all for [loom](https://docs.rs/loom)'s model-checked versions. The cfg is
-//! namespaced because a dependency already reacts to plain `cfg(loom)`.
+//! them all for [loom](https://docs.rs/loom)'s model-checked versions, and `--cfg
+//! wal_index_shuttle` for [shuttle](https://docs.rs/shuttle)'s. The cfgs are namespaced
+//! because a dependency already reacts to plain `cfg(loom)`. No file outside this folder
+//! knows which side it runs on.
 //!
-//! [`Swap`] is `arc_swap::ArcSwap` in normal builds. arc-swap has no loom support, so under
-//! loom it is a lock around an `Arc`: the model then checks *our* protocol around the
-//! publication (what is published before what, which ordering pairs with which), while
-//! arc-swap's own algorithm is trusted as the well-tested dependency it is.
+//! | side | file | for |
+//! |---|---|---|
+//! | production | `std.rs` | `std`, `parking_lot`, `arc-swap`, `event-listener` |
+//! | model | `model.rs` | loom (exhaustive, small states) or shuttle (randomized, large states) |
 //!
-//! [`Notify`] is `event_listener::Event` in normal builds, and a loom-visible wait list
-//! under loom, with the same register-then-check contract: a listener created before the
-//! check is woken by any `notify` that comes after the check.
+//! `Swap` is `arc_swap::ArcSwap` in normal builds. arc-swap has no loom support, so the
+//! model side is an atomic pointer published with release and loaded with acquire: the model
+//! checks *our* protocol around the publication (what is published before what, which
+//! ordering pairs with which), while arc-swap's own algorithm is trusted as the well-tested
+//! dependency it is.
+//!
+//! `Notify` is `event_listener::Event` in normal builds, and a model-visible wait list on
+//! the model side, with the same register-then-check contract: a listener created before
+//! the check is woken by any `notify` that comes after the check.
+//!
+//! `Clock` is the monotonic clock in normal builds and a model clock that moves only when a
+//! model advances it.
 
-#[cfg(not(wal_index_loom))]
+#[cfg(not(any(wal_index_loom, wal_index_shuttle)))]
 mod std;
-#[cfg(not(wal_index_loom))]
+#[cfg(not(any(wal_index_loom, wal_index_shuttle)))]
 pub(crate) use self::std::*;
 
-#[cfg(wal_index_loom)]
-mod loom;
-#[cfg(wal_index_loom)]
-pub use self::loom::Listener;
-#[cfg(wal_index_loom)]
-pub(crate) use self::loom::*;
+#[cfg(any(wal_index_loom, wal_index_shuttle))]
+mod model;
+#[cfg(any(wal_index_loom, wal_index_shuttle))]
+pub use self::model::Listener;
+#[cfg(any(wal_index_loom, wal_index_shuttle))]
+pub(crate) use self::model::*;

@@ -66,6 +66,11 @@ impl Clock {
         }
     }
 
+    /// The instant time 0 stands for.
+    pub(crate) fn epoch(&self) -> std::time::Instant {
+        self.epoch
+    }
+
     /// Now, in nanoseconds since the epoch.
     pub(crate) fn now(&self) -> u64 {
         self.at(std::time::Instant::now())
@@ -75,4 +80,15 @@ impl Clock {
     pub(crate) fn at(&self, at: std::time::Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
+}
+
+/// The async mutex of the lock-based comparators (`baseline`): awaited by async drives,
+/// `lock_blocking` elsewhere.
+#[cfg(feature = "baselines")]
+pub(crate) type AsyncMutex<T> = async_lock::Mutex<T>;
+
+/// Lets another thread run (a spin-wait's back-off).
+#[cfg(feature = "baselines")]
+pub(crate) fn yield_now() {
+    std::thread::yield_now();
 }

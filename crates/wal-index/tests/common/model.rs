@@ -171,7 +171,7 @@ pub fn run_index<I: StateIndex>(index: &I, op: &Op, far: Instant) -> Seen {
         Op::Evict(e) => Seen::Flag(index.evict(*e)),
         Op::Sweep => {
             let s = index.enforce_limits_at(far);
-            let mut ids: Vec<_> = s.evicted.iter().map(|x| x.0).collect();
+            let mut ids: Vec<_> = s.evicted.iter().map(|x| x.execution_id).collect();
             ids.sort_unstable();
             Seen::Sweep(ids, s.kept_by_sink_gate)
         }

@@ -1,11 +1,20 @@
-//! The shim's model side: every primitive is loom's, so the models in `loom-tests/` explore
-//! the engine's own code.
+//! The shim's model side: every primitive is the model checker's, so the models explore the
+//! engine's own code. One implementation serves both checkers: loom (`--cfg wal_index_loom`,
+//! exhaustive up to a preemption bound, `loom-tests/`) and shuttle (`--cfg
+//! wal_index_shuttle`, randomized schedules over states loom cannot hold, `shuttle-tests/`).
+//! Their `sync` APIs are the same for what is used here; only loom tracks cell accesses, so
+//! only the loom build checks that each published value is read after its publication.
 
-pub(crate) use loom::sync::Arc;
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(wal_index_loom)]
+use ::loom as rt;
+#[cfg(all(wal_index_shuttle, not(wal_index_loom)))]
+use ::shuttle as rt;
+
+pub(crate) use rt::sync::Arc;
+pub(crate) use rt::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// loom's mutex behind the `parking_lot`-style `lock()` the engine uses.
-pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+pub(crate) struct Mutex<T>(rt::sync::Mutex<T>);
 
 impl<T: Default> Default for Mutex<T> {
     fn default() -> Self {
@@ -15,9 +24,9 @@ impl<T: Default> Default for Mutex<T> {
 
 impl<T> Mutex<T> {
     pub(crate) fn new(value: T) -> Self {
-        Mutex(loom::sync::Mutex::new(value))
+        Mutex(rt::sync::Mutex::new(value))
     }
-    pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+    pub(crate) fn lock(&self) -> rt::sync::MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -34,6 +43,7 @@ const PUBLISH: Ordering = Ordering::Relaxed;
 /// One published value, with a loom-tracked cell written when it is created and read
 /// on every load, so loom checks that each load happens after the publication.
 struct Tracked<T> {
+    #[cfg(wal_index_loom)]
     written: loom::cell::UnsafeCell<u8>,
     value: Arc<T>,
 }
@@ -41,12 +51,33 @@ struct Tracked<T> {
 impl<T> Tracked<T> {
     fn publishable(value: Arc<T>) -> *mut Tracked<T> {
         let tracked = Box::new(Tracked {
+            #[cfg(wal_index_loom)]
             written: loom::cell::UnsafeCell::new(0),
             value,
         });
         // SAFETY: the box is not shared yet; this is the only access.
+        #[cfg(wal_index_loom)]
         tracked.written.with_mut(|byte| unsafe { *byte = 1 });
         Box::into_raw(tracked)
+    }
+}
+
+/// The comparators' async mutex on the model side: a model mutex, so a checker can switch
+/// threads while it is held (a real lock would stall the checker's single OS thread). The
+/// models drive the comparators with blocking calls; `lock` exists so the async paths build.
+#[cfg(feature = "baselines")]
+pub(crate) struct AsyncMutex<T>(Mutex<T>);
+
+#[cfg(feature = "baselines")]
+impl<T> AsyncMutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        AsyncMutex(Mutex::new(value))
+    }
+    pub(crate) fn lock_blocking(&self) -> rt::sync::MutexGuard<'_, T> {
+        self.0.lock()
+    }
+    pub(crate) async fn lock(&self) -> rt::sync::MutexGuard<'_, T> {
+        self.0.lock()
     }
 }
 
@@ -54,8 +85,8 @@ impl<T> Tracked<T> {
 /// loaded with acquire. Replaced values are kept until the cell drops (a model needs no
 /// reclamation scheme, and keeping them makes every loaded pointer valid).
 pub(crate) struct Swap<T> {
-    current: loom::sync::atomic::AtomicPtr<Tracked<T>>,
-    retired: loom::sync::Mutex<Vec<*mut Tracked<T>>>,
+    current: rt::sync::atomic::AtomicPtr<Tracked<T>>,
+    retired: rt::sync::Mutex<Vec<*mut Tracked<T>>>,
 }
 
 // SAFETY: the cell only hands out clones of `Arc<T>` and owns its `Tracked<T>` boxes,
@@ -84,8 +115,8 @@ impl<T> Drop for Swap<T> {
 
 pub(crate) fn new_swap<T>(value: Arc<T>) -> Swap<T> {
     Swap {
-        current: loom::sync::atomic::AtomicPtr::new(Tracked::publishable(value)),
-        retired: loom::sync::Mutex::new(Vec::new()),
+        current: rt::sync::atomic::AtomicPtr::new(Tracked::publishable(value)),
+        retired: rt::sync::Mutex::new(Vec::new()),
     }
 }
 
@@ -97,6 +128,7 @@ fn load_tracked<T>(swap: &Swap<T>) -> &Tracked<T> {
     let tracked = unsafe { &*ptr };
     // SAFETY: the publisher wrote this byte before installing the pointer; loom checks
     // that the write happens before this read.
+    #[cfg(wal_index_loom)]
     let _ = tracked.written.with(|byte| unsafe { *byte });
     tracked
 }
@@ -158,8 +190,8 @@ pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>)
 pub(crate) struct Notify(Arc<WaitList>);
 
 struct WaitList {
-    state: loom::sync::Mutex<WaitState>,
-    changed: loom::sync::Condvar,
+    state: rt::sync::Mutex<WaitState>,
+    changed: rt::sync::Condvar,
 }
 
 struct WaitState {
@@ -175,11 +207,11 @@ pub struct Listener {
 
 pub(crate) fn new_notify() -> Notify {
     Notify(Arc::new(WaitList {
-        state: loom::sync::Mutex::new(WaitState {
+        state: rt::sync::Mutex::new(WaitState {
             notified: 0,
             wakers: Vec::new(),
         }),
-        changed: loom::sync::Condvar::new(),
+        changed: rt::sync::Condvar::new(),
     }))
 }
 
@@ -246,15 +278,24 @@ impl std::future::Future for Listener {
 /// A model clock: time moves only when a model calls [`Clock::advance`], so TTL and LRU
 /// decisions are part of the explored state rather than of the machine's timing.
 #[derive(Debug)]
-pub(crate) struct Clock {
-    now: loom::sync::atomic::AtomicU64,
+// `pub` because the sealed `DriveHooks` names it; unnameable outside the crate.
+#[allow(unreachable_pub)]
+pub struct Clock {
+    now: rt::sync::atomic::AtomicU64,
+    /// What model time 0 is reported as in `Victim::last_used`.
+    epoch: std::time::Instant,
 }
 
 impl Clock {
     pub(crate) fn new() -> Clock {
         Clock {
-            now: loom::sync::atomic::AtomicU64::new(0),
+            now: rt::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
         }
+    }
+
+    pub(crate) fn epoch(&self) -> std::time::Instant {
+        self.epoch
     }
 
     pub(crate) fn now(&self) -> u64 {
@@ -268,8 +309,14 @@ impl Clock {
         self.now()
     }
 
-    pub(crate) fn advance(&self, by: std::time::Duration) {
+    pub fn advance(&self, by: std::time::Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         self.now.fetch_add(by, Ordering::SeqCst);
     }
+}
+
+/// Lets another thread run: a scheduling point of the checker (`std`'s would not be one).
+#[cfg(feature = "baselines")]
+pub(crate) fn yield_now() {
+    rt::thread::yield_now();
 }
