@@ -242,6 +242,6 @@ fn drive_for_an_unseen_execution_vs_its_first_event() {
         index.apply(ev(5, 1, None));
         let drive = drive.join().unwrap();
         assert_eq!(drive.outcome.spine().map(|s| s.ids()), Some(vec![1]));
-        assert_eq!(index.drives_waiting_for_unknown_executions(), 0);
+        assert_eq!(index.awaited_unknown_executions(), 0);
     });
 }

@@ -91,6 +91,10 @@ label_enum! {
 /// [`IndexObserver::residency`] is called **while the index's accounting is locked**, once
 /// per change, with the new totals; an observer that sets three gauges from that one value
 /// therefore never shows a mix of two states.
+///
+/// An observer must not panic. It runs inside the index's critical sections (residency
+/// under the accounting lock, in the middle of an apply or an eviction); a panic there
+/// leaves that operation half done, and the index does not try to repair it.
 pub trait IndexObserver: Send + Sync + 'static {
     /// One build finished (`waited` is part of `elapsed`).
     fn build(&self, outcome: &AdvanceOutcome, elapsed: Duration, waited: Duration) {

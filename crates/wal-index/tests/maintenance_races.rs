@@ -250,3 +250,27 @@ for_each_engine!(
     marks_with_the_gate_off_are_no_ops,
     unserved_builds_keep_an_execution_recent,
 );
+
+/// The engine's own gauges of the same: no slot and no waiting room outlives the drives for
+/// executions it does not hold.
+#[test]
+fn lockfree_drives_for_unknown_executions_leave_no_slot_and_no_room() {
+    let index = Arc::new(wal_index::WalIndex::default());
+    let no_wait = DriveBudget {
+        waits: 1,
+        wait: Duration::from_millis(1),
+    };
+    let drivers: Vec<_> = (0..4)
+        .map(|t| {
+            let index = Arc::clone(&index);
+            std::thread::spawn(move || {
+                for e in (0..2_000).map(|k| k * 4 + t) {
+                    index.drive_blocking(e, Some(1), no_wait);
+                }
+            })
+        })
+        .collect();
+    drivers.into_iter().for_each(|d| d.join().unwrap());
+    assert_eq!(index.slots(), 0);
+    assert_eq!(index.awaited_unknown_executions(), 0);
+}

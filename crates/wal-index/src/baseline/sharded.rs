@@ -168,7 +168,8 @@ impl ShardedMutexIndex {
             return Removal::Changed;
         }
         entry.evicted = true;
-        // SeqCst pairs with the load after `listen` in `DriveHooks::listen`.
+        // SeqCst pairs with the load after `listen` in `DriveHooks::listen`: the flag is
+        // stored before the `notify` below (event-listener's listen-then-check pattern).
         slot.retired.store(true, Ordering::SeqCst);
         let events = entry.chain.len();
         {
@@ -243,7 +244,8 @@ impl DriveHooks for ShardedMutexIndex {
         loop {
             if let Some(slot) = self.slot(execution_id) {
                 let listener = slot.appended.listen();
-                // SeqCst pairs with the store in `evict_slot`, through event-listener's fence.
+                // SeqCst pairs with the store in `evict_slot` (event-listener's
+                // listen-then-check pattern: stored before `notify`, loaded after `listen`).
                 if !slot.retired.load(Ordering::SeqCst) {
                     return Registered::on(listener);
                 }

@@ -63,7 +63,7 @@ type Directory = imbl::GenericHashMap<
 /// | [`build`](StateIndex::build), [`chain`](StateIndex::chain) | wait-free\* | nothing the drain holds |
 /// | [`apply`](StateIndex::apply), [`apply_batch`](StateIndex::apply_batch), [`rehydrate`](StateIndex::rehydrate) | blocking | other writers of the *same* execution; the directory lock when an execution is new |
 /// | [`evict`](StateIndex::evict), [`enforce_limits_at`](StateIndex::enforce_limits_at) | blocking | writers of the evicted executions, other evictors |
-/// | [`drive`](StateIndex::drive) / [`drive_blocking`](StateIndex::drive_blocking) | blocking by design | its own execution's next publish, or its per-wait cap; the directory lock when it registers for an execution not yet resident; the finished-executions lock after an unserved build of an execution holding no events |
+/// | [`drive`](StateIndex::drive) / [`drive_blocking`](StateIndex::drive_blocking) | blocking by design | its own execution's next publish, or its per-wait cap. To register: the waiting-rooms lock when the execution has no slot (creators take it briefly to wake a room); the directory lock only when the slot it found is being evicted (it waits for that eviction to finish, which may itself wait for an apply of that execution). After an unserved build of an execution holding no events: the finished-executions lock |
 /// | [`stats`](StateIndex::stats) | blocking, briefly | a writer's three-counter update (never a walk) |
 ///
 /// \* arc-swap's load is wait-free on its fast path and lock-free on its fallback. A
@@ -135,9 +135,10 @@ impl WalIndex {
         self.clock.at(at)
     }
 
-    /// Drives currently waiting for an execution the index does not hold (each is woken by
-    /// that execution's first event; none leaves state behind when it ends).
-    pub fn drives_waiting_for_unknown_executions(&self) -> usize {
+    /// Executions the index does not hold that drives are waiting for, each in a waiting
+    /// room its first event wakes. A room disappears with its last drive, so this is zero
+    /// whenever no such drive is in flight.
+    pub fn awaited_unknown_executions(&self) -> usize {
         self.rooms.occupied()
     }
 

@@ -118,8 +118,10 @@ impl Slot {
     /// registration and reaches it: a waiter is never left on a slot nobody will notify.
     pub fn listen(&self) -> Option<crate::sync::Listener> {
         let listener = self.changed.listen();
-        // SeqCst pairs with the SeqCst store in `evict_if`, through the full fence that
-        // `notify` and `listen` carry (event-listener's documented pattern).
+        // SeqCst pairs with the SeqCst store in `evict_if`. This is event-listener's
+        // documented pattern for a condition checked after `listen`: the condition is
+        // stored before `notify`, whose leading full fence orders that store before it
+        // looks for listeners, and loaded after `listen` registered this one.
         #[cfg(not(feature = "mutation-listen-ignores-retirement"))]
         if self.retired.load(Ordering::SeqCst) {
             return None;
@@ -195,7 +197,9 @@ impl Slot {
         #[cfg(not(feature = "mutation-unserialized-apply"))]
         drop(evicted);
         // After the store: a waiter registered before its build either saw the new chain in
-        // that build or is woken here (event-listener's notify and listen are SeqCst).
+        // that build or is woken here. The chain pointer is the condition of
+        // event-listener's listen-then-check pattern: arc-swap's store is SeqCst, and
+        // `notify` begins with a full fence before it looks for listeners.
         self.changed.notify(usize::MAX);
         Ok(done)
     }
@@ -230,7 +234,7 @@ impl Slot {
             return SlotEviction::NoLongerJustified;
         }
         *evicted = true;
-        // SeqCst: pairs with the load in `listen` (see there).
+        // SeqCst: pairs with the load after `listen` (see there), before `wake_all`.
         self.retired.store(true, Ordering::SeqCst);
         accounting.change(|t| {
             if !chain.is_empty() {
