@@ -128,6 +128,21 @@ pub enum EventError {
         /// The JSON kind that was found.
         found: &'static str,
     },
+    /// A string holds a `\u` escape of half a surrogate pair. It is valid JSON text, but
+    /// no UTF-8 string can hold it, so today's consumers (which parse each payload into a
+    /// JSON value) cannot read the payload.
+    #[error("payload has a lone surrogate escape at byte {offset}")]
+    LoneSurrogate {
+        /// Where the escape starts.
+        offset: usize,
+    },
+    /// Arrays and objects nest deeper than [`Event::MAX_DEPTH`], the recursion limit of the
+    /// JSON parsers today's consumers use.
+    #[error("payload nests deeper than {limit} levels")]
+    TooDeep {
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// What the index knows about an event type without comparing strings again.
@@ -236,6 +251,10 @@ pub const EVENT_OVERHEAD_BYTES: usize = std::mem::size_of::<EventInner>()
 pub const MAP_SLACK_BYTES: usize = 48;
 
 impl Event {
+    /// The deepest nesting of arrays and objects a payload may have: serde_json's default
+    /// recursion limit, which is what today's consumers parse payloads with.
+    pub const MAX_DEPTH: usize = 128;
+
     /// Decodes one WAL payload, keeping a copy of the bytes verbatim.
     ///
     /// Use [`Event::from_json_bytes`] to keep a `Bytes` you already own without copying.
@@ -249,7 +268,9 @@ impl Event {
     /// integers in the `i64` range; `prev_event_id` absent, `null`, a boolean, an object, an
     /// array or a non-integer number makes the event a chain root, as today; a *string* id in
     /// any of the three fields is an error; `event_type` that is absent or not a string
-    /// reads as the empty string.
+    /// reads as the empty string. A payload today's consumers could not parse is an error
+    /// too: a lone surrogate escape ([`EventError::LoneSurrogate`]) or nesting deeper than
+    /// [`Event::MAX_DEPTH`] ([`EventError::TooDeep`]).
     pub fn from_json_bytes(payload: Bytes) -> Result<Event, EventError> {
         let first = payload.iter().copied().find(|b| !b.is_ascii_whitespace());
         if first != Some(b'{') {
@@ -275,6 +296,7 @@ impl Event {
                 Err(_) => None,
             },
         };
+        consumer_readable(&payload)?;
         let event_type: Box<str> = match env.event_type {
             Some(raw) if raw.get().starts_with('"') => serde_json::from_str::<String>(raw.get())
                 .map_err(|e| EventError::Json(e.to_string()))?
@@ -483,4 +505,65 @@ fn json_kind(text: &str) -> &'static str {
         Some(b'n') => "null",
         _ => "number",
     }
+}
+
+/// Checks, in one pass over well-formed JSON text, what a consumer that parses the payload
+/// into a JSON value needs beyond well-formedness: no string escape that is half a
+/// surrogate pair, and nesting no deeper than [`Event::MAX_DEPTH`]. Iterative, so a payload
+/// nested far deeper than the limit costs one scan, never the stack.
+fn consumer_readable(json: &[u8]) -> Result<(), EventError> {
+    let hex4 = |at: usize| -> Option<u32> {
+        let digits = std::str::from_utf8(json.get(at..at + 4)?).ok()?;
+        u32::from_str_radix(digits, 16).ok()
+    };
+    let is_high = |unit: u32| (0xD800..0xDC00).contains(&unit);
+    let is_low = |unit: u32| (0xDC00..0xE000).contains(&unit);
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                i += 1;
+                while i < json.len() {
+                    match json[i] {
+                        b'"' => break,
+                        b'\\' if json.get(i + 1) == Some(&b'u') => {
+                            let unit = hex4(i + 2).unwrap_or(0);
+                            if is_high(unit) {
+                                let pair = json.get(i + 6..i + 8) == Some(b"\\u".as_slice())
+                                    && hex4(i + 8).is_some_and(is_low);
+                                if !pair {
+                                    return Err(EventError::LoneSurrogate { offset: i });
+                                }
+                                i += 12;
+                            } else if is_low(unit) {
+                                return Err(EventError::LoneSurrogate { offset: i });
+                            } else {
+                                i += 6;
+                            }
+                            continue;
+                        }
+                        b'\\' => i += 2,
+                        _ => i += 1,
+                    }
+                }
+                i += 1;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > Event::MAX_DEPTH {
+                    return Err(EventError::TooDeep {
+                        limit: Event::MAX_DEPTH,
+                    });
+                }
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
 }

@@ -160,31 +160,55 @@ fn truncated_invalid_utf8_and_trailing_garbage_are_json_errors() {
 }
 
 #[test]
-fn deeply_nested_payload_is_accepted_without_recursion() {
-    let depth = 100_000;
-    let text = format!(
-        r#"{{"event_id":1,"execution_id":1,"result":{}{}}}"#,
-        "[".repeat(depth),
-        "]".repeat(depth)
-    );
-    let e = Event::from_json(text.as_bytes()).unwrap();
-    assert_eq!(e.payload().len(), text.len());
-    assert_eq!(
-        e.to_slim().payload().len(),
-        text.len(),
-        "slim skips it the same way"
-    );
-    let nested_type = format!(
-        r#"{{"event_id":1,"execution_id":1,"event_type":{}{}}}"#,
-        "[".repeat(depth),
-        "]".repeat(depth)
-    );
-    assert_eq!(
-        Event::from_json(nested_type.as_bytes())
-            .unwrap()
-            .event_type(),
-        ""
-    );
+fn nesting_deeper_than_consumers_parse_is_a_typed_error_without_recursion() {
+    let nested = |depth: usize| {
+        format!(
+            r#"{{"event_id":1,"execution_id":1,"result":{}{}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        )
+    };
+    // The envelope object is one level: 127 more are the deepest a consumer parses.
+    let deepest = nested(Event::MAX_DEPTH - 1);
+    let e = Event::from_json(deepest.as_bytes()).unwrap();
+    assert_eq!(e.payload().len(), deepest.len());
+    assert_eq!(e.to_slim().payload().len(), deepest.len());
+    for depth in [Event::MAX_DEPTH, 100_000] {
+        assert_eq!(
+            Event::from_json(nested(depth).as_bytes()).unwrap_err(),
+            EventError::TooDeep {
+                limit: Event::MAX_DEPTH
+            },
+            "{depth} levels"
+        );
+    }
+    // Brackets inside strings are text, not nesting.
+    let text = format!(r#"{{"event_id":1,"execution_id":1,"note":"{}"}}"#, "[".repeat(500));
+    assert!(Event::from_json(text.as_bytes()).is_ok());
+}
+
+#[test]
+fn lone_surrogate_escapes_are_a_typed_error() {
+    for (escape, ok) in [
+        (r"\ud800", false),
+        (r"\udfff", false),
+        (r"\ud800x", false),
+        (r"\ud800\u0041", false),
+        (r"\udc00\ud800", false),
+        (r"\ud83d\ude00", true),
+        (r"\u00e9\\ud800", true),
+    ] {
+        let text = format!(r#"{{"event_id":1,"execution_id":1,"result":"a{escape}b"}}"#);
+        let decoded = Event::from_json(text.as_bytes());
+        if ok {
+            assert!(decoded.is_ok(), "{escape}: {decoded:?}");
+        } else {
+            assert!(
+                matches!(decoded, Err(EventError::LoneSurrogate { .. })),
+                "{escape}: {decoded:?}"
+            );
+        }
+    }
 }
 
 #[test]

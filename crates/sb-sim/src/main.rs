@@ -11,6 +11,52 @@ use clap::{Args, Parser, Subcommand};
 use sb_sim::workload::{Generator, Shape, read_jsonl, write_jsonl};
 use sb_sim::{Engines, GlobalMetrics, Plan, SimConfig, WalTarget};
 
+/// A finite number in `lo..=hi`; clap shows the error with the flag's name.
+fn number_in(lo: f64, hi: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |text: &str| {
+        let value: f64 = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{text:?} is not a number"))?;
+        if !value.is_finite() || value < lo || value > hi {
+            return Err(format!("{text} is outside {lo}..={hi}"));
+        }
+        Ok(value)
+    }
+}
+
+/// A share: a finite number in `0..=1`.
+fn share(text: &str) -> Result<f64, String> {
+    number_in(0.0, 1.0)(text)
+}
+
+/// Events per second for `simulate`: at least one every 100 s, at most 10 million.
+fn events_per_second(text: &str) -> Result<f64, String> {
+    number_in(0.01, 1e7)(text)
+}
+
+/// Events per second for `replay`: as above, or 0 for unpaced.
+fn replay_rate(text: &str) -> Result<f64, String> {
+    let value = number_in(0.0, 1e7)(text)?;
+    if value > 0.0 && value < 0.01 {
+        return Err(format!("{text} is below 0.01 (use 0 for unpaced)"));
+    }
+    Ok(value)
+}
+
+/// Seconds of live workload: more than zero, at most a day.
+fn seconds(text: &str) -> Result<f64, String> {
+    let value = number_in(0.0, 86_400.0)(text)?;
+    if value == 0.0 {
+        return Err("the duration must be more than 0 s".to_owned());
+    }
+    Ok(value)
+}
+
+/// The most bytes of payload a generated plan may hold in memory (the plan is built before
+/// the run, so a flag must not be able to ask for more than the machine has).
+const PLAN_BYTES_MAX: u128 = 4 << 30;
+
 #[derive(Parser)]
 #[command(
     name = "sb-sim",
@@ -35,19 +81,19 @@ enum Command {
 #[derive(Args, Clone)]
 struct ShapeArgs {
     /// Executions running at once.
-    #[arg(long, default_value_t = 64)]
-    executions: usize,
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    executions: u32,
     /// Mean events per execution.
-    #[arg(long, default_value_t = 27)]
-    events_per_execution: usize,
+    #[arg(long, default_value_t = 27, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    events_per_execution: u32,
     /// Payload size in bytes (full envelopes).
-    #[arg(long, default_value_t = 1024)]
-    payload_bytes: usize,
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(0..=(16 << 20)))]
+    payload_bytes: u32,
     /// Share of events arriving as a fan-out inversion (tip id below its predecessor's).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, value_parser = share)]
     inversion_rate: f64,
     /// Share of events that trigger a drive (production: ~5 per 27-event execution).
-    #[arg(long, default_value_t = 0.185)]
+    #[arg(long, default_value_t = 0.185, value_parser = share)]
     drive_rate: f64,
     /// Seed: the same seed gives the same workload.
     #[arg(long, default_value_t = 1)]
@@ -57,11 +103,11 @@ struct ShapeArgs {
 impl ShapeArgs {
     fn shape(&self) -> Shape {
         Shape {
-            concurrent_executions: self.executions,
-            events_per_execution: self.events_per_execution,
+            concurrent_executions: self.executions as usize,
+            events_per_execution: self.events_per_execution as usize,
             inversion_rate: self.inversion_rate,
             drive_rate: self.drive_rate,
-            payload_bytes: self.payload_bytes,
+            payload_bytes: self.payload_bytes as usize,
             seed: self.seed,
         }
     }
@@ -73,8 +119,8 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = Engines::Both)]
     engine: Engines,
     /// Drives in flight at once.
-    #[arg(long, default_value_t = 32)]
-    drive_concurrency: usize,
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    drive_concurrency: u32,
     /// Write the report as JSON to FILE (`-` for standard output).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -103,14 +149,14 @@ struct Simulate {
     #[command(flatten)]
     run: RunArgs,
     /// Seconds of live workload per engine.
-    #[arg(long, default_value_t = 8.0)]
+    #[arg(long, default_value_t = 8.0, value_parser = seconds)]
     duration: f64,
     /// Events per second the producer publishes.
-    #[arg(long, default_value_t = 4000.0)]
+    #[arg(long, default_value_t = 4000.0, value_parser = events_per_second)]
     rate: f64,
     /// Events already in the WAL when the drain starts (the pod-roll burst); 0 disables.
-    #[arg(long, default_value_t = 100_000)]
-    cold_start: usize,
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(0..=50_000_000))]
+    cold_start: u32,
 }
 
 #[derive(Args)]
@@ -128,10 +174,10 @@ struct Replay {
     run: RunArgs,
     /// Events per second to replay at (0: as fast as possible; then the drain can apply
     /// a terminal event, and evict its execution, before that execution's drives run).
-    #[arg(long, default_value_t = 2000.0)]
+    #[arg(long, default_value_t = 2000.0, value_parser = replay_rate)]
     rate: f64,
     /// Share of events that trigger a drive.
-    #[arg(long, default_value_t = 0.185)]
+    #[arg(long, default_value_t = 0.185, value_parser = share)]
     drive_rate: f64,
     /// Seed for choosing which events trigger drives.
     #[arg(long, default_value_t = 1)]
@@ -143,11 +189,11 @@ struct Generate {
     #[command(flatten)]
     shape: ShapeArgs,
     /// Events to write.
-    #[arg(long, default_value_t = 2_000)]
-    events: usize,
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(0..=50_000_000))]
+    events: u32,
     /// Undecodable lines to mix in (to exercise bad-record handling).
-    #[arg(long, default_value_t = 0)]
-    bad_lines: usize,
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    bad_lines: u32,
     /// Output file (`-` for standard output).
     #[arg(long, default_value = "-")]
     out: PathBuf,
@@ -171,11 +217,27 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
     match command {
         Command::Simulate(sim) => {
             let shape = sim.shape.shape();
-            let live = (sim.rate * sim.duration).round().max(0.0) as usize;
-            let plan = Plan::generate(&shape, sim.cold_start, live);
+            // Both flags are bounded, so the product is finite; the plan holds every event
+            // in memory, so its size is checked before anything is generated.
+            let live = (sim.rate * sim.duration).round() as u64;
+            let events = live + u64::from(sim.cold_start);
+            let bytes = u128::from(events) * (u128::from(sim.shape.payload_bytes) + 256);
+            if bytes > PLAN_BYTES_MAX {
+                return Err(format!(
+                    "the plan would hold {events} events of ~{} B ({:.1} GiB; at most {} GiB): \
+                     lower --rate, --duration, --cold-start or --payload-bytes",
+                    sim.shape.payload_bytes + 256,
+                    bytes as f64 / f64::from(1u32 << 30),
+                    PLAN_BYTES_MAX >> 30
+                )
+                .into());
+            }
+            let live = live as usize;
+            let cold_start = sim.cold_start as usize;
+            let plan = Plan::generate(&shape, cold_start, live);
             let config = SimConfig {
                 rate: sim.rate,
-                drive_concurrency: sim.run.drive_concurrency,
+                drive_concurrency: sim.run.drive_concurrency as usize,
                 wal: sim.run.wal()?,
                 ..SimConfig::default()
             };
@@ -183,7 +245,7 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                 "simulate via {wal}: {live} live events at {} ev/s ({} drives) after a {}-event cold-start backlog; {} concurrent executions of ~{} events, {} B payloads, {:.0}% inversions, seed {}",
                 sim.rate,
                 plan.drives(),
-                sim.cold_start,
+                cold_start,
                 shape.concurrent_executions,
                 shape.events_per_execution,
                 shape.payload_bytes,
@@ -204,13 +266,18 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                     replay.seed,
                 )?
             } else {
+                let path = replay.file.display();
+                if replay.file.is_dir() {
+                    return Err(format!("{path} is a directory, not a WAL file").into());
+                }
                 let file = std::fs::File::open(&replay.file)
-                    .map_err(|e| format!("cannot open {}: {e}", replay.file.display()))?;
+                    .map_err(|e| format!("cannot open {path}: {e}"))?;
                 read_jsonl(
                     std::io::BufReader::new(file),
                     replay.drive_rate,
                     replay.seed,
-                )?
+                )
+                .map_err(|e| format!("cannot read {path}: {e}"))?
             };
             let plan = Plan {
                 backlog: Vec::new(),
@@ -218,7 +285,7 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let config = SimConfig {
                 rate: replay.rate,
-                drive_concurrency: replay.run.drive_concurrency,
+                drive_concurrency: replay.run.drive_concurrency as usize,
                 wal: replay.run.wal()?,
                 ..SimConfig::default()
             };
@@ -238,10 +305,11 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
             finish(&plan, &config, &replay.run, workload)
         }
         Command::Generate(generate) => {
-            let mut items = Generator::new(generate.shape.shape()).take(generate.events);
+            let mut items = Generator::new(generate.shape.shape()).take(generate.events as usize);
+            let bad_lines = generate.bad_lines as usize;
             // Spread the bad lines evenly so valid events surround each.
-            let stride = (items.len() / (generate.bad_lines + 1)).max(1);
-            for k in (1..=generate.bad_lines).rev() {
+            let stride = (items.len() / (bad_lines + 1)).max(1);
+            for k in (1..=bad_lines).rev() {
                 let at = (k * stride).min(items.len());
                 items.insert(
                     at,
@@ -257,10 +325,11 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
             if generate.out.as_os_str() == "-" {
                 write_jsonl(&items, std::io::stdout().lock())?;
             } else {
-                write_jsonl(
-                    &items,
-                    std::io::BufWriter::new(std::fs::File::create(&generate.out)?),
-                )?;
+                let path = generate.out.display();
+                let file = std::fs::File::create(&generate.out)
+                    .map_err(|e| format!("cannot create {path}: {e}"))?;
+                write_jsonl(&items, std::io::BufWriter::new(file))
+                    .map_err(|e| format!("cannot write {path}: {e}"))?;
                 eprintln!("wrote {} lines to {}", items.len(), generate.out.display());
             }
             Ok(())
@@ -310,12 +379,14 @@ fn finish(
             out.write_all(json.as_bytes())?;
             out.write_all(b"\n")?;
         } else {
-            std::fs::write(path, json)?;
+            std::fs::write(path, json)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             eprintln!("wrote {}", path.display());
         }
     }
     if let Some(path) = &args.html {
-        std::fs::write(path, sb_sim::html::render(&report))?;
+        std::fs::write(path, sb_sim::html::render(&report))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     if args.metrics_addr.is_some() {

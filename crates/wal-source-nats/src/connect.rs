@@ -23,6 +23,15 @@ pub enum NatsWalError {
         /// The client's explanation.
         message: String,
     },
+    /// Nothing answered at the address: no NATS server accepted a connection in time (the
+    /// publisher's set-up; sources keep retrying instead).
+    #[error("nothing answers at {url}: no NATS server accepted a connection within {waited:?}")]
+    Unreachable {
+        /// The address.
+        url: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
     /// A JetStream call failed (publisher set-up only; sources retry instead).
     #[error("JetStream: {0}")]
     JetStream(String),

@@ -19,6 +19,8 @@ use crate::connect::{NatsWalError, Runtime, open};
 /// message can be stored twice; the index absorbs duplicates, and nothing acknowledged is
 /// ever lost.
 pub struct WalPublisher {
+    client: async_nats::Client,
+    url: String,
     context: jetstream::Context,
     subjects: Subjects,
     shards: u32,
@@ -40,8 +42,10 @@ impl WalPublisher {
         subjects: Subjects,
         shards: u32,
     ) -> Result<Self, NatsWalError> {
-        let (runtime, _client, context) = open(config)?;
+        let (runtime, client, context) = open(config)?;
         Ok(WalPublisher {
+            client,
+            url: config.url.clone(),
             runtime,
             context,
             subjects,
@@ -54,7 +58,9 @@ impl WalPublisher {
     }
 
     /// Creates the stream `name` over every event subject (file storage, limits-based
-    /// retention), or leaves an existing one as it is. Waits up to `limit` for the broker.
+    /// retention), or leaves an existing one as it is. Waits up to `limit` for the broker;
+    /// if no broker accepted the connection by then, the error says so
+    /// ([`NatsWalError::Unreachable`]).
     pub fn ensure_stream(&self, name: &str, limit: Duration) -> Result<(), NatsWalError> {
         let config = stream::Config {
             name: name.to_owned(),
@@ -72,6 +78,16 @@ impl WalPublisher {
             });
             match attempt {
                 Ok(()) => return Ok(()),
+                Err(_)
+                    if Instant::now() >= deadline
+                        && self.client.connection_state()
+                            != async_nats::connection::State::Connected =>
+                {
+                    return Err(NatsWalError::Unreachable {
+                        url: self.url.clone(),
+                        waited: limit,
+                    });
+                }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(NatsWalError::JetStream(format!(
                         "cannot create stream {name:?}: {e}"
@@ -176,5 +192,21 @@ impl std::fmt::Debug for WalPublisher {
             .field("in_flight", &self.in_flight.len())
             .field("published", &self.published)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_where_nothing_listens_is_reported_as_unreachable() {
+        // Nothing listens on port 1.
+        let config = NatsWalConfig::new("nats://127.0.0.1:1");
+        let publisher = WalPublisher::connect(&config, Subjects::default(), 1).unwrap();
+        match publisher.ensure_stream("s", Duration::from_millis(500)) {
+            Err(NatsWalError::Unreachable { url, .. }) => assert_eq!(url, config.url),
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
     }
 }
