@@ -2,7 +2,7 @@
 
 use crate::chain::{Chain, Incomplete};
 use crate::event::EventId;
-use crate::spine::Spine;
+use crate::spine::{Spine, SpineOrder};
 
 /// What one [`SpineCache::advance_to`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -50,6 +50,13 @@ pub struct Advance {
     /// True when `spine` is the previously cached spine with the new events appended at the
     /// end (always the case for `Incremental` in causal order).
     pub appended: bool,
+    /// Whether `spine` should replace the cached one. False for an ancestor of the cached
+    /// head, served as a prefix of it: the longer spine stays cached, so the drives that
+    /// finish after this out-of-order one extend it instead of walking back up to it.
+    pub replaces_cache: bool,
+    /// Steps the build took: chain lookups of its walk, plus events of the cached spine it
+    /// scanned looking for an ancestor. Zero for a cache hit.
+    pub hops: usize,
 }
 
 /// The decision procedure of one build, as a pure function of the chain, the cached spine
@@ -60,6 +67,14 @@ pub struct Advance {
 /// 3. walking back from `target` reaches the cached head by links: `Incremental(n)`.
 /// 4. otherwise a cold walk from `target`: `ColdRebuild(len)`, or `Incomplete(why)`.
 ///
+/// A target that is an *ancestor* of the cached head (drives of one execution finishing
+/// out of order) is, as today, a `ColdRebuild` of the shorter spine, but it is not walked:
+/// its spine is a prefix of the cached one. Step 3's walk runs in lockstep with a scan back
+/// along the cached spine, and whichever meets the other's end first decides, so an
+/// ancestor `d` events behind the cached head costs O(d) (plus an O(log n) slice), and a
+/// descendant `d` events ahead costs at most twice its incremental walk. The ancestor's
+/// spine does not replace the cache ([`Advance::replaces_cache`]).
+///
 /// A cached spine built before a conflicting redelivery rewrote the chain
 /// ([`Chain::rewrites`] moved) is not reused: the build is a cold rebuild (or incomplete),
 /// so a cached spine can never serve a payload or link the chain no longer holds.
@@ -67,10 +82,30 @@ pub struct Advance {
 /// Engines that share one cache between threads call this and publish `spine` with a
 /// compare-and-swap; single-threaded callers use [`SpineCache`].
 pub fn advance(chain: &Chain, cached: Option<&Spine>, target: EventId) -> Advance {
+    advance_with(chain, cached, target, Ancestors::Prefix)
+}
+
+/// How a build treats a target that is an ancestor of the cached head.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ancestors {
+    /// Serve it as a prefix of the cached spine, found in lockstep with step 3's walk.
+    Prefix,
+    /// Walk it from genesis, as today.
+    Walk,
+}
+
+fn advance_with(
+    chain: &Chain,
+    cached: Option<&Spine>,
+    target: EventId,
+    ancestors: Ancestors,
+) -> Advance {
     let incomplete = |why| Advance {
         outcome: AdvanceOutcome::Incomplete(why),
         spine: None,
         appended: false,
+        replaces_cache: false,
+        hops: 0,
     };
     if !chain.contains(target) {
         return incomplete(Incomplete::TipMissing(target));
@@ -82,11 +117,54 @@ pub fn advance(chain: &Chain, cached: Option<&Spine>, target: EventId) -> Advanc
             outcome: AdvanceOutcome::CacheHit,
             spine: Some(spine.clone()),
             appended: false,
+            replaces_cache: false,
+            hops: 0,
         };
     }
-    let walk = match chain.walk_back(target, cached.map(Spine::head)) {
-        Ok(walk) => walk,
+    let mut walker = match crate::chain::Walker::start(chain, target, cached.map(Spine::head)) {
+        Ok(walker) => walker,
         Err(why) => return incomplete(why),
+    };
+    // The scan back along the cached spine, looking for the target (causal order only).
+    let mut behind = cached
+        .filter(|s| ancestors == Ancestors::Prefix && s.order() == SpineOrder::Causal)
+        .map(|s| (s, s.events().rev().skip(1), 0usize, 0usize));
+    let mut hops = 0;
+    let walk = loop {
+        hops += 1;
+        if let Some(done) = walker.step() {
+            match done {
+                Ok(walk) => break walk,
+                Err(why) => {
+                    return Advance {
+                        hops,
+                        ..incomplete(why)
+                    };
+                }
+            }
+        }
+        if let Some((base, scan, dropped, dropped_bytes)) = &mut behind {
+            let Some(event) = scan.next() else {
+                behind = None;
+                continue;
+            };
+            hops += 1;
+            let head_payload = base
+                .get(base.len() - 1 - *dropped)
+                .map_or(0, |e| e.payload().len());
+            *dropped += 1;
+            *dropped_bytes += head_payload;
+            if event.id() == target {
+                let spine = base.ancestor(target, *dropped, *dropped_bytes);
+                return Advance {
+                    outcome: AdvanceOutcome::ColdRebuild(spine.len()),
+                    spine: Some(spine),
+                    appended: false,
+                    replaces_cache: false,
+                    hops,
+                };
+            }
+        }
     };
     match cached {
         Some(base) if walk.reached_stop => {
@@ -98,6 +176,8 @@ pub fn advance(chain: &Chain, cached: Option<&Spine>, target: EventId) -> Advanc
                 outcome: AdvanceOutcome::Incremental(added),
                 spine: Some(spine),
                 appended,
+                replaces_cache: true,
+                hops,
             }
         }
         _ => {
@@ -106,6 +186,8 @@ pub fn advance(chain: &Chain, cached: Option<&Spine>, target: EventId) -> Advanc
                 outcome: AdvanceOutcome::ColdRebuild(spine.len()),
                 spine: Some(spine),
                 appended: false,
+                replaces_cache: true,
+                hops,
             }
         }
     }
@@ -133,10 +215,12 @@ pub struct SpineCache {
 }
 
 impl SpineCache {
-    /// Runs [`advance`] against the cached spine and keeps the result (a failed build keeps
-    /// the old spine).
+    /// Runs today's build procedure against the cached spine and keeps the result (a failed
+    /// build keeps the old spine). Unlike [`advance`], a target that is an ancestor of the
+    /// cached head is walked from genesis and replaces the cache, exactly as today's index
+    /// does (the lock-based comparators build with this, to keep today's costs).
     pub fn advance_to(&mut self, chain: &Chain, target: EventId) -> AdvanceOutcome {
-        let result = advance(chain, self.spine.as_ref(), target);
+        let result = advance_with(chain, self.spine.as_ref(), target, Ancestors::Walk);
         self.last_appended = result.appended;
         if let Some(spine) = result.spine {
             self.spine = Some(spine);

@@ -192,38 +192,83 @@ impl Chain {
         from: EventId,
         stop_at: Option<EventId>,
     ) -> Result<Walk, Incomplete> {
-        let mut current = self.events.get(&from).ok_or(Incomplete::TipMissing(from))?;
-        let mut events = Vec::new();
-        let mut genesis = false;
-        let cycle_bound = self.events.len();
+        let mut walker = Walker::start(self, from, stop_at)?;
         loop {
-            if events.len() >= self.walk_limit {
-                return Err(Incomplete::WalkLimit);
+            if let Some(done) = walker.step() {
+                return done;
             }
-            if events.len() >= cycle_bound {
-                // More hops than events: some event was visited twice, and so is this one.
-                return Err(Incomplete::Cycle(current.id()));
-            }
-            genesis |= current.is_genesis();
-            events.push(current.clone());
-            let Some(prev) = current.prev() else {
-                break;
-            };
-            if Some(prev) == stop_at {
-                return Ok(Walk {
-                    events,
-                    reached_stop: true,
-                });
-            }
-            current = self.events.get(&prev).ok_or(Incomplete::MissingHop(prev))?;
         }
-        if !genesis {
-            return Err(Incomplete::NoGenesis);
-        }
-        Ok(Walk {
-            events,
-            reached_stop: false,
+    }
+}
+
+/// A walk back from one event, one hop per [`Walker::step`], so a caller can interleave it
+/// with other work (`advance` runs it in lockstep with a scan of the cached spine).
+pub(crate) struct Walker<'c> {
+    chain: &'c Chain,
+    current: Option<&'c Event>,
+    stop_at: Option<EventId>,
+    events: Vec<Event>,
+    genesis: bool,
+}
+
+impl<'c> Walker<'c> {
+    pub(crate) fn start(
+        chain: &'c Chain,
+        from: EventId,
+        stop_at: Option<EventId>,
+    ) -> Result<Walker<'c>, Incomplete> {
+        let current = chain
+            .events
+            .get(&from)
+            .ok_or(Incomplete::TipMissing(from))?;
+        Ok(Walker {
+            chain,
+            current: Some(current),
+            stop_at,
+            events: Vec::new(),
+            genesis: false,
         })
+    }
+
+    /// One hop. `None` while the walk goes on; the walk's result once it ended.
+    pub(crate) fn step(&mut self) -> Option<Result<Walk, Incomplete>> {
+        let current = self.current?;
+        if self.events.len() >= self.chain.walk_limit {
+            return Some(Err(Incomplete::WalkLimit));
+        }
+        if self.events.len() >= self.chain.events.len() {
+            // More hops than events: some event was visited twice, and so is this one.
+            return Some(Err(Incomplete::Cycle(current.id())));
+        }
+        self.genesis |= current.is_genesis();
+        self.events.push(current.clone());
+        let Some(prev) = current.prev() else {
+            self.current = None;
+            if !self.genesis {
+                return Some(Err(Incomplete::NoGenesis));
+            }
+            return Some(Ok(Walk {
+                events: std::mem::take(&mut self.events),
+                reached_stop: false,
+            }));
+        };
+        if Some(prev) == self.stop_at {
+            self.current = None;
+            return Some(Ok(Walk {
+                events: std::mem::take(&mut self.events),
+                reached_stop: true,
+            }));
+        }
+        match self.chain.events.get(&prev) {
+            Some(next) => {
+                self.current = Some(next);
+                None
+            }
+            None => {
+                self.current = None;
+                Some(Err(Incomplete::MissingHop(prev)))
+            }
+        }
     }
 }
 

@@ -162,6 +162,23 @@ impl JsonBody {
     fn bytes(&self) -> &[u8] {
         self.arena.prefix(self.len)
     }
+
+    /// This body's first `len` bytes as a body of its own, sharing the arena (no copy). The
+    /// caller passes the end of an element (or 1, for `[`). Safe under the ownership
+    /// protocol: the bytes are below this version's end, so immutable; and extending the
+    /// shorter version later loses the claim (the arena's `claimed` is past `len`) and copies.
+    pub(crate) fn truncated(&self, len: usize) -> JsonBody {
+        assert!(len >= 1 && len <= self.len, "a prefix of this body");
+        JsonBody {
+            arena: Arc::clone(&self.arena),
+            len,
+        }
+    }
+
+    /// Length in bytes (without the closing bracket).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
 }
 
 /// A spine's payloads as one JSON array, `[p1,p2,...]`, without copying them.

@@ -124,6 +124,27 @@ impl Spine {
         (spine, false)
     }
 
+    /// The spine of `head`, an ancestor of this spine's head found `dropped` events from its
+    /// end, whose payloads hold `dropped_bytes` bytes: the first `len - dropped` events and
+    /// the matching prefix of the JSON, shared with this spine (O(log n), no walk, no copy).
+    /// Causal order only (in event-id order an ancestor's spine is not a prefix).
+    pub(crate) fn ancestor(&self, head: EventId, dropped: usize, dropped_bytes: usize) -> Spine {
+        let inner = &self.0;
+        debug_assert_eq!(inner.order, SpineOrder::Causal);
+        let keep = inner.events.len() - dropped;
+        // Each dropped payload was preceded by its comma.
+        let json = inner
+            .json
+            .truncated(inner.json.len() - dropped_bytes - dropped);
+        Spine(Arc::new(SpineInner {
+            head,
+            order: inner.order,
+            generation: inner.generation,
+            events: inner.events.take(keep),
+            json,
+        }))
+    }
+
     pub(crate) fn generation(&self) -> u64 {
         self.0.generation
     }

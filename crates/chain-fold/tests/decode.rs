@@ -183,7 +183,10 @@ fn nesting_deeper_than_consumers_parse_is_a_typed_error_without_recursion() {
         );
     }
     // Brackets inside strings are text, not nesting.
-    let text = format!(r#"{{"event_id":1,"execution_id":1,"note":"{}"}}"#, "[".repeat(500));
+    let text = format!(
+        r#"{{"event_id":1,"execution_id":1,"note":"{}"}}"#,
+        "[".repeat(500)
+    );
     assert!(Event::from_json(text.as_bytes()).is_ok());
 }
 

@@ -21,12 +21,18 @@ fn refused(args: &[&str], needle: &str) {
         out.status
     );
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-    assert!(stderr.contains(needle), "{args:?}: {needle:?} not in\n{stderr}");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: {needle:?} not in\n{stderr}"
+    );
 }
 
 #[test]
 fn numeric_flags_are_validated() {
-    refused(&["replay", "x.jsonl", "--drive-rate", "NaN"], "--drive-rate");
+    refused(
+        &["replay", "x.jsonl", "--drive-rate", "NaN"],
+        "--drive-rate",
+    );
     refused(&["replay", "x.jsonl", "--rate", "1e-30"], "--rate");
     refused(&["replay", "x.jsonl", "--rate=-5"], "--rate");
     refused(&["simulate", "--rate", "NaN"], "--rate");
@@ -35,8 +41,14 @@ fn numeric_flags_are_validated() {
     refused(&["simulate", "--duration", "0"], "--duration");
     refused(&["simulate", "--inversion-rate", "1.5"], "--inversion-rate");
     refused(&["simulate", "--executions", "0"], "--executions");
-    refused(&["simulate", "--drive-concurrency", "0"], "--drive-concurrency");
-    refused(&["simulate", "--payload-bytes", "99999999999"], "--payload-bytes");
+    refused(
+        &["simulate", "--drive-concurrency", "0"],
+        "--drive-concurrency",
+    );
+    refused(
+        &["simulate", "--payload-bytes", "99999999999"],
+        "--payload-bytes",
+    );
     refused(&["generate", "--events=-1"], "--events");
 }
 
@@ -53,9 +65,18 @@ fn paths_are_named_in_file_errors() {
     let dir = std::env::temp_dir();
     let dir = dir.to_str().unwrap();
     refused(&["replay", dir], &format!("{dir} is a directory"));
-    refused(&["replay", "/nonexistent/wal.jsonl"], "/nonexistent/wal.jsonl");
     refused(
-        &["generate", "--events", "1", "--out", "/nonexistent/dir/out.jsonl"],
+        &["replay", "/nonexistent/wal.jsonl"],
+        "/nonexistent/wal.jsonl",
+    );
+    refused(
+        &[
+            "generate",
+            "--events",
+            "1",
+            "--out",
+            "/nonexistent/dir/out.jsonl",
+        ],
         "/nonexistent/dir/out.jsonl",
     );
 }

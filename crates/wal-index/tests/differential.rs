@@ -38,3 +38,26 @@ proptest! {
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
+
+/// Builds at a descendant, then an ancestor, then the descendant again: today's cache
+/// follows the ancestor (so the last build is incremental); the engine serves the ancestor
+/// as a prefix and keeps the longer spine (so the last build is a cache hit). Every engine
+/// must agree with the model of its own policy, spines and JSON included.
+#[test]
+fn an_ancestor_build_keeps_the_engines_longer_cache() {
+    let chain: Vec<(i64, u8)> = (0..6).map(|k| (0, k)).collect();
+    // HEADS: 8 is index 5, 3 is index 2.
+    let ops = [
+        Op::Batch(chain[..5].to_vec()),
+        Op::Apply(0, 5),
+        Op::Build(0, Some(5)),
+        Op::Build(0, Some(2)),
+        Op::Build(0, Some(5)),
+        Op::Build(0, Some(1)),
+        Op::Build(0, Some(2)),
+    ];
+    for by_id in [false, true] {
+        let result = check_every_index(&ops, false, by_id);
+        assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}

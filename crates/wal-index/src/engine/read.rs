@@ -31,8 +31,10 @@ pub(super) fn build(
     let Some(result) = result else {
         return incomplete(index, Incomplete::NoEvents, started);
     };
+    // A cache hit is already cached; an ancestor served as a prefix of the cached spine
+    // leaves the longer spine cached, so the drives finishing after it extend that one.
     if let Some(spine) = &result.spine
-        && result.outcome != AdvanceOutcome::CacheHit
+        && result.replaces_cache
     {
         slot.publish_spine(&cached, spine.clone());
     }

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use chain_fold::{AdvanceOutcome, Chain, Event, ExecutionId, Incomplete, SpineCache, SpineOrder};
+use chain_fold::{
+    AdvanceOutcome, Chain, Event, ExecutionId, Incomplete, Spine, SpineCache, SpineOrder,
+};
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::config::EvictionPolicy;
 use wal_index::report::IndexStats;
@@ -54,12 +56,25 @@ pub enum Op {
 pub struct Entry {
     chain: Chain,
     cache: SpineCache,
+    /// The engine's cache: `chain_fold::advance`, where an ancestor of the cached head is
+    /// served as a prefix and leaves the longer spine cached.
+    engine_cache: Option<Spine>,
     pending: bool,
+}
+
+/// Which spine-cache policy a model follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CachePolicy {
+    /// Today's (the lock-based comparators): every served build replaces the cache.
+    Today,
+    /// The engine's: an ancestor of the cached head keeps the longer spine cached.
+    KeepsLongest,
 }
 
 /// The sequential model: a map of chains and caches, nothing concurrent, stats recounted.
 pub struct Model {
     pub config: IndexConfig,
+    pub policy: CachePolicy,
     pub executions: BTreeMap<ExecutionId, Entry>,
 }
 
@@ -96,6 +111,17 @@ impl Model {
         let Some(target) = head.or_else(|| entry.chain.max_id()) else {
             return (AdvanceOutcome::Incomplete(Incomplete::NoEvents), None);
         };
+        if self.policy == CachePolicy::KeepsLongest {
+            let result = chain_fold::advance(&entry.chain, entry.engine_cache.as_ref(), target);
+            let json = result
+                .spine
+                .as_ref()
+                .map(|s| s.json_array().to_bytes().to_vec());
+            if result.replaces_cache {
+                entry.engine_cache = result.spine;
+            }
+            return (result.outcome, json);
+        }
         let outcome = entry.cache.advance_to(&entry.chain, target);
         let json = match outcome {
             AdvanceOutcome::Incomplete(_) => None,
@@ -267,10 +293,11 @@ pub fn run_model(m: &mut Model, op: &Op) -> Seen {
 }
 
 impl Model {
-    /// An empty model.
-    pub fn new(config: IndexConfig) -> Model {
+    /// An empty model following `policy`.
+    pub fn new(config: IndexConfig, policy: CachePolicy) -> Model {
         Model {
             config,
+            policy,
             executions: BTreeMap::new(),
         }
     }
@@ -283,16 +310,28 @@ pub type Observed = (Seen, IndexStats, Vec<ExecutionId>, &'static str);
 /// Runs one op on one implementation.
 pub type Runner<'a> = &'a dyn Fn(&Op, Instant) -> Observed;
 
-/// Runs `ops` on every implementation and the model; returns the first disagreement.
-pub fn check_all(config: IndexConfig, ops: &[Op], indexes: &[Runner<'_>]) -> Result<(), String> {
-    let mut model = Model::new(config);
+/// Runs `ops` on every implementation and on the model of its cache policy; returns the
+/// first disagreement.
+pub fn check_all(
+    config: IndexConfig,
+    ops: &[Op],
+    indexes: &[(Runner<'_>, CachePolicy)],
+) -> Result<(), String> {
+    let mut today = Model::new(config, CachePolicy::Today);
+    let mut engine = Model::new(config, CachePolicy::KeepsLongest);
     let far = Instant::now() + Duration::from_secs(3600);
     for (step, op) in ops.iter().enumerate() {
-        let expected = run_model(&mut model, op);
-        let (stats, ids) = (model.stats(), model.ids());
-        for index in indexes {
+        let expected_today = run_model(&mut today, op);
+        let expected_engine = run_model(&mut engine, op);
+        let (stats, ids) = (today.stats(), today.ids());
+        assert_eq!((engine.stats(), engine.ids()), (stats, ids.clone()));
+        for (index, policy) in indexes {
+            let expected = match policy {
+                CachePolicy::Today => &expected_today,
+                CachePolicy::KeepsLongest => &expected_engine,
+            };
             let (seen, seen_stats, seen_ids, name) = index(op, far);
-            if seen != expected || seen_stats != stats || seen_ids != ids {
+            if seen != *expected || seen_stats != stats || seen_ids != ids {
                 return Err(format!(
                     "{name} disagrees at step {step} ({op:?}): {seen:?} vs {expected:?}, {seen_stats:?} vs {stats:?}, {seen_ids:?} vs {ids:?}"
                 ));
@@ -341,9 +380,12 @@ pub fn check_every_index(ops: &[Op], sink_gate: bool, by_id: bool) -> Result<(),
         config,
         ops,
         &[
-            &|op, far| observe(&lockfree, op, far),
-            &|op, far| observe(&mutex, op, far),
-            &|op, far| observe(&sharded, op, far),
+            (
+                &|op, far| observe(&lockfree, op, far),
+                CachePolicy::KeepsLongest,
+            ),
+            (&|op, far| observe(&mutex, op, far), CachePolicy::Today),
+            (&|op, far| observe(&sharded, op, far), CachePolicy::Today),
         ],
     )
 }
