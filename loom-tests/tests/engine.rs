@@ -68,7 +68,7 @@ fn sweep_vs_apply_keeps_every_acknowledged_event() {
             ..EvictionPolicy::default()
         }));
         index.apply(ev(1, 1, None));
-        advance_clock(&index, Duration::from_millis(10));
+        advance_clock(&*index, Duration::from_millis(10));
         let sweeper = {
             let index = Arc::clone(&index);
             thread::spawn(move || index.enforce_limits_at(Instant::now()))

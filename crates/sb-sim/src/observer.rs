@@ -83,6 +83,28 @@ pub struct SimObserver {
     backlog_done_ns: AtomicU64,
     backlog: u64,
     forward: Vec<Arc<dyn IndexObserver>>,
+    /// The drain's health: when it went down (while down), time spent down, outages.
+    health: std::sync::Mutex<Health>,
+}
+
+/// The drain's health over a run, from its `healthy` reports.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Health {
+    /// When the current outage began, while the drain is unhealthy.
+    down_since: Option<Instant>,
+    /// Time spent unhealthy in outages that ended.
+    pub unhealthy: Duration,
+    /// Outages: transitions from healthy to unhealthy.
+    pub outages: u64,
+    /// Recoveries: transitions from unhealthy back to healthy (a reconnected feed).
+    pub recoveries: u64,
+}
+
+impl Health {
+    /// Unhealthy time, counting an outage still in progress up to `now`.
+    pub fn unhealthy_until(&self, now: Instant) -> Duration {
+        self.unhealthy + self.down_since.map_or(Duration::ZERO, |t| now - t)
+    }
 }
 
 /// A snapshot of one outcome's tally.
@@ -111,7 +133,13 @@ impl SimObserver {
             backlog_done_ns: AtomicU64::new(0),
             backlog,
             forward,
+            health: std::sync::Mutex::new(Health::default()),
         }
+    }
+
+    /// The drain's health so far.
+    pub fn health(&self) -> Health {
+        self.health.lock().map(|h| *h).unwrap_or_default()
     }
 
     /// When the tally started.
@@ -204,6 +232,20 @@ impl IndexObserver for SimObserver {
         self.forward.iter().for_each(|f| f.wal_events(count));
     }
     fn healthy(&self, up: bool) {
+        if let Ok(mut health) = self.health.lock() {
+            match (up, health.down_since) {
+                (false, None) => {
+                    health.down_since = Some(Instant::now());
+                    health.outages += 1;
+                }
+                (true, Some(since)) => {
+                    health.unhealthy += since.elapsed();
+                    health.down_since = None;
+                    health.recoveries += 1;
+                }
+                _ => {}
+            }
+        }
         self.forward.iter().for_each(|f| f.healthy(up));
     }
 }

@@ -141,6 +141,28 @@ pub struct EngineReport {
     pub build_duration_buckets: Vec<Vec<u64>>,
     /// Residency at the end: executions, events, bytes.
     pub resident: [usize; 3],
+    /// How the WAL held up: the drain's outages and the producer's re-sends.
+    pub wal_health: WalHealth,
+}
+
+/// How the WAL held up during a run: an outage is visible here, not only in a stall.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WalHealth {
+    /// Source errors the drain retried (failed pulls and commits).
+    pub source_errors: u64,
+    /// The last of them.
+    pub last_source_error: Option<String>,
+    /// Times the drain's feed went unhealthy.
+    pub outages: u64,
+    /// Times it came back (a reconnected feed).
+    pub recoveries: u64,
+    /// Seconds the drain was unhealthy.
+    pub unhealthy_s: f64,
+    /// The producer's figures (broker runs only): re-sends are counted here, apart from the
+    /// records.
+    pub publisher: Option<crate::wal::PublisherFigures>,
+    /// Messages the drain consumed beyond the run's records: duplicates of re-sends.
+    pub duplicates_consumed: u64,
 }
 
 impl EngineReport {
@@ -244,6 +266,21 @@ impl EngineReport {
             cold_start,
             wal_events: run.observer.wal_events(),
             bad_records: run.drain.bad,
+            wal_health: WalHealth {
+                source_errors: run.drain.source_errors,
+                last_source_error: run.drain.last_source_error.clone(),
+                outages: run.health.outages,
+                recoveries: run.health.recoveries,
+                unhealthy_s: run
+                    .health
+                    .unhealthy_until(std::time::Instant::now())
+                    .as_secs_f64(),
+                publisher: run.publisher,
+                duplicates_consumed: run.observer.wal_events().saturating_sub(
+                    run.publisher
+                        .map_or(run.observer.wal_events(), |p| p.published),
+                ),
+            },
             wall_s: run.wall.as_secs_f64(),
             timeline: run.observer.timeline(),
             timeline_step_ms: run.observer.timeline_step.as_millis() as u64,
@@ -310,9 +347,34 @@ impl Report {
                 "\n== {} — {:.1} s wall, {} WAL records ({} bad)",
                 engine_title(e.engine),
                 e.wall_s,
-                e.wal_events,
+                e.wal_events - e.wal_health.duplicates_consumed,
                 e.bad_records
             );
+            let h = &e.wal_health;
+            if let Some(p) = &h.publisher {
+                let _ = writeln!(
+                    out,
+                    "WAL on the broker: {} records published, {} re-sent ({} acks missing, {} sends refused, {} waits); {} messages stored, {} duplicates consumed",
+                    p.published,
+                    p.republished,
+                    p.ack_failures,
+                    p.send_failures,
+                    p.waits,
+                    p.stored,
+                    h.duplicates_consumed
+                );
+            }
+            if h.outages > 0 || h.source_errors > 0 {
+                let _ = writeln!(
+                    out,
+                    "WAL outage: the drain was unhealthy {:.1} s over {} outage(s), {} recovered; {} source errors retried (last: {})",
+                    h.unhealthy_s,
+                    h.outages,
+                    h.recoveries,
+                    h.source_errors,
+                    h.last_source_error.as_deref().unwrap_or("-")
+                );
+            }
             let _ = writeln!(
                 out,
                 "{:<13} {:>8} {:>7} {:>12} {:>15} {:>11} {:>11} {:>11}",

@@ -110,6 +110,10 @@ pub struct EngineRun {
     pub backlog: usize,
     /// Residency at the end.
     pub stats: IndexStats,
+    /// The producer's figures (broker runs only).
+    pub publisher: Option<crate::wal::PublisherFigures>,
+    /// The drain's health over the run.
+    pub health: crate::observer::Health,
 }
 
 /// Runs `plan` through a fresh `I`. `global` receives the same hooks (for
@@ -189,17 +193,34 @@ pub fn run_engine<I: StateIndex>(
         }
     });
     wal.flush()?;
+    let mut publisher = None;
     let drain = if wal.closes_on_drop() {
         drop(wal);
         drain.join()?
     } else {
-        // A broker stream never closes: stop once the drain consumed every record.
-        let total = (plan.backlog.len() + plan.live.len()) as u64;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // A broker stream never closes: stop once the drain consumed every message the
+        // stream holds (records, and duplicates of re-sent ones), saying so while it waits.
+        let stored = wal.publisher_figures().map_or(0, |p| p.stored);
+        let total = stored.max((plan.backlog.len() + plan.live.len()) as u64);
+        let waiting = Instant::now();
+        let deadline = waiting + Duration::from_secs(120);
+        let mut said = waiting;
         while observer.wal_events() < total && Instant::now() < deadline {
+            if said.elapsed() >= Duration::from_secs(5) {
+                said = Instant::now();
+                eprintln!(
+                    "sb-sim: {}: the drain consumed {} of {total} messages; waiting ({:.0} s)",
+                    I::NAME,
+                    observer.wal_events(),
+                    waiting.elapsed().as_secs_f64()
+                );
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
         let report = drain.stop()?;
+        publisher = wal
+            .publisher_figures()
+            .map(|p| crate::wal::PublisherFigures { stored, ..p });
         wal.close()?;
         report
     };
@@ -209,6 +230,7 @@ pub fn run_engine<I: StateIndex>(
             .lock()
             .map_err(|_| std::io::Error::other("poisoned"))?,
     );
+    let health = observer.health();
     Ok(EngineRun {
         engine: I::NAME,
         observer,
@@ -218,5 +240,7 @@ pub fn run_engine<I: StateIndex>(
         scrape: handle.render(),
         backlog: plan.backlog.len(),
         stats: index.stats(),
+        publisher,
+        health,
     })
 }

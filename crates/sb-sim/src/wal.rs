@@ -50,8 +50,43 @@ pub(crate) enum Feed {
     Nats {
         publisher: Box<WalPublisher>,
         subjects: Subjects,
-        stream: String,
+        /// The run's stream; taken by `close`, else deleted on drop (every exit path, an
+        /// error included, removes what the run created on the broker).
+        stream: Option<String>,
     },
+}
+
+/// What the producer did on the broker (re-sends are not records).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PublisherFigures {
+    /// Records published (each once).
+    pub published: u64,
+    /// Re-sends after an acknowledgement did not come or a send failed.
+    pub republished: u64,
+    /// Acknowledgements that did not come.
+    pub ack_failures: u64,
+    /// Sends the client refused while disconnected.
+    pub send_failures: u64,
+    /// Retry rounds the producer waited for the broker.
+    pub waits: u64,
+    /// Messages the stream held at the end (records, plus duplicates of re-sends whose
+    /// first copy had been stored).
+    pub stored: u64,
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        if let Feed::Nats {
+            publisher,
+            stream: stream @ Some(_),
+            ..
+        } = self
+            && let Some(name) = stream.take()
+            && let Err(e) = publisher.delete_stream(&name)
+        {
+            eprintln!("sb-sim: could not delete stream {name:?}: {e}");
+        }
+    }
 }
 
 impl Feed {
@@ -68,19 +103,31 @@ impl Feed {
                     Subjects::with_prefix(format!("sb_sim.{}.{engine}", std::process::id()))
                         .ok_or_else(|| io::Error::other("engine name is not a subject token"))?;
                 let config = NatsWalConfig::new(url.clone()).stream(&stream);
-                let publisher = WalPublisher::connect(&config, subjects.clone(), 1)
+                let mut publisher = WalPublisher::connect(&config, subjects.clone(), 1)
                     .map_err(io::Error::other)?;
+                let broker = url.clone();
+                let mut last_line = Instant::now() - Duration::from_secs(60);
+                publisher.on_wait(move |waiting| {
+                    // One line a second at most while the broker is away.
+                    if last_line.elapsed() >= Duration::from_secs(1) {
+                        last_line = Instant::now();
+                        eprintln!(
+                            "sb-sim: {} publications not acknowledged by {broker} for {:.1} s; re-sending",
+                            waiting.unacknowledged,
+                            waiting.waited.as_secs_f64()
+                        );
+                    }
+                });
                 publisher
                     .ensure_stream(&stream, Duration::from_secs(10))
                     .map_err(io::Error::other)?;
-                Ok((
-                    Feed::Nats {
-                        publisher: Box::new(publisher),
-                        subjects,
-                        stream,
-                    },
-                    Box::new(JetStreamSource::connect(config).map_err(io::Error::other)?),
-                ))
+                let feed = Feed::Nats {
+                    publisher: Box::new(publisher),
+                    subjects,
+                    stream: Some(stream),
+                };
+                let source = JetStreamSource::connect(config).map_err(io::Error::other)?;
+                Ok((feed, Box::new(source)))
             }
         }
     }
@@ -119,13 +166,39 @@ impl Feed {
     }
 
     /// Deletes the run's stream (broker) or closes the channel.
-    pub(crate) fn close(self) -> io::Result<()> {
-        match self {
+    pub(crate) fn close(mut self) -> io::Result<()> {
+        match &mut self {
             Feed::Channel(_) => Ok(()),
             Feed::Nats {
                 publisher, stream, ..
-            } => publisher.delete_stream(&stream).map_err(io::Error::other),
+            } => match stream.take() {
+                Some(name) => publisher.delete_stream(&name).map_err(io::Error::other),
+                None => Ok(()),
+            },
         }
+    }
+
+    /// The producer's figures, and what the stream holds now (broker runs only).
+    pub(crate) fn publisher_figures(&self) -> Option<PublisherFigures> {
+        let Feed::Nats {
+            publisher, stream, ..
+        } = self
+        else {
+            return None;
+        };
+        let stats = publisher.stats();
+        let stored = stream
+            .as_deref()
+            .and_then(|name| publisher.stream_messages(name).ok())
+            .unwrap_or(0);
+        Some(PublisherFigures {
+            published: stats.published,
+            republished: stats.republished,
+            ack_failures: stats.ack_failures,
+            send_failures: stats.send_failures,
+            waits: stats.waits,
+            stored,
+        })
     }
 }
 

@@ -57,5 +57,5 @@ pub mod test_broker;
 
 pub use config::{ConsumerMode, DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, NatsWalConfig, Subjects};
 pub use connect::NatsWalError;
-pub use publisher::WalPublisher;
+pub use publisher::{PublisherStats, Waiting, WalPublisher};
 pub use source::{JetStreamSource, SourceStats};

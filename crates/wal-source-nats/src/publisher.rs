@@ -15,26 +15,71 @@ use crate::connect::{NatsWalError, Runtime, open};
 /// Publications are pipelined: [`publish`](WalPublisher::publish) returns once the message
 /// is handed to the client, and acknowledgements are collected in windows of
 /// [`WalPublisher::WINDOW`]. A publication the broker did not acknowledge (it was down, the
-/// ack timed out) is sent again until [`flush`](WalPublisher::flush)'s deadline, so a
-/// message can be stored twice; the index absorbs duplicates, and nothing acknowledged is
-/// ever lost.
+/// ack timed out) is sent again, so a message can be stored twice; the index absorbs
+/// duplicates, and nothing acknowledged is ever lost.
+///
+/// Acknowledgements are awaited concurrently, and every unacknowledged publication of a
+/// window is re-sent at once, in rounds: after a broker restart the whole window recovers in
+/// about one acknowledgement timeout, not one per message. Each publication has its own
+/// deadline ([`WalPublisher::RETRY_FOR`] since it was first sent); a round that found
+/// publications unacknowledged is reported to the [`on_wait`](WalPublisher::on_wait) hook,
+/// so a tool can say what it is waiting for.
 pub struct WalPublisher {
     client: async_nats::Client,
     url: String,
     context: jetstream::Context,
     subjects: Subjects,
     shards: u32,
-    in_flight: VecDeque<(String, Bytes, PublishAckFuture)>,
+    in_flight: VecDeque<Pending>,
     retry_for: Duration,
-    published: u64,
-    republished: u64,
+    stats: PublisherStats,
+    on_wait: Option<WaitHook>,
     /// Last, so the context is dropped while its runtime still exists.
     runtime: Runtime,
+}
+
+/// What [`WalPublisher::on_wait`] installs.
+type WaitHook = Box<dyn FnMut(&Waiting) + Send>;
+
+/// One publication awaiting its acknowledgement.
+struct Pending {
+    subject: String,
+    payload: Bytes,
+    /// `None` when the last send itself failed (the client was disconnected).
+    ack: Option<PublishAckFuture>,
+    first_sent: Instant,
+}
+
+/// What a publisher has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublisherStats {
+    /// Publications (each record once).
+    pub published: u64,
+    /// Re-sends after a missing acknowledgement or a failed send.
+    pub republished: u64,
+    /// Acknowledgements that did not come (timeout, broker error).
+    pub ack_failures: u64,
+    /// Sends the client refused (disconnected).
+    pub send_failures: u64,
+    /// Retry rounds that found unacknowledged publications (each waited for the broker).
+    pub waits: u64,
+}
+
+/// Reported to the [`WalPublisher::on_wait`] hook after each retry round that found
+/// publications unacknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    /// Publications of this window still unacknowledged (about to be re-sent).
+    pub unacknowledged: usize,
+    /// Since the oldest of them was first sent.
+    pub waited: Duration,
 }
 
 impl WalPublisher {
     /// Most publications awaiting their acknowledgement.
     pub const WINDOW: usize = 1024;
+    /// How long a publication is re-sent before the publisher gives up on it.
+    pub const RETRY_FOR: Duration = Duration::from_secs(120);
 
     /// Connects to `config.url`; events go to `subjects`, spread over `shards` shard tokens.
     pub fn connect(
@@ -51,10 +96,28 @@ impl WalPublisher {
             subjects,
             shards: shards.max(1),
             in_flight: VecDeque::new(),
-            retry_for: Duration::from_secs(30),
-            published: 0,
-            republished: 0,
+            retry_for: Self::RETRY_FOR,
+            stats: PublisherStats::default(),
+            on_wait: None,
         })
+    }
+
+    /// Calls `hook` after each retry round that found publications unacknowledged (a tool
+    /// prints a line: the publisher is waiting for the broker).
+    pub fn on_wait(&mut self, hook: impl FnMut(&Waiting) + Send + 'static) {
+        self.on_wait = Some(Box::new(hook));
+    }
+
+    /// Messages the stream `name` holds now.
+    pub fn stream_messages(&self, name: &str) -> Result<u64, NatsWalError> {
+        self.runtime
+            .block_on(async {
+                let mut stream = self.context.get_stream(name).await?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                    stream.info().await?.state.messages,
+                )
+            })
+            .map_err(|e| NatsWalError::JetStream(format!("cannot read stream {name:?}: {e}")))
     }
 
     /// Creates the stream `name` over every event subject (file storage, limits-based
@@ -117,21 +180,39 @@ impl WalPublisher {
         if self.in_flight.len() >= Self::WINDOW {
             self.settle(Self::WINDOW / 2)?;
         }
-        let ack = self.send(&subject, payload.clone())?;
-        self.in_flight.push_back((subject, payload, ack));
-        self.published += 1;
+        let ack = match self.send(&subject, payload.clone()) {
+            Ok(ack) => Some(ack),
+            Err(_) => {
+                // Disconnected: the next settle re-sends it.
+                self.stats.send_failures += 1;
+                None
+            }
+        };
+        self.in_flight.push_back(Pending {
+            subject,
+            payload,
+            ack,
+            first_sent: Instant::now(),
+        });
+        self.stats.published += 1;
         Ok(())
     }
 
     /// Waits until every publication so far is acknowledged, re-sending the ones that were
-    /// not; fails if some are still unacknowledged after 30 s of retrying.
+    /// not; fails if one is still unacknowledged [`WalPublisher::RETRY_FOR`] after it was
+    /// first sent.
     pub fn flush(&mut self) -> Result<(), NatsWalError> {
         self.settle(self.in_flight.len())
     }
 
     /// Publications, and re-sends after a missing acknowledgement.
     pub fn counts(&self) -> (u64, u64) {
-        (self.published, self.republished)
+        (self.stats.published, self.stats.republished)
+    }
+
+    /// Everything the publisher counted.
+    pub fn stats(&self) -> PublisherStats {
+        self.stats
     }
 
     fn send(&self, subject: &str, payload: Bytes) -> Result<PublishAckFuture, NatsWalError> {
@@ -140,46 +221,65 @@ impl WalPublisher {
             .map_err(|e| NatsWalError::JetStream(format!("publish on {subject}: {e}")))
     }
 
+    /// Settles the `count` oldest publications: awaits their acknowledgements concurrently,
+    /// then re-sends every one that failed, all at once, and goes again, pausing between
+    /// rounds (25 ms doubling to 1 s) while the broker is away.
     fn settle(&mut self, count: usize) -> Result<(), NatsWalError> {
-        let deadline = Instant::now() + self.retry_for;
-        for _ in 0..count.min(self.in_flight.len()) {
-            let Some((subject, payload, mut ack)) = self.in_flight.pop_front() else {
-                break;
-            };
-            let mut failures = 0;
-            loop {
-                match self.runtime.block_on(ack.into_future()) {
-                    Ok(_) => break,
-                    Err(e) if Instant::now() >= deadline => {
-                        return Err(NatsWalError::JetStream(format!(
-                            "no acknowledgement for a publication on {subject} after retrying: {e}"
-                        )));
-                    }
-                    Err(_) => {
-                        failures += 1;
-                        // 25 ms doubling to 1 s, as the drain retries its source.
-                        std::thread::sleep(wal_index::ingest::Backoff::default().pause(failures));
-                        self.republished += 1;
-                        ack = self.retry_send(&subject, &payload, deadline)?;
-                    }
+        let take = count.min(self.in_flight.len());
+        let mut window: Vec<Pending> = self.in_flight.drain(..take).collect();
+        let mut rounds = 0;
+        loop {
+            let acks: Vec<_> = window.iter_mut().map(|p| p.ack.take()).collect();
+            let sent: Vec<bool> = acks.iter().map(Option::is_some).collect();
+            let acknowledged: Vec<bool> =
+                self.runtime
+                    .block_on(futures_util::future::join_all(acks.into_iter().map(
+                        |ack| async move {
+                            match ack {
+                                Some(ack) => ack.await.is_ok(),
+                                None => false,
+                            }
+                        },
+                    )));
+            let mut unacknowledged = Vec::new();
+            for ((pending, ok), sent) in window.into_iter().zip(acknowledged).zip(sent) {
+                if !ok {
+                    self.stats.ack_failures += u64::from(sent);
+                    unacknowledged.push(pending);
                 }
             }
-        }
-        Ok(())
-    }
-
-    fn retry_send(
-        &self,
-        subject: &str,
-        payload: &Bytes,
-        deadline: Instant,
-    ) -> Result<PublishAckFuture, NatsWalError> {
-        loop {
-            match self.send(subject, payload.clone()) {
-                Ok(ack) => return Ok(ack),
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            if unacknowledged.is_empty() {
+                return Ok(());
             }
+            let oldest = unacknowledged
+                .iter()
+                .map(|p| p.first_sent)
+                .min()
+                .unwrap_or_else(Instant::now);
+            if oldest.elapsed() >= self.retry_for {
+                let subject = &unacknowledged[0].subject;
+                return Err(NatsWalError::JetStream(format!(
+                    "no acknowledgement for a publication on {subject} after re-sending it for {:?}",
+                    self.retry_for
+                )));
+            }
+            rounds += 1;
+            self.stats.waits += 1;
+            if let Some(hook) = &mut self.on_wait {
+                hook(&Waiting {
+                    unacknowledged: unacknowledged.len(),
+                    waited: oldest.elapsed(),
+                });
+            }
+            std::thread::sleep(wal_index::ingest::Backoff::default().pause(rounds));
+            for pending in &mut unacknowledged {
+                self.stats.republished += 1;
+                match self.send(&pending.subject, pending.payload.clone()) {
+                    Ok(ack) => pending.ack = Some(ack),
+                    Err(_) => self.stats.send_failures += 1,
+                }
+            }
+            window = unacknowledged;
         }
     }
 }
@@ -190,7 +290,7 @@ impl std::fmt::Debug for WalPublisher {
             .field("subjects", &self.subjects)
             .field("shards", &self.shards)
             .field("in_flight", &self.in_flight.len())
-            .field("published", &self.published)
+            .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
 }
