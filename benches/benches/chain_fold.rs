@@ -115,6 +115,7 @@ fn out_of_order_replay(c: &mut Criterion) {
             })
         });
     }
+    group.throughput(Throughput::Elements(10_000));
     group.bench_with_input(BenchmarkId::new("today", 10_000), &10_000i64, |b, &hops| {
         b.iter(|| {
             let mut chain = Chain::new(chain_fold::SpineOrder::Causal);
