@@ -110,3 +110,32 @@ pub(crate) fn finish_build(
     observer.build(&build.outcome, build.elapsed, build.waited);
     build
 }
+
+/// Today's drain over a batch: each event applied on its own by `apply_one` (lock, apply,
+/// unlock, wake, per event). Returns the batch's counts and, for each execution whose
+/// terminal event the batch held, what `apply_one` returned for the last of them (which
+/// entry or slot it landed in: only that one may be evicted, since one re-created by
+/// another applier meanwhile holds no terminal event), ascending by execution.
+pub(crate) fn apply_each<T>(
+    events: Vec<Event>,
+    mut apply_one: impl FnMut(Event) -> (crate::report::Applied, T),
+) -> (crate::report::BatchReport, Vec<(ExecutionId, T)>) {
+    let mut report = crate::report::BatchReport::default();
+    let mut touched: Vec<ExecutionId> = Vec::new();
+    let mut terminal: Vec<(ExecutionId, T)> = Vec::new();
+    for event in events {
+        let (applied, landed) = apply_one(event);
+        report.applied += 1;
+        report.new += usize::from(applied.is_new);
+        if !touched.contains(&applied.execution_id) {
+            touched.push(applied.execution_id);
+        }
+        if applied.is_terminal {
+            terminal.retain(|(id, _)| *id != applied.execution_id);
+            terminal.push((applied.execution_id, landed));
+        }
+    }
+    report.executions = touched.len();
+    terminal.sort_unstable_by_key(|(id, _)| *id);
+    (report, terminal)
+}

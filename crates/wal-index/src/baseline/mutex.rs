@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
-use super::entry::{Entry, finish_build};
+use super::entry::{Entry, apply_each, finish_build};
 use crate::config::IndexConfig;
 use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
@@ -245,26 +245,8 @@ impl StateIndex for MutexIndex {
     /// Applies each event as today's drain does (lock, apply, unlock, wake everyone, per
     /// event), then takes the lock once more to evict the batch's terminal executions.
     fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
-        let mut report = BatchReport::default();
-        let mut touched: Vec<ExecutionId> = Vec::new();
-        let mut terminal: Vec<(ExecutionId, u64)> = Vec::new();
-        for event in events {
-            let (applied, incarnation) = self.apply_one(event);
-            report.applied += 1;
-            report.new += usize::from(applied.is_new);
-            if !touched.contains(&applied.execution_id) {
-                touched.push(applied.execution_id);
-            }
-            if applied.is_terminal {
-                // Only the entry the terminal event landed in is evicted: one re-created by
-                // another applier after an eviction holds no terminal event.
-                terminal.retain(|(id, _)| *id != applied.execution_id);
-                terminal.push((applied.execution_id, incarnation));
-            }
-        }
-        report.executions = touched.len();
+        let (mut report, terminal) = apply_each(events, |event| self.apply_one(event));
         if !terminal.is_empty() {
-            terminal.sort_unstable();
             let mut inner = self.inner.lock_blocking();
             for (execution_id, incarnation) in terminal {
                 let evicted = inner.evict(

@@ -7,7 +7,7 @@ use std::time::Instant;
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 use dashmap::DashMap;
 
-use super::entry::{Entry, finish_build};
+use super::entry::{Entry, apply_each, finish_build};
 use crate::config::IndexConfig;
 use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
@@ -315,25 +315,7 @@ impl StateIndex for ShardedMutexIndex {
     /// Applies each event (lock, apply, unlock, wake, per event), then evicts the batch's
     /// terminal executions.
     fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
-        let mut report = BatchReport::default();
-        let mut touched = Vec::new();
-        let mut terminal: Vec<(ExecutionId, Arc<Slot>)> = Vec::new();
-        for event in events {
-            let (applied, slot) = self.apply_one(event);
-            report.applied += 1;
-            report.new += usize::from(applied.is_new);
-            if !touched.contains(&applied.execution_id) {
-                touched.push(applied.execution_id);
-            }
-            if applied.is_terminal {
-                // The slot the terminal event landed in: only that one is evicted (a slot
-                // re-created by another applier meanwhile holds no terminal event).
-                terminal.retain(|(id, _)| *id != applied.execution_id);
-                terminal.push((applied.execution_id, slot));
-            }
-        }
-        report.executions = touched.len();
-        terminal.sort_unstable_by_key(|(id, _)| *id);
+        let (mut report, terminal) = apply_each(events, |event| self.apply_one(event));
         for (execution_id, slot) in terminal {
             match self.evict_slot(execution_id, Some(&slot), |_| true) {
                 Removal::Evicted(_) => report.terminal_evicted.push(execution_id),
