@@ -1,7 +1,7 @@
 //! One build's decision procedure: cache hit, incremental, cold rebuild or incomplete.
 
 use crate::chain::{Chain, Incomplete};
-use crate::event::EventId;
+use crate::event::{Event, EventId};
 use crate::spine::{Spine, SpineOrder};
 
 /// What one [`SpineCache::advance_to`] did.
@@ -182,11 +182,20 @@ fn advance_with(
         }
         _ => {
             let spine = chain.spine_of(target, walk.events);
+            // The walk reached genesis before the scan met the target: the target may still
+            // be an ancestor in the first half of the cached spine. Its spine is then the
+            // cached one's first `len` events, which one O(log n) lookup confirms; the
+            // longer spine stays cached, as for any ancestor.
+            let ancestor = ancestors == Ancestors::Prefix
+                && cached.is_some_and(|base| {
+                    base.order() == SpineOrder::Causal
+                        && base.get(spine.len() - 1).map(Event::id) == Some(target)
+                });
             Advance {
                 outcome: AdvanceOutcome::ColdRebuild(spine.len()),
                 spine: Some(spine),
                 appended: false,
-                replaces_cache: true,
+                replaces_cache: !ancestor,
                 hops,
             }
         }

@@ -161,8 +161,12 @@ pub struct WalHealth {
     /// The producer's figures (broker runs only): re-sends are counted here, apart from the
     /// records.
     pub publisher: Option<crate::wal::PublisherFigures>,
-    /// Messages the drain consumed beyond the run's records: duplicates of re-sends.
-    pub duplicates_consumed: u64,
+    /// Messages the stream held beyond the run's records: duplicates of re-sent records whose
+    /// first copy had been stored.
+    pub duplicates_stored: u64,
+    /// Stored messages the drain had not consumed when the run stopped waiting for it
+    /// (after 120 s); 0 in a run that completed.
+    pub unconsumed: u64,
 }
 
 impl EngineReport {
@@ -276,10 +280,12 @@ impl EngineReport {
                     .unhealthy_until(std::time::Instant::now())
                     .as_secs_f64(),
                 publisher: run.publisher,
-                duplicates_consumed: run.observer.wal_events().saturating_sub(
-                    run.publisher
-                        .map_or(run.observer.wal_events(), |p| p.published),
-                ),
+                duplicates_stored: run
+                    .publisher
+                    .map_or(0, |p| p.stored.saturating_sub(p.published)),
+                unconsumed: run
+                    .publisher
+                    .map_or(0, |p| p.stored.saturating_sub(run.observer.wal_events())),
             },
             wall_s: run.wall.as_secs_f64(),
             timeline: run.observer.timeline(),
@@ -347,21 +353,28 @@ impl Report {
                 "\n== {} — {:.1} s wall, {} WAL records ({} bad)",
                 engine_title(e.engine),
                 e.wall_s,
-                e.wal_events - e.wal_health.duplicates_consumed,
+                e.wal_events.saturating_sub(e.wal_health.duplicates_stored),
                 e.bad_records
             );
             let h = &e.wal_health;
             if let Some(p) = &h.publisher {
                 let _ = writeln!(
                     out,
-                    "WAL on the broker: {} records published, {} re-sent ({} acks missing, {} sends refused, {} waits); {} messages stored, {} duplicates consumed",
+                    "WAL on the broker: {} records published, {} re-sent ({} acks missing, {} sends refused, {} waits); {} messages stored ({} duplicates)",
                     p.published,
                     p.republished,
                     p.ack_failures,
                     p.send_failures,
                     p.waits,
                     p.stored,
-                    h.duplicates_consumed
+                    h.duplicates_stored
+                );
+            }
+            if h.unconsumed > 0 {
+                let _ = writeln!(
+                    out,
+                    "WAL INCOMPLETE: {} stored messages were not consumed when the run stopped waiting for the drain",
+                    h.unconsumed
                 );
             }
             if h.outages > 0 || h.source_errors > 0 {

@@ -260,6 +260,7 @@ fn a_simulation_survives_a_broker_sigkill_mid_publication_and_reports_it() {
         e.wal_events,
         publisher.stored
     );
+    assert_eq!(health.unconsumed, 0);
     assert_eq!(e.bad_records, 0);
     assert_eq!(
         e.drives.total,

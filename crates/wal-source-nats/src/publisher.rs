@@ -55,7 +55,7 @@ struct Pending {
 pub struct PublisherStats {
     /// Publications (each record once).
     pub published: u64,
-    /// Re-sends after a missing acknowledgement or a failed send.
+    /// Re-sends handed to the client after a missing acknowledgement or a failed send.
     pub republished: u64,
     /// Acknowledgements that did not come (timeout, broker error).
     pub ack_failures: u64,
@@ -257,11 +257,16 @@ impl WalPublisher {
                 .min()
                 .unwrap_or_else(Instant::now);
             if oldest.elapsed() >= self.retry_for {
-                let subject = &unacknowledged[0].subject;
-                return Err(NatsWalError::JetStream(format!(
-                    "no acknowledgement for a publication on {subject} after re-sending it for {:?}",
-                    self.retry_for
-                )));
+                let error = NatsWalError::JetStream(format!(
+                    "no acknowledgement for a publication on {} after re-sending it for {:?}",
+                    unacknowledged[0].subject, self.retry_for
+                ));
+                // Back in line, oldest first: a later flush re-sends them instead of
+                // reporting success for records that were never acknowledged.
+                for pending in unacknowledged.into_iter().rev() {
+                    self.in_flight.push_front(pending);
+                }
+                return Err(error);
             }
             rounds += 1;
             self.stats.waits += 1;
@@ -272,11 +277,19 @@ impl WalPublisher {
                 });
             }
             std::thread::sleep(wal_index::ingest::Backoff::default().pause(rounds));
+            // A refused send means the client is still disconnected (its command queue is
+            // full, each further send would wait a whole API timeout): the rest of the round
+            // waits for the next one.
             for pending in &mut unacknowledged {
-                self.stats.republished += 1;
                 match self.send(&pending.subject, pending.payload.clone()) {
-                    Ok(ack) => pending.ack = Some(ack),
-                    Err(_) => self.stats.send_failures += 1,
+                    Ok(ack) => {
+                        self.stats.republished += 1;
+                        pending.ack = Some(ack);
+                    }
+                    Err(_) => {
+                        self.stats.send_failures += 1;
+                        break;
+                    }
                 }
             }
             window = unacknowledged;
