@@ -148,6 +148,13 @@ fn event(e: i64, id: i64) -> Event {
     Event::minimal(id, e, (id > 1).then(|| id - 1), ty)
 }
 
+/// Execution `e`'s event `id` in a chain that never ends (no terminal event, so only the
+/// sweeps and the explicit evictor remove anything).
+fn step(e: i64, id: i64) -> Event {
+    let ty = if id == 1 { "playbook_started" } else { "step" };
+    Event::minimal(id, e, (id > 1).then(|| id - 1), ty)
+}
+
 /// What a served spine for `tip` must be.
 fn expected(tip: i64) -> Vec<i64> {
     (1..=tip).collect()
@@ -378,8 +385,11 @@ fn nothing_acknowledged_is_lost<I: StateIndex>() {
                         }
                         for chunk in (0..EXECUTIONS).collect::<Vec<_>>().chunks(200) {
                             let ids: Vec<_> = chunk.iter().map(|&e| (e, r)).collect();
-                            let batch = ids.iter().map(|&(e, id)| event(e, id)).collect();
-                            ledger.apply(&ids, || index.apply_batch(batch));
+                            let batch = ids.iter().map(|&(e, id)| step(e, id)).collect();
+                            let report = ledger.apply(&ids, || index.apply_batch(batch));
+                            for e in report.terminal_evicted {
+                                ledger.evicted(e, None);
+                            }
                         }
                         round.fetch_add(1, Ordering::Relaxed);
                         std::thread::sleep(ttl * 2);
@@ -387,7 +397,7 @@ fn nothing_acknowledged_is_lost<I: StateIndex>() {
                     // Drive tails: the current round's event again, for a random execution.
                     1 => {
                         let e = rng.random_range(0..EXECUTIONS);
-                        ledger.apply(&[(e, r)], || index.apply(event(e, r)));
+                        ledger.apply(&[(e, r)], || index.apply(step(e, r)));
                     }
                     // Rehydrate: a short prefix ending at the current round.
                     2 => {
@@ -395,7 +405,7 @@ fn nothing_acknowledged_is_lost<I: StateIndex>() {
                         let from = (r - 2).max(1);
                         let ids: Vec<_> = (from..=r).map(|id| (e, id)).collect();
                         ledger.apply(&ids, || {
-                            index.rehydrate(e, (from..=r).map(|id| event(e, id)))
+                            index.rehydrate(e, (from..=r).map(|id| step(e, id)))
                         });
                     }
                     // Sweeps.
