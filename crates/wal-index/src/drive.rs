@@ -17,6 +17,7 @@ use chain_fold::{AdvanceOutcome, EventId, ExecutionId, Incomplete};
 use crate::config::DriveBudget;
 use crate::observe::{DriveLabel, IndexObserver, WaitLabel};
 use crate::report::{Build, Drive, DriveOutcome};
+use crate::state_index::StateIndex;
 use crate::sync::{self, Listener};
 use crate::waiting_room::Registered;
 
@@ -64,14 +65,14 @@ pub(crate) enum Mode {
 }
 
 /// One drive of `index` for `expected_head`, without reporting its final outcome.
-pub(crate) async fn drive_loop<I: DriveHooks + ?Sized>(
+pub(crate) async fn drive_loop<I: StateIndex>(
     index: &I,
-    observer: &dyn IndexObserver,
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     budget: DriveBudget,
     mode: Mode,
 ) -> Drive {
+    let observer = index.observer();
     let started = Instant::now();
     let mut drive = Drive {
         outcome: DriveOutcome::Incomplete(Incomplete::NoEvents),

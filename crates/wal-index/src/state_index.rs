@@ -137,15 +137,7 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         Self: Sized,
     {
         async move {
-            let drive = drive_loop(
-                self,
-                self.observer(),
-                execution_id,
-                expected_head,
-                budget,
-                Mode::Async,
-            )
-            .await;
+            let drive = drive_loop(self, execution_id, expected_head, budget, Mode::Async).await;
             observed(drive, self.observer())
         }
     }
@@ -162,7 +154,6 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     {
         let drive = run_blocking(drive_loop(
             self,
-            self.observer(),
             execution_id,
             expected_head,
             budget,
@@ -207,7 +198,6 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     {
         let drive = run_blocking(drive_loop(
             self,
-            self.observer(),
             execution_id,
             expected_head,
             budget,
@@ -230,15 +220,7 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         Self: Sized,
     {
         async move {
-            let drive = drive_loop(
-                self,
-                self.observer(),
-                execution_id,
-                expected_head,
-                budget,
-                Mode::Async,
-            )
-            .await;
+            let drive = drive_loop(self, execution_id, expected_head, budget, Mode::Async).await;
             rehydrate_on_miss(self, execution_id, drive, expected_head, gate, retained)
         }
     }
