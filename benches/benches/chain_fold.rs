@@ -78,6 +78,22 @@ fn incremental_by_one(c: &mut Criterion) {
     group.finish();
 }
 
+/// Applies one linear chain of `hops` events in blocks of eight, calling `build` for each
+/// block's events newest first (drives of one execution finishing out of order).
+fn replay_out_of_order(hops: i64, body: &bytes::Bytes, mut build: impl FnMut(&Chain, i64)) {
+    let mut chain = Chain::new(chain_fold::SpineOrder::Causal);
+    for first in (1..=hops).step_by(8) {
+        for id in first..first + 8 {
+            let ty = if id == 1 { "playbook_started" } else { "step" };
+            let prev = (id > 1).then(|| id - 1);
+            chain.apply(Event::from_parts(id, 1, prev, ty, body.clone()));
+        }
+        for target in (first..first + 8).rev() {
+            build(&chain, target);
+        }
+    }
+}
+
 /// Replaying one linear chain whose drives finish out of order (each block of eight built
 /// newest first), through `advance` as the engine builds: each iteration applies the whole
 /// chain and runs one build per event. The time per event must stay flat from 10,000 to
@@ -91,26 +107,13 @@ fn out_of_order_replay(c: &mut Criterion) {
         group.throughput(Throughput::Elements(hops as u64));
         group.bench_with_input(BenchmarkId::new("engine", hops), &hops, |b, &hops| {
             b.iter(|| {
-                let mut chain = Chain::new(chain_fold::SpineOrder::Causal);
                 let mut cached: Option<chain_fold::Spine> = None;
-                for first in (1..=hops).step_by(8) {
-                    for id in first..first + 8 {
-                        let ty = if id == 1 { "playbook_started" } else { "step" };
-                        chain.apply(Event::from_parts(
-                            id,
-                            1,
-                            (id > 1).then(|| id - 1),
-                            ty,
-                            body.clone(),
-                        ));
+                replay_out_of_order(hops, &body, |chain, target| {
+                    let result = advance(chain, cached.as_ref(), target);
+                    if result.replaces_cache {
+                        cached = result.spine;
                     }
-                    for target in (first..first + 8).rev() {
-                        let result = advance(&chain, cached.as_ref(), target);
-                        if result.replaces_cache {
-                            cached = result.spine;
-                        }
-                    }
-                }
+                });
                 black_box(cached.map(|s| s.len()))
             })
         });
@@ -118,23 +121,10 @@ fn out_of_order_replay(c: &mut Criterion) {
     group.throughput(Throughput::Elements(10_000));
     group.bench_with_input(BenchmarkId::new("today", 10_000), &10_000i64, |b, &hops| {
         b.iter(|| {
-            let mut chain = Chain::new(chain_fold::SpineOrder::Causal);
             let mut cache = SpineCache::default();
-            for first in (1..=hops).step_by(8) {
-                for id in first..first + 8 {
-                    let ty = if id == 1 { "playbook_started" } else { "step" };
-                    chain.apply(Event::from_parts(
-                        id,
-                        1,
-                        (id > 1).then(|| id - 1),
-                        ty,
-                        body.clone(),
-                    ));
-                }
-                for target in (first..first + 8).rev() {
-                    black_box(cache.advance_to(&chain, target));
-                }
-            }
+            replay_out_of_order(hops, &body, |chain, target| {
+                black_box(cache.advance_to(chain, target));
+            });
         })
     });
     group.finish();

@@ -57,6 +57,27 @@ pub struct Build {
     pub elapsed: Duration,
 }
 
+impl Build {
+    /// Assembles a build that started at `started` and reports it to `observer`: every
+    /// index ends each build here, so what the observer hears is what the caller gets.
+    pub(crate) fn finish(
+        observer: &dyn crate::observe::IndexObserver,
+        outcome: AdvanceOutcome,
+        spine: Option<Spine>,
+        waited: Duration,
+        started: std::time::Instant,
+    ) -> Build {
+        let build = Build {
+            outcome,
+            spine,
+            waited,
+            elapsed: started.elapsed(),
+        };
+        observer.build(&build.outcome, build.elapsed, build.waited);
+        build
+    }
+}
+
 /// How a drive ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DriveOutcome {

@@ -2,16 +2,13 @@
 //! place under whatever lock the index uses. Shared by `MutexIndex` (one global lock) and
 //! `ShardedMutexIndex` (one lock per execution), so the two differ only in their locking.
 
-use std::time::Instant;
-
 use chain_fold::{
     AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine, SpineCache,
 };
 
 use crate::config::IndexConfig;
 use crate::eviction_plan::Candidate;
-use crate::observe::IndexObserver;
-use crate::report::{Build, IndexStats};
+use crate::report::IndexStats;
 
 pub(crate) struct Entry {
     pub(crate) chain: Chain,
@@ -91,24 +88,6 @@ impl Entry {
             gated: sink_gate && self.pending_sink,
         }
     }
-}
-
-/// Assembles a lock-based build's result and reports it.
-pub(crate) fn finish_build(
-    observer: &dyn IndexObserver,
-    outcome: AdvanceOutcome,
-    spine: Option<Spine>,
-    waited: std::time::Duration,
-    started: Instant,
-) -> Build {
-    let build = Build {
-        outcome,
-        spine,
-        waited,
-        elapsed: started.elapsed(),
-    };
-    observer.build(&build.outcome, build.elapsed, build.waited);
-    build
 }
 
 /// Today's drain over a batch: each event applied on its own by `apply_one` (lock, apply,

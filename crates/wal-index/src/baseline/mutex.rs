@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
-use super::entry::{Entry, apply_each, finish_build};
+use super::entry::{Entry, apply_each};
 use crate::config::IndexConfig;
 use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
@@ -180,7 +180,7 @@ impl MutexIndex {
                 None,
             ),
         };
-        finish_build(self.observer(), outcome, spine, waited, started)
+        Build::finish(self.observer(), outcome, spine, waited, started)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 use dashmap::DashMap;
 
-use super::entry::{Entry, apply_each, finish_build};
+use super::entry::{Entry, apply_each};
 use crate::config::IndexConfig;
 use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
@@ -228,7 +228,7 @@ impl ShardedMutexIndex {
                 None,
             ),
         };
-        finish_build(self.observer(), outcome, spine, waited, started)
+        Build::finish(self.observer(), outcome, spine, waited, started)
     }
 }
 

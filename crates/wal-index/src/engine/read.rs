@@ -41,32 +41,26 @@ pub(super) fn build(
     // Every build of a resident execution refreshes its recency, served or not (as today):
     // a drive that keeps missing must not age its execution into a TTL or LRU eviction.
     slot.touch(index.nanos(started));
-    let build = Build {
-        outcome: result.outcome,
-        spine: result.spine,
-        // Nothing above can block: no lock, no wait loop (see the progress table).
-        waited: Duration::ZERO,
-        elapsed: started.elapsed(),
-    };
-    index
-        .accounting
-        .observer()
-        .build(&build.outcome, build.elapsed, build.waited);
-    build
+    // Nothing above can block: no lock, no wait loop (see the progress table).
+    let observer = index.accounting.observer();
+    Build::finish(
+        observer,
+        result.outcome,
+        result.spine,
+        Duration::ZERO,
+        started,
+    )
 }
 
 fn incomplete(index: &WalIndex, why: Incomplete, started: Instant) -> Build {
-    let build = Build {
-        outcome: AdvanceOutcome::Incomplete(why),
-        spine: None,
-        waited: Duration::ZERO,
-        elapsed: started.elapsed(),
-    };
-    index
-        .accounting
-        .observer()
-        .build(&build.outcome, build.elapsed, build.waited);
-    build
+    let observer = index.accounting.observer();
+    Build::finish(
+        observer,
+        AdvanceOutcome::Incomplete(why),
+        None,
+        Duration::ZERO,
+        started,
+    )
 }
 
 /// A snapshot of one execution's chain.
