@@ -69,8 +69,8 @@ fn run<I: StateIndex>(parked: usize, rounds: usize) -> Row {
         .expect("runtime");
     let (done, served) = mpsc::channel::<(usize, Instant)>();
     let budget = DriveBudget {
-        waits: u32::MAX,
-        wait: Duration::from_secs(600),
+        attempts: u32::MAX,
+        retry: Duration::from_secs(600),
     };
     for k in 0..parked {
         index.apply_batch(linear(k as i64, 1, 3, false, &body));

@@ -37,8 +37,8 @@ fn index(eviction: EvictionPolicy) -> WalIndex {
 /// is a deadlock loom reports. Ten waits is more than any model here can use.
 fn patient() -> DriveBudget {
     DriveBudget {
-        waits: 10,
-        wait: Duration::from_secs(1),
+        attempts: 10,
+        retry: Duration::from_secs(1),
     }
 }
 

@@ -104,8 +104,8 @@ fn workload<I: StateIndex>() {
         // every drive on every applied event of any execution).
         spawn(Box::new(|index: &I| {
             let budget = DriveBudget {
-                waits: 10_000,
-                wait: Duration::from_secs(1),
+                attempts: 10_000,
+                retry: Duration::from_secs(1),
             };
             let served = (0..EXECUTIONS).filter(|&e| e % 4 == 1 && !evictable(e));
             for e in UNSEEN.chain(served) {
@@ -126,8 +126,8 @@ fn workload<I: StateIndex>() {
     if I::NAME == wal_index::WalIndex::NAME {
         threads.push(spawn(Box::new(|index: &I| {
             let budget = DriveBudget {
-                waits: 10_000,
-                wait: Duration::from_secs(1),
+                attempts: 10_000,
+                retry: Duration::from_secs(1),
             };
             for e in FINISHING {
                 let drive = index.drive_blocking(e, Some(3), budget);

@@ -265,9 +265,9 @@ impl Event {
     /// Decodes one WAL payload that is already a [`Bytes`], sharing it (no copy).
     ///
     /// Rules (docs/domain.md): `event_id` and `execution_id` must be JSON
-    /// integers in the `i64` range; `prev_event_id` absent, `null`, a boolean, an object, an
-    /// array or a non-integer number makes the event a chain root, as today; a *string* id in
-    /// any of the three fields is an error; `event_type` that is absent or not a string
+    /// integers in the `i64` range (a *string* id in either is an error); `prev_event_id`
+    /// absent, `null`, a string, a boolean, an object, an array or a non-integer number
+    /// makes the event a chain root, as today; `event_type` that is absent or not a string
     /// reads as the empty string. A payload today's consumers could not parse is an error
     /// too: a lone surrogate escape ([`EventError::LoneSurrogate`]) or nesting deeper than
     /// [`Event::MAX_DEPTH`] ([`EventError::TooDeep`]).
@@ -290,11 +290,10 @@ impl Event {
         let execution_id = required_id(env.execution_id, Field::ExecutionId)?;
         let prev = match env.prev_event_id {
             None => None,
-            Some(raw) => match parse_id(raw, Field::PrevEventId) {
-                Ok(id) => Some(id),
-                Err(e @ EventError::StringId { .. }) => return Err(e),
-                Err(_) => None,
-            },
+            // Today's rule: anything but an i64 (a string included) makes the event a
+            // chain root. It is indexed, never rejected: only the two required ids can
+            // make a payload unchainable.
+            Some(raw) => parse_id(raw, Field::PrevEventId).ok(),
         };
         consumer_readable(&payload)?;
         let event_type: Box<str> = match env.event_type {

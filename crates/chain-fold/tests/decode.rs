@@ -69,13 +69,17 @@ fn string_ids_are_a_clear_error() {
             ..
         }
     ));
-    assert!(matches!(
-        err(r#"{"event_id":1,"execution_id":1,"prev_event_id":"0"}"#),
-        EventError::StringId {
-            field: Field::PrevEventId,
-            ..
-        }
-    ));
+}
+
+/// Today's index treats a string `prev_event_id` like any other non-integer: the event is
+/// indexed as a chain root (shared/reference/domain.md, "under its lock"). Rejecting it would
+/// lose an event today keeps.
+#[test]
+fn a_string_prev_event_id_makes_a_chain_root_as_today() {
+    let event =
+        chain_fold::Event::from_json(br#"{"event_id":1,"execution_id":1,"prev_event_id":"0"}"#)
+            .unwrap();
+    assert_eq!((event.id(), event.prev()), (1, None));
 }
 
 #[test]

@@ -11,7 +11,7 @@ use wal_index::report::{EvictReason, IndexStats};
 
 use crate::series::{
     BUILD_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES, EVICTION_REASONS, Kind, REHYDRATE_OUTCOMES,
-    SERIES, WAIT_OUTCOMES, name,
+    SERIES, TAIL_OUTCOMES, WAIT_OUTCOMES, name,
 };
 
 /// Registers help texts and units of every series with the installed recorder.
@@ -53,6 +53,7 @@ pub struct StateBuilderMetrics {
     chain_hops: Histogram,
     drive_builds: [Counter; 7],
     drive_wait: [Counter; 2],
+    drive_tail: [Counter; 2],
     executions: Gauge,
     events: Gauge,
     bytes: Gauge,
@@ -126,6 +127,11 @@ impl StateBuilderMetrics {
                 "outcome",
             ),
             drive_wait: labelled(&WAIT_OUTCOMES, counter(name::DRIVE_WAIT_TOTAL), "outcome"),
+            drive_tail: labelled(
+                &TAIL_OUTCOMES,
+                counter(name::DRIVE_TAIL_EVENTS_TOTAL),
+                "outcome",
+            ),
             executions: gauge(name::INDEXED_EXECUTIONS)(Vec::new()),
             events: gauge(name::INDEX_EVENTS)(Vec::new()),
             bytes: gauge(name::INDEX_BYTES)(Vec::new()),
@@ -143,6 +149,7 @@ impl StateBuilderMetrics {
             .iter()
             .chain(&m.drive_builds)
             .chain(&m.drive_wait)
+            .chain(&m.drive_tail)
             .chain(&m.evictions)
             .chain(&m.rehydrate)
             .chain(std::iter::once(&m.wal_events));
@@ -159,9 +166,8 @@ impl StateBuilderMetrics {
         Arc::new(m)
     }
 
-    /// Records a drive outcome the index cannot know (`served_shard`,
-    /// `served_shard_mismatch`, `stateless_retry`, `fallback_disabled`): the caller's drive
-    /// flow decides those.
+    /// Records a drive outcome by hand, for a caller that decides it outside
+    /// `StateIndex::drive_flow` (which reports every outcome itself).
     pub fn drive_outcome(&self, outcome: DriveLabel) {
         self.drive_builds[outcome.index()].increment(1);
     }
@@ -194,6 +200,11 @@ impl IndexObserver for StateBuilderMetrics {
 
     fn evicted(&self, reason: EvictReason, count: usize) {
         self.evictions[reason.index()].increment(count as u64);
+    }
+
+    fn drive_tail(&self, applied: u32, rejected: u32) {
+        self.drive_tail[0].increment(u64::from(applied));
+        self.drive_tail[1].increment(u64::from(rejected));
     }
 
     fn rehydrate(&self, outcome: RehydrateLabel) {

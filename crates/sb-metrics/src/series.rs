@@ -9,15 +9,16 @@ pub const DEFAULT_PREFIX: &str = "noetl_worker_state_builder_";
 
 /// `builds_total{outcome}` label values (`chain_fold::AdvanceOutcome::label`).
 pub const BUILD_OUTCOMES: [&str; 4] = chain_fold::AdvanceOutcome::LABELS;
-/// `drive_builds_total{outcome}` label values (`wal_index::observe::DriveLabel`). The index
-/// reports the first three; the others belong to the caller (state shard, stateless edge,
-/// disabled builder) and are recorded with
-/// [`StateBuilderMetrics::drive_outcome`](crate::StateBuilderMetrics::drive_outcome).
+/// `drive_builds_total{outcome}` label values (`wal_index::observe::DriveLabel`), each one
+/// way the worker's drive flow (`StateIndex::drive_flow`) ends.
 pub const DRIVE_OUTCOMES: [&str; 7] = DriveLabel::LABELS;
 /// `drive_wait_total{outcome}` label values (`wal_index::observe::WaitLabel`).
 pub const WAIT_OUTCOMES: [&str; 2] = WaitLabel::LABELS;
 /// `evictions_total{reason}` label values (`terminal` and `explicit` added to today's three).
 pub const EVICTION_REASONS: [&str; 5] = EvictReason::LABELS;
+/// `drive_tail_events_total{outcome}` label values: a dispatch's tail event applied, or
+/// rejected (undecodable, or of another execution).
+pub const TAIL_OUTCOMES: [&str; 2] = ["applied", "rejected"];
 /// `rehydrate_total{outcome}` label values (`wal_index::observe::RehydrateLabel`).
 pub const REHYDRATE_OUTCOMES: [&str; 4] = RehydrateLabel::LABELS;
 
@@ -77,6 +78,8 @@ pub mod name {
     pub const INDEX_BYTES: &str = "index_bytes";
     /// Evictions by reason.
     pub const EVICTIONS_TOTAL: &str = "evictions_total";
+    /// Tail events of dispatches, applied by drives before their first build.
+    pub const DRIVE_TAIL_EVENTS_TOTAL: &str = "drive_tail_events_total";
     /// Rehydration attempts by outcome.
     pub const REHYDRATE_TOTAL: &str = "rehydrate_total";
     /// WAL records consumed by the drain.
@@ -86,7 +89,7 @@ pub mod name {
 }
 
 /// The whole catalogue, in the order of docs/domain.md.
-pub const SERIES: [Series; 13] = [
+pub const SERIES: [Series; 14] = [
     Series {
         name: name::BUILDS_TOTAL,
         kind: Kind::Counter,
@@ -156,6 +159,13 @@ pub const SERIES: [Series; 13] = [
         label: Some(("reason", &EVICTION_REASONS)),
         unit: Unit::Count,
         help: "Executions evicted, by reason.",
+    },
+    Series {
+        name: name::DRIVE_TAIL_EVENTS_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("outcome", &TAIL_OUTCOMES)),
+        unit: Unit::Count,
+        help: "Dispatch tail events a drive applied (or rejected) before its first build.",
     },
     Series {
         name: name::REHYDRATE_TOTAL,

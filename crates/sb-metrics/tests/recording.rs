@@ -16,7 +16,9 @@ use wal_index::baseline::MutexIndex;
 use wal_index::config::EvictionPolicy;
 use wal_index::ingest::JsonLinesSource;
 use wal_index::rehydrate::RehydrateGate;
-use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
+use wal_index::{
+    Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, StateIndex, WalIndex,
+};
 
 fn ev(exec: i64, id: i64, prev: Option<i64>) -> Event {
     let ty = if prev.is_none() {
@@ -167,8 +169,8 @@ fn every_series_moves_as_documented<I: StateIndex>() {
     // Drives: served at once, a timeout then fallback, a wake-up then served.
     index.drive_blocking(1, Some(4), DriveBudget::default());
     let short = DriveBudget {
-        waits: 1,
-        wait: Duration::from_millis(5),
+        attempts: 1,
+        retry: Duration::from_millis(5),
     };
     index.drive_blocking(1, Some(99), short);
     let woken = std::thread::scope(|s| {
@@ -177,8 +179,8 @@ fn every_series_moves_as_documented<I: StateIndex>() {
                 1,
                 Some(5),
                 DriveBudget {
-                    waits: 1,
-                    wait: Duration::from_secs(30),
+                    attempts: 1,
+                    retry: Duration::from_secs(30),
                 },
             )
         });
@@ -207,11 +209,15 @@ fn every_series_moves_as_documented<I: StateIndex>() {
 
     // Rehydrate on miss: empty, then served.
     let gate = RehydrateGate::default();
-    let (drive, replay) =
-        index.drive_or_rehydrate_blocking(7, Some(3), short, &gate, |_| Vec::new());
+    let flow = |retained: &'static Retained| {
+        DriveFlow::new(short)
+            .fallbacks(retained)
+            .rehydrate_gate(&gate)
+    };
+    let drive = index.drive_flow_blocking(7, Some(3), &flow(&Retained(0)));
     assert!(drive.outcome.spine().is_none());
-    assert_eq!(replay, Some(wal_index::observe::RehydrateLabel::Empty));
-    let (drive, _) = index.drive_or_rehydrate_blocking(7, Some(3), short, &gate, |e| chain(e, 3));
+    assert_eq!(drive.rehydrate, Some(wal_index::observe::RehydrateLabel::Empty));
+    let drive = index.drive_flow_blocking(7, Some(3), &flow(&Retained(3)));
     assert_eq!(drive.outcome.spine().map(|s| s.len()), Some(3));
     assert_gauges_match(&*index, &mut seen, &snapshotter, "after rehydrate");
     assert_eq!(seen.get("rehydrate_total{empty}"), 1.0);
@@ -238,6 +244,15 @@ fn every_series_moves_as_documented<I: StateIndex>() {
     assert_gauges_match(&*index, &mut seen, &snapshotter, "after the drain");
     assert_eq!(seen.get("wal_events_total"), 2.0);
     assert_eq!(seen.get("healthy"), 1.0);
+}
+
+/// A retained WAL holding `.0` events of each execution.
+struct Retained(i64);
+
+impl DriveFallbacks for Retained {
+    fn retained(&self, execution: i64) -> Option<Vec<Event>> {
+        Some(if self.0 == 0 { Vec::new() } else { chain(execution, self.0) })
+    }
 }
 
 #[test]

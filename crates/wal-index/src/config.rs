@@ -145,68 +145,101 @@ impl IndexConfig {
     }
 }
 
-/// How long a drive may wait for its tip: `waits` waits of at most `wait` each.
+/// How long a drive may wait for its tip, as today's worker spends it: a **deadline** of
+/// `attempts × retry` from the drive's first build, and no single wait longer than
+/// `retry`.
+///
+/// A wake-up costs nothing: a drive woken fifty times inside its deadline keeps rebuilding
+/// after each wake until it is served or the deadline passes. The default is today's
+/// 5 × 200 ms = a 1 s deadline, each wait capped at 200 ms.
+///
+/// ```
+/// use std::time::Duration;
+/// use wal_index::DriveBudget;
+///
+/// let budget = DriveBudget::default();
+/// assert_eq!(budget.deadline(), Duration::from_secs(1));
+/// assert_eq!(budget.retry, Duration::from_millis(200));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DriveBudget {
-    /// Waits after the first build (so a drive builds at most `waits + 1` times).
-    pub waits: u32,
-    /// The cap on each wait.
-    pub wait: Duration,
+    /// `NOETL_STATE_BUILDER_DRIVE_RETRIES`: the deadline is this many `retry` periods.
+    pub attempts: u32,
+    /// `NOETL_STATE_BUILDER_DRIVE_RETRY_MS`: the cap on each wait, and the unit of the
+    /// deadline.
+    pub retry: Duration,
 }
 
 impl Default for DriveBudget {
-    /// Today's default: 5 waits × 200 ms = 1 s.
+    /// Today's default: 5 × 200 ms, a 1 s deadline.
     fn default() -> Self {
         DriveBudget {
-            waits: 5,
-            wait: Duration::from_millis(200),
+            attempts: DriveBudget::DEFAULT_ATTEMPTS,
+            retry: Duration::from_millis(DriveBudget::DEFAULT_RETRY_MS),
         }
     }
 }
 
 impl DriveBudget {
-    /// The most waits `NOETL_STATE_BUILDER_DRIVE_RETRIES` can ask for.
-    pub const MAX_WAITS: u32 = 50;
-    /// The range `NOETL_STATE_BUILDER_DRIVE_RETRY_MS` is clamped to.
-    pub const WAIT_MS_RANGE: (u64, u64) = (1, 10_000);
+    /// Today's default number of attempts.
+    pub const DEFAULT_ATTEMPTS: u32 = 5;
+    /// Today's default per-wait cap, in milliseconds.
+    pub const DEFAULT_RETRY_MS: u64 = 200;
+    /// The range `NOETL_STATE_BUILDER_DRIVE_RETRIES` is clamped to (today's).
+    pub const ATTEMPTS_RANGE: (u32, u32) = (1, 50);
+    /// The range `NOETL_STATE_BUILDER_DRIVE_RETRY_MS` is clamped to (today's).
+    pub const RETRY_MS_RANGE: (u64, u64) = (10, 5_000);
 
-    /// Reads `NOETL_STATE_BUILDER_DRIVE_RETRIES` (clamped to `0..=50`) and
-    /// `NOETL_STATE_BUILDER_DRIVE_RETRY_MS` (clamped to `1..=10000`); unset or empty keeps
-    /// the default, a non-integer is an error.
-    pub fn from_env() -> Result<DriveBudget, ConfigError> {
+    /// A budget of `attempts × retry` (no clamping: tests and tools may ask for anything).
+    pub const fn new(attempts: u32, retry: Duration) -> DriveBudget {
+        DriveBudget { attempts, retry }
+    }
+
+    /// Reads the budget as today's worker does: `NOETL_STATE_BUILDER_DRIVE_RETRIES` (a
+    /// `u32`; unset, empty or unparseable → 5; clamped to `1..=50`) and
+    /// `NOETL_STATE_BUILDER_DRIVE_RETRY_MS` (a `u64`; unparseable → 200; clamped to
+    /// `10..=5000`). Never an error: a malformed value falls back to the default, as today.
+    pub fn from_env() -> DriveBudget {
         Self::from_lookup(|var| std::env::var(var).ok())
     }
 
     /// [`DriveBudget::from_env`] over any lookup function.
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<DriveBudget, ConfigError> {
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wal_index::DriveBudget;
+    ///
+    /// let env = |var: &str| match var {
+    ///     "NOETL_STATE_BUILDER_DRIVE_RETRIES" => Some("500".to_owned()), // clamped to 50
+    ///     "NOETL_STATE_BUILDER_DRIVE_RETRY_MS" => Some("soon".to_owned()), // unparseable: 200
+    ///     _ => None,
+    /// };
+    /// let budget = DriveBudget::from_lookup(env);
+    /// assert_eq!((budget.attempts, budget.retry), (50, Duration::from_millis(200)));
+    /// ```
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> DriveBudget {
         let vars = Vars(lookup);
-        let mut budget = DriveBudget::default();
-        let number = |var: &'static str| -> Result<Option<u64>, ConfigError> {
-            vars.get(var)
-                .map(|value| {
-                    value.parse::<u64>().map_err(|_| ConfigError {
-                        var,
-                        value,
-                        expected: "a non-negative integer",
-                    })
-                })
-                .transpose()
-        };
-        if let Some(n) = number("NOETL_STATE_BUILDER_DRIVE_RETRIES")? {
-            budget.waits = n.min(u64::from(Self::MAX_WAITS)) as u32;
+        let (lo, hi) = Self::ATTEMPTS_RANGE;
+        let attempts = vars
+            .get("NOETL_STATE_BUILDER_DRIVE_RETRIES")
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(Self::DEFAULT_ATTEMPTS)
+            .clamp(lo, hi);
+        let (lo, hi) = Self::RETRY_MS_RANGE;
+        let retry_ms = vars
+            .get("NOETL_STATE_BUILDER_DRIVE_RETRY_MS")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(Self::DEFAULT_RETRY_MS)
+            .clamp(lo, hi);
+        DriveBudget {
+            attempts,
+            retry: Duration::from_millis(retry_ms),
         }
-        if let Some(ms) = number("NOETL_STATE_BUILDER_DRIVE_RETRY_MS")? {
-            let (lo, hi) = Self::WAIT_MS_RANGE;
-            budget.wait = Duration::from_millis(ms.clamp(lo, hi));
-        }
-        Ok(budget)
     }
 
-    /// The longest a drive can wait in total.
-    pub fn total(&self) -> Duration {
-        self.wait * self.waits
+    /// How long after its first build a drive stops waiting: `attempts × retry`.
+    pub fn deadline(&self) -> Duration {
+        self.retry.saturating_mul(self.attempts)
     }
 }
 
@@ -229,11 +262,8 @@ mod tests {
             IndexConfig::from_lookup(|_| None).unwrap(),
             IndexConfig::default()
         );
-        assert_eq!(
-            DriveBudget::from_lookup(|_| None).unwrap(),
-            DriveBudget::default()
-        );
-        assert_eq!(DriveBudget::default().total(), Duration::from_secs(1));
+        assert_eq!(DriveBudget::from_lookup(|_| None), DriveBudget::default());
+        assert_eq!(DriveBudget::default().deadline(), Duration::from_secs(1));
     }
 
     #[test]
@@ -265,20 +295,32 @@ mod tests {
         let err = IndexConfig::from_lookup(lookup(&[("NOETL_OFFSERVER_SPINE_ORDER", "max")]))
             .unwrap_err();
         assert!(err.to_string().contains("causal"));
-        assert!(
-            DriveBudget::from_lookup(lookup(&[("NOETL_STATE_BUILDER_DRIVE_RETRIES", "-1")]))
-                .is_err()
-        );
+    }
+
+    /// Today's parsing: a value that does not parse as its type is the default, never an
+    /// error (shared/reference/domain.md, "The drive").
+    #[test]
+    fn unparseable_drive_settings_fall_back_to_todays_defaults() {
+        for (retries, retry_ms) in [("-1", "-5"), ("five", "1.5"), ("1e3", "0x10")] {
+            let pairs: &'static [(&'static str, &'static str)] = Box::leak(Box::new([
+                ("NOETL_STATE_BUILDER_DRIVE_RETRIES", retries),
+                ("NOETL_STATE_BUILDER_DRIVE_RETRY_MS", retry_ms),
+            ]));
+            assert_eq!(DriveBudget::from_lookup(lookup(pairs)), DriveBudget::default());
+        }
     }
 
     #[test]
-    fn drive_budget_is_clamped() {
+    fn drive_budget_is_clamped_to_todays_ranges() {
         let b = DriveBudget::from_lookup(lookup(&[
             ("NOETL_STATE_BUILDER_DRIVE_RETRIES", "1000"),
             ("NOETL_STATE_BUILDER_DRIVE_RETRY_MS", "0"),
-        ]))
-        .unwrap();
-        assert_eq!(b.waits, DriveBudget::MAX_WAITS);
-        assert_eq!(b.wait, Duration::from_millis(1));
+        ]));
+        assert_eq!((b.attempts, b.retry), (50, Duration::from_millis(10)));
+        let b = DriveBudget::from_lookup(lookup(&[
+            ("NOETL_STATE_BUILDER_DRIVE_RETRIES", "0"),
+            ("NOETL_STATE_BUILDER_DRIVE_RETRY_MS", "99999"),
+        ]));
+        assert_eq!((b.attempts, b.retry), (1, Duration::from_millis(5_000)));
     }
 }

@@ -1,27 +1,33 @@
-//! The drive loop, written once for every index: register, build, wait, repeat.
+//! The drive, written once for every index, as today's worker runs it: apply the
+//! dispatch's tail events, then a deadline loop (register, build, wait, repeat), then the
+//! state shard, then rehydrate on a miss, then fall back.
 //!
 //! A drive registers a listener *before* each build, so a publish that lands between the
 //! build and the wait is never lost: the listener was already there to be woken by it.
+//! The budget is a deadline (`attempts × retry` from the first build) and a wake-up costs
+//! nothing: after every wake the drive builds again, until it is served or the deadline
+//! passes. No wait is longer than `retry` nor runs past the deadline.
 //!
-//! Each index supplies only its [`DriveHooks`] (what to listen on, how to build without
-//! blocking an executor, whether waiting can still help); the loop, its counters and its
-//! reporting live here. The blocking drive runs the very same `async` loop with waits and
-//! builds that complete inside their first poll, so there is exactly one loop to read, to
-//! test and to model-check.
+//! Each index supplies only its [`DriveHooks`] (what to listen on, how to build and apply
+//! without blocking an executor, whether waiting can still help); the loop, the flow, their
+//! counters and their reporting live here. The blocking drive runs the very same `async`
+//! code with waits, builds and applies that complete inside their first poll, so there is
+//! exactly one drive to read, to test and to model-check.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use chain_fold::{AdvanceOutcome, EventId, ExecutionId, Incomplete};
+use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
 use crate::config::DriveBudget;
-use crate::observe::{DriveLabel, IndexObserver, WaitLabel};
-use crate::report::{Build, Drive, DriveOutcome};
+use crate::flow::DriveFlow;
+use crate::observe::{DriveLabel, RehydrateLabel, WaitLabel};
+use crate::report::{Applied, BatchReport, Build, Drive, DriveOutcome, RehydrateReport};
 use crate::state_index::StateIndex;
 use crate::sync::{self, Listener};
 use crate::waiting_room::Registered;
 
-/// What an index supplies to the shared drive loop. Sealed: it is a supertrait of
+/// What an index supplies to the shared drive. Sealed: it is a supertrait of
 /// [`StateIndex`](crate::StateIndex) in a private module, so only this crate's indexes
 /// implement it.
 // `pub` in a private module is the sealed-trait pattern: nameable here, not outside.
@@ -42,8 +48,22 @@ pub trait DriveHooks {
     /// One build that may block the calling thread.
     fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build;
 
-    /// The index's clock (model builds only: a model advances it).
-    #[cfg(any(wal_index_loom, wal_index_shuttle))]
+    /// One apply (a drive's tail event) that awaits, rather than blocks on, the index's
+    /// locks.
+    fn apply_async(&self, event: Event) -> impl Future<Output = Applied> + Send;
+
+    /// A batch, applied as `apply_batch` does, awaiting rather than blocking on the
+    /// index's locks (the drain run as a task on an executor).
+    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send;
+
+    /// A replay, as `rehydrate` does, awaiting rather than blocking on the index's locks.
+    fn rehydrate_async(
+        &self,
+        execution_id: ExecutionId,
+        events: Vec<Event>,
+    ) -> impl Future<Output = RehydrateReport> + Send;
+
+    /// The index's clock (a model advances it; the deadline is measured on it).
     fn clock(&self) -> &crate::sync::Clock;
 
     /// Asked after an unserved build: true when no wait can serve the drive (the engine:
@@ -54,33 +74,34 @@ pub trait DriveHooks {
     }
 }
 
-/// How the loop waits and builds: on an executor, or by parking the thread.
+/// How the drive waits, builds and applies: on an executor, or by blocking the thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
-    /// Awaits builds and waits; the timeout is a `futures-timer` delay, so any executor
-    /// (tokio, smol, a plain `block_on`) can run it.
+    /// Awaits builds, applies and waits; the timeout is a `futures-timer` delay, so any
+    /// executor (tokio, smol, a plain `block_on`) can run it.
     Async,
-    /// Builds and waits block the thread inside their first poll.
+    /// Builds, applies and waits block the thread inside their first poll.
     Blocking,
 }
 
-/// One drive of `index` for `expected_head`, without reporting its final outcome.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The deadline loop of one drive for `expected_head`, updating `drive` (its builds,
+/// wakes, timeouts and outcome). Ends served, at the deadline, or when the index says no
+/// wait can serve it.
 pub(crate) async fn drive_loop<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     budget: DriveBudget,
     mode: Mode,
-) -> Drive {
+    drive: &mut Drive,
+) {
     let observer = index.observer();
-    let started = Instant::now();
-    let mut drive = Drive {
-        outcome: DriveOutcome::Incomplete(Incomplete::NoEvents),
-        builds: 0,
-        wakes: 0,
-        timeouts: 0,
-        elapsed: Duration::ZERO,
-    };
+    let clock = index.clock();
+    let deadline = clock.now().saturating_add(nanos(budget.deadline()));
     loop {
         // Register before the build: a publish after this point wakes the listener, so one
         // that lands between the build and the wait is never lost. The mutation registers
@@ -94,24 +115,22 @@ pub(crate) async fn drive_loop<I: StateIndex>(
         #[cfg(feature = "mutation-listen-after-build")]
         let registered = index.listen(execution_id);
         drive.builds += 1;
-        match build.spine {
-            Some(spine) => {
-                drive.outcome = DriveOutcome::Served(spine);
-                break;
-            }
-            None => {
-                if let AdvanceOutcome::Incomplete(why) = build.outcome {
-                    drive.outcome = DriveOutcome::Incomplete(why);
-                }
-                if drive.builds > budget.waits || index.finished_and_gone(execution_id) {
-                    break;
-                }
-            }
+        if let Some(spine) = build.spine {
+            drive.outcome = DriveOutcome::Served(spine);
+            return;
         }
+        if let AdvanceOutcome::Incomplete(why) = build.outcome {
+            drive.outcome = DriveOutcome::Incomplete(why);
+        }
+        let now = clock.now();
+        if now >= deadline || index.finished_and_gone(execution_id) {
+            return;
+        }
+        let cap = budget.retry.min(Duration::from_nanos(deadline - now));
         let Registered { listener, ticket } = registered;
         let woken = match mode {
-            Mode::Async => wait_async(listener, budget.wait).await,
-            Mode::Blocking => sync::wait_timeout(listener, budget.wait),
+            Mode::Async => wait_async(listener, cap).await,
+            Mode::Blocking => sync::wait_timeout(listener, cap),
         };
         drop(ticket);
         if woken {
@@ -122,12 +141,176 @@ pub(crate) async fn drive_loop<I: StateIndex>(
             observer.drive_wait(WaitLabel::Timeout);
         }
     }
+}
+
+/// A drive that has done nothing yet.
+fn fresh_drive() -> Drive {
+    Drive {
+        outcome: DriveOutcome::Incomplete(Incomplete::NoEvents),
+        label: DriveLabel::FallbackIncomplete,
+        builds: 0,
+        wakes: 0,
+        timeouts: 0,
+        tail_applied: 0,
+        tail_rejected: 0,
+        rehydrate: None,
+        elapsed: Duration::ZERO,
+    }
+}
+
+/// Today's drive flow, end to end, reported to the index's observer:
+///
+/// 1. not authoritative → `fallback_disabled`, nothing built;
+/// 2. apply the dispatch's tail events (each an overwrite by id; an undecodable one is
+///    counted and skipped);
+/// 3. the deadline loop → `served`;
+/// 4. the state shard, if a loader has one → `served_shard` / `served_shard_mismatch`;
+/// 5. rehydrate from the retained WAL, within the gate's cap → `served_rehydrated`;
+/// 6. otherwise `fallback_incomplete` (`stateless_retry` on the stateless edge).
+pub(crate) async fn run_flow<I: StateIndex>(
+    index: &I,
+    execution_id: ExecutionId,
+    expected_head: Option<EventId>,
+    flow: &DriveFlow<'_>,
+    mode: Mode,
+) -> Drive {
+    let started = Instant::now();
+    let mut drive = fresh_drive();
+    if !flow.authoritative {
+        drive.label = DriveLabel::FallbackDisabled;
+        drive.elapsed = started.elapsed();
+        index.observer().drive(drive.label);
+        return drive;
+    }
+    for payload in &flow.tail_events {
+        match Event::from_json_bytes(payload.clone()) {
+            Ok(event) if event.execution_id() == execution_id => {
+                match mode {
+                    Mode::Async => index.apply_async(event).await,
+                    Mode::Blocking => index.apply(event),
+                };
+                drive.tail_applied += 1;
+            }
+            // A tail event of another execution is the dispatcher's mistake: applying it
+            // would be harmless (an overwrite by id) but it is not this drive's to apply.
+            Ok(_) | Err(_) => drive.tail_rejected += 1,
+        }
+    }
+    if drive.tail_applied + drive.tail_rejected > 0 {
+        index
+            .observer()
+            .drive_tail(drive.tail_applied, drive.tail_rejected);
+    }
+    drive_loop(
+        index,
+        execution_id,
+        expected_head,
+        flow.budget,
+        mode,
+        &mut drive,
+    )
+    .await;
+    if drive.outcome.spine().is_some() {
+        drive.label = DriveLabel::Served;
+    } else if let Some(label) = serve_from_shard(index, execution_id, expected_head, flow, &mut drive) {
+        drive.label = label;
+    } else if let Some(replay) = rehydrate(index, execution_id, expected_head, flow, mode, &mut drive).await {
+        index.observer().rehydrate(replay);
+        drive.rehydrate = Some(replay);
+        if replay == RehydrateLabel::Served {
+            drive.label = DriveLabel::ServedRehydrated;
+        }
+    }
+    if drive.outcome.spine().is_none() {
+        drive.label = if flow.stateless {
+            DriveLabel::StatelessRetry
+        } else {
+            DriveLabel::FallbackIncomplete
+        };
+    }
     drive.elapsed = started.elapsed();
+    index.observer().drive(drive.label);
     drive
 }
 
-/// Runs a [`Mode::Blocking`] drive loop to completion on the calling thread. Its builds and
-/// waits never return `Pending`, so the first poll finishes it; `block_on` is only the
+/// Step 4: the execution's state shard, walked from the expected head like a cold rebuild.
+/// Served from the shard; `mismatch` when an event the index also holds has a different
+/// slim payload there (the shard is served anyway: it is what the worker can read).
+fn serve_from_shard<I: StateIndex>(
+    index: &I,
+    execution_id: ExecutionId,
+    expected_head: Option<EventId>,
+    flow: &DriveFlow<'_>,
+    drive: &mut Drive,
+) -> Option<DriveLabel> {
+    let shard = flow.fallbacks?.state_shard(execution_id)?;
+    let mut chain = Chain::new(index.config().order);
+    for event in shard.iter().filter(|e| e.execution_id() == execution_id) {
+        chain.apply(event.clone());
+    }
+    let target = expected_head.or_else(|| chain.max_id())?;
+    let spine = chain.walk_from(target).ok()?;
+    let resident = index.chain(execution_id);
+    let mismatch = resident.is_some_and(|resident| {
+        spine.events().any(|event| {
+            resident
+                .get(event.id())
+                .is_some_and(|ours| ours.to_slim().payload() != event.to_slim().payload())
+        })
+    });
+    drive.outcome = DriveOutcome::Served(spine);
+    Some(if mismatch {
+        DriveLabel::ServedShardMismatch
+    } else {
+        DriveLabel::ServedShard
+    })
+}
+
+/// Step 5: replay the retained events within the gate's cap, then build once more.
+/// `None` when the flow has no retained WAL or no gate.
+async fn rehydrate<I: StateIndex>(
+    index: &I,
+    execution_id: ExecutionId,
+    expected_head: Option<EventId>,
+    flow: &DriveFlow<'_>,
+    mode: Mode,
+    drive: &mut Drive,
+) -> Option<RehydrateLabel> {
+    let (fallbacks, gate) = (flow.fallbacks?, flow.rehydrate_gate?);
+    let Some(_permit) = gate.try_enter() else {
+        return Some(RehydrateLabel::Throttled);
+    };
+    let events = fallbacks.retained(execution_id)?;
+    if events.is_empty() {
+        return Some(RehydrateLabel::Empty);
+    }
+    let build = match mode {
+        Mode::Async => {
+            index.rehydrate_async(execution_id, events).await;
+            index.build_async(execution_id, expected_head).await
+        }
+        Mode::Blocking => {
+            index.rehydrate(execution_id, events);
+            index.build_blocking(execution_id, expected_head)
+        }
+    };
+    drive.builds += 1;
+    Some(match build.spine {
+        Some(spine) => {
+            drive.outcome = DriveOutcome::Served(spine);
+            RehydrateLabel::Served
+        }
+        None => {
+            if let AdvanceOutcome::Incomplete(why) = build.outcome {
+                drive.outcome = DriveOutcome::Incomplete(why);
+            }
+            RehydrateLabel::Incomplete
+        }
+    })
+}
+
+/// Runs a [`Mode::Blocking`] drive to completion on the calling thread. Its builds, applies
+/// and waits never return `Pending`, so the first poll finishes it; `block_on` is only the
 /// harness that polls it.
 pub(crate) fn run_blocking(drive: impl Future<Output = Drive>) -> Drive {
     futures_lite::future::block_on(drive)
@@ -146,13 +329,4 @@ async fn wait_async(listener: Listener, cap: Duration) -> bool {
         },
     )
     .await
-}
-
-/// Reports a finished drive's outcome and hands it back.
-pub(crate) fn observed(drive: Drive, observer: &dyn IndexObserver) -> Drive {
-    observer.drive(match drive.outcome {
-        DriveOutcome::Served(_) => DriveLabel::Served,
-        DriveOutcome::Incomplete(_) => DriveLabel::FallbackIncomplete,
-    });
-    drive
 }

@@ -15,7 +15,7 @@
 //! |---|---|
 //! | [`WalIndex`] | the index; its [`StateIndex`] methods are the whole surface |
 //! | [`IndexConfig`] | eviction limits, spine order, slim payloads, sink gate (`from_env` reads today's variables) |
-//! | [`DriveBudget`], [`Drive`], [`DriveOutcome`] | how long a drive may wait, and what it returned |
+//! | [`DriveBudget`], [`DriveFlow`], [`DriveFallbacks`], [`Drive`], [`DriveOutcome`] | the worker's drive: its deadline, tail events, shard and rehydrate steps, and what it returned |
 //! | [`Drain`], [`DrainConfig`], [`WalSource`] | the loop that pulls the WAL into the index, and what it pulls from |
 //! | [`IndexObserver`] | where builds, drives, residency and evictions are reported (`sb-metrics` implements it) |
 //! | [`Event`], [`Spine`], [`Chain`], [`Incomplete`], ... | the `chain-fold` types that appear in those signatures, re-exported |
@@ -65,6 +65,7 @@ mod drive;
 pub mod protocol {}
 mod engine;
 mod eviction_plan;
+pub mod flow;
 pub mod ingest;
 pub mod observe;
 pub mod rehydrate;
@@ -80,6 +81,7 @@ pub use chain_fold::{
     AdvanceOutcome, Chain, Event, EventError, EventId, ExecutionId, Incomplete, Spine, SpineOrder,
 };
 pub use config::{DriveBudget, IndexConfig};
+pub use flow::{DriveFallbacks, DriveFlow};
 pub use engine::WalIndex;
 pub use ingest::{Drain, DrainConfig, WalSource};
 pub use observe::IndexObserver;

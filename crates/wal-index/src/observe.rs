@@ -39,9 +39,9 @@ macro_rules! label_enum {
 pub(crate) use label_enum;
 
 label_enum! {
-    /// The final outcome of a drive, as `drive_builds_total{outcome}` labels it. The index
-    /// reports the first three; the others belong to the caller's drive flow (a state-shard
-    /// read, the stateless edge, a worker that does not build).
+    /// The final outcome of a drive, as `drive_builds_total{outcome}` labels it: every
+    /// value is one way [`StateIndex::drive_flow`](crate::StateIndex::drive_flow) can end
+    /// (the [`flow`](crate::flow) module's table says which step gives which).
     DriveLabel {
         /// Served within the wait budget.
         Served = "served",
@@ -107,6 +107,11 @@ pub trait IndexObserver: Send + Sync + 'static {
     /// One drive finished.
     fn drive(&self, outcome: DriveLabel) {
         let _ = outcome;
+    }
+    /// A drive applied `applied` of its dispatch's tail events and skipped `rejected`
+    /// (undecodable, or of another execution).
+    fn drive_tail(&self, applied: u32, rejected: u32) {
+        let _ = (applied, rejected);
     }
     /// The resident totals changed to `stats`.
     fn residency(&self, stats: IndexStats) {

@@ -97,17 +97,26 @@ impl DriveOutcome {
     }
 }
 
-/// The result of one drive: builds, and waits between them, until served or out of budget.
+/// The result of one drive: the tail applied, builds and waits between them until served
+/// or past the deadline, and what the worker did after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drive {
     /// Served or incomplete.
     pub outcome: DriveOutcome,
-    /// Builds performed (at most `budget.waits + 1`).
+    /// How it ended, as `drive_builds_total{outcome}` labels it.
+    pub label: crate::observe::DriveLabel,
+    /// Builds performed (the deadline loop's, and the one after a replay).
     pub builds: u32,
     /// Waits that ended because the execution's snapshot changed (or it was evicted).
     pub wakes: u32,
-    /// Waits that ended at the per-wait cap.
+    /// Waits that ended at the per-wait cap or the deadline.
     pub timeouts: u32,
+    /// Tail events applied before the first build.
+    pub tail_applied: u32,
+    /// Tail events that did not decode or belonged to another execution (skipped).
+    pub tail_rejected: u32,
+    /// The replay after the deadline, if one was attempted.
+    pub rehydrate: Option<crate::observe::RehydrateLabel>,
     /// From the drive's start to its end.
     pub elapsed: Duration,
 }

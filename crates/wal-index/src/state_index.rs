@@ -4,15 +4,14 @@
 use std::future::Future;
 use std::time::Instant;
 
-use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId};
+use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::config::{DriveBudget, IndexConfig};
-use crate::drive::{DriveHooks, Mode, drive_loop, observed, run_blocking};
-use crate::observe::{DriveLabel, IndexObserver, RehydrateLabel};
-use crate::rehydrate::RehydrateGate;
+use crate::drive::{DriveHooks, Mode, run_blocking, run_flow};
+use crate::flow::DriveFlow;
+use crate::observe::IndexObserver;
 use crate::report::{
-    Applied, ApplyError, BatchReport, Build, Drive, DriveOutcome, EvictionStats, IndexStats,
-    RehydrateReport,
+    Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
 };
 
 /// The state-builder index: apply the WAL, build spines, drive until a tip lands, evict.
@@ -124,9 +123,10 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// The ids of resident executions (those holding at least one event), ascending.
     fn execution_ids(&self) -> Vec<ExecutionId>;
 
-    /// Builds until served, waiting between builds for the execution to change, within
-    /// `budget`. Runtime-agnostic: it awaits the index's locks (if any) and its wait list,
-    /// and times each wait out with its own timer.
+    /// The deadline loop alone: builds until served, waiting between builds for the
+    /// execution to change, until `budget`'s deadline. Runtime-agnostic: it awaits the
+    /// index's locks (if any) and its wait list, and times each wait out with its own timer.
+    /// [`drive_flow`](StateIndex::drive_flow) is the worker's whole flow.
     fn drive(
         &self,
         execution_id: ExecutionId,
@@ -137,12 +137,12 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         Self: Sized,
     {
         async move {
-            let drive = drive_loop(self, execution_id, expected_head, budget, Mode::Async).await;
-            observed(drive, self.observer())
+            let flow = DriveFlow::new(budget);
+            run_flow(self, execution_id, expected_head, &flow, Mode::Async).await
         }
     }
 
-    /// [`drive`](StateIndex::drive), parking the calling thread between builds.
+    /// [`drive`](StateIndex::drive), blocking the calling thread between builds.
     fn drive_blocking(
         &self,
         execution_id: ExecutionId,
@@ -152,123 +152,75 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     where
         Self: Sized,
     {
-        let drive = run_blocking(drive_loop(
+        let flow = DriveFlow::new(budget);
+        run_blocking(run_flow(
             self,
             execution_id,
             expected_head,
-            budget,
+            &flow,
             Mode::Blocking,
-        ));
-        observed(drive, self.observer())
+        ))
     }
 
-    /// The production drive: [`drive_blocking`](StateIndex::drive_blocking), and if the
-    /// budget runs out, today's rehydrate on miss: replay the execution's retained events
-    /// (`retained` is called only then) and build once more. At most
-    /// `gate.max_concurrent()` replays run at once; past that the drive falls back
-    /// (`throttled`). Reports `drive_builds_total` as `served`, `served_rehydrated` or
-    /// `fallback_incomplete`, and `rehydrate_total` for the replay, if one was attempted.
+    /// The worker's drive, as today's worker runs it ([`flow`](crate::flow) has the
+    /// table): apply the tail events, the deadline loop, the state shard, rehydrate on a
+    /// miss, fall back. Reports `drive_builds_total` with [`Drive::label`],
+    /// `drive_wait_total` per wait, `rehydrate_total` for a replay, and the tail applies.
     ///
     /// ```
-    /// use wal_index::{DriveBudget, Event, StateIndex, WalIndex};
+    /// use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, Event, ExecutionId, StateIndex, WalIndex};
+    /// use wal_index::observe::{DriveLabel, RehydrateLabel};
     /// use wal_index::rehydrate::RehydrateGate;
-    /// use wal_index::observe::RehydrateLabel;
+    ///
+    /// struct RetainedWal;
+    /// impl DriveFallbacks for RetainedWal {
+    ///     fn retained(&self, execution: ExecutionId) -> Option<Vec<Event>> {
+    ///         Some(vec![
+    ///             Event::minimal(1, execution, None, "playbook_started"),
+    ///             Event::minimal(2, execution, Some(1), "step"),
+    ///         ])
+    ///     }
+    /// }
     ///
     /// let index = WalIndex::default();
-    /// let retained = |execution| vec![
-    ///     Event::minimal(1, execution, None, "playbook_started"),
-    ///     Event::minimal(2, execution, Some(1), "step"),
-    /// ];
-    /// let budget = DriveBudget { waits: 0, ..DriveBudget::default() };
-    /// let (drive, replay) =
-    ///     index.drive_or_rehydrate_blocking(9, Some(2), budget, &RehydrateGate::default(), retained);
+    /// let gate = RehydrateGate::default();
+    /// let flow = DriveFlow::new(DriveBudget::new(0, std::time::Duration::ZERO))
+    ///     .fallbacks(&RetainedWal)
+    ///     .rehydrate_gate(&gate);
+    /// # futures_lite::future::block_on(async {
+    /// let drive = index.drive_flow(9, Some(2), &flow).await;
     /// assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2]);
-    /// assert_eq!(replay, Some(RehydrateLabel::Served));
+    /// assert_eq!((drive.label, drive.rehydrate), (DriveLabel::ServedRehydrated, Some(RehydrateLabel::Served)));
+    /// # });
     /// ```
-    fn drive_or_rehydrate_blocking(
+    fn drive_flow(
         &self,
         execution_id: ExecutionId,
         expected_head: Option<EventId>,
-        budget: DriveBudget,
-        gate: &RehydrateGate,
-        retained: impl FnOnce(ExecutionId) -> Vec<Event>,
-    ) -> (Drive, Option<RehydrateLabel>)
+        flow: &DriveFlow<'_>,
+    ) -> impl Future<Output = Drive> + Send
     where
         Self: Sized,
     {
-        let drive = run_blocking(drive_loop(
+        run_flow(self, execution_id, expected_head, flow, Mode::Async)
+    }
+
+    /// [`drive_flow`](StateIndex::drive_flow), blocking the calling thread.
+    fn drive_flow_blocking(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        flow: &DriveFlow<'_>,
+    ) -> Drive
+    where
+        Self: Sized,
+    {
+        run_blocking(run_flow(
             self,
             execution_id,
             expected_head,
-            budget,
+            flow,
             Mode::Blocking,
-        ));
-        rehydrate_on_miss(self, execution_id, drive, expected_head, gate, retained)
+        ))
     }
-
-    /// [`drive_or_rehydrate_blocking`](StateIndex::drive_or_rehydrate_blocking) on an
-    /// executor. The replay itself (reading `retained` and applying it) runs inline.
-    fn drive_or_rehydrate(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        budget: DriveBudget,
-        gate: &RehydrateGate,
-        retained: impl FnOnce(ExecutionId) -> Vec<Event> + Send,
-    ) -> impl Future<Output = (Drive, Option<RehydrateLabel>)> + Send
-    where
-        Self: Sized,
-    {
-        async move {
-            let drive = drive_loop(self, execution_id, expected_head, budget, Mode::Async).await;
-            rehydrate_on_miss(self, execution_id, drive, expected_head, gate, retained)
-        }
-    }
-}
-
-/// The tail of the production drive: report a served drive, or replay and build once more.
-fn rehydrate_on_miss<I: StateIndex>(
-    index: &I,
-    execution_id: ExecutionId,
-    mut drive: Drive,
-    expected_head: Option<EventId>,
-    gate: &RehydrateGate,
-    retained: impl FnOnce(ExecutionId) -> Vec<Event>,
-) -> (Drive, Option<RehydrateLabel>) {
-    if drive.outcome.spine().is_some() {
-        index.observer().drive(DriveLabel::Served);
-        return (drive, None);
-    }
-    let replay = match gate.try_enter() {
-        None => RehydrateLabel::Throttled,
-        Some(_permit) => {
-            let events = retained(execution_id);
-            if events.is_empty() {
-                RehydrateLabel::Empty
-            } else {
-                index.rehydrate(execution_id, events);
-                let build = index.build(execution_id, expected_head);
-                drive.builds += 1;
-                match build.spine {
-                    Some(spine) => {
-                        drive.outcome = DriveOutcome::Served(spine);
-                        RehydrateLabel::Served
-                    }
-                    None => {
-                        if let AdvanceOutcome::Incomplete(why) = build.outcome {
-                            drive.outcome = DriveOutcome::Incomplete(why);
-                        }
-                        RehydrateLabel::Incomplete
-                    }
-                }
-            }
-        }
-    };
-    index.observer().rehydrate(replay);
-    index.observer().drive(if replay == RehydrateLabel::Served {
-        DriveLabel::ServedRehydrated
-    } else {
-        DriveLabel::FallbackIncomplete
-    });
-    (drive, Some(replay))
 }

@@ -21,8 +21,8 @@ fn finished_execution<I: StateIndex>() -> I {
 
 fn budget() -> DriveBudget {
     DriveBudget {
-        waits: 3,
-        wait: Duration::from_millis(100),
+        attempts: 3,
+        retry: Duration::from_millis(100),
     }
 }
 

@@ -119,7 +119,7 @@ fn drives_for_unknown_executions_leave_no_state<I: StateIndex>() {
     const DRIVES: i64 = 20_000;
     let index = I::with_config(IndexConfig::default());
     let no_wait = DriveBudget {
-        waits: 0,
+        attempts: 0,
         ..DriveBudget::default()
     };
     for e in 0..DRIVES {
@@ -150,8 +150,8 @@ fn drives_for_unknown_executions_leave_no_state<I: StateIndex>() {
                 DRIVES,
                 Some(2),
                 DriveBudget {
-                    waits: 3,
-                    wait: Duration::from_secs(10),
+                    attempts: 3,
+                    retry: Duration::from_secs(10),
                 },
             )
         })
@@ -257,8 +257,8 @@ for_each_engine!(
 fn lockfree_drives_for_unknown_executions_leave_no_slot_and_no_room() {
     let index = Arc::new(wal_index::WalIndex::default());
     let no_wait = DriveBudget {
-        waits: 1,
-        wait: Duration::from_millis(1),
+        attempts: 1,
+        retry: Duration::from_millis(1),
     };
     let drivers: Vec<_> = (0..4)
         .map(|t| {

@@ -32,8 +32,8 @@ fn two_threads_apply_build_drive_and_evict() {
                 1,
                 Some(6),
                 DriveBudget {
-                    waits: 50,
-                    wait: Duration::from_millis(50),
+                    attempts: 50,
+                    retry: Duration::from_millis(50),
                 },
             );
             assert_eq!(

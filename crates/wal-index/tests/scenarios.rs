@@ -322,8 +322,8 @@ fn drive_runs_out_of_budget_with_the_reason<I: StateIndex>() {
     let index = I::with_config(IndexConfig::default());
     index.apply_batch(linear(1, 1, 3));
     let budget = DriveBudget {
-        waits: 2,
-        wait: Duration::from_millis(5),
+        attempts: 2,
+        retry: Duration::from_millis(5),
     };
     let drive = index.drive_blocking(1, Some(9), budget);
     assert_eq!(

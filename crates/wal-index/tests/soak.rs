@@ -232,8 +232,8 @@ fn soak<I: StateIndex>() {
                     }
                     2 => {
                         let budget = DriveBudget {
-                            waits: 2,
-                            wait: Duration::from_millis(3),
+                            attempts: 2,
+                            retry: Duration::from_millis(3),
                         };
                         let drive = index.drive_blocking(e, Some(tip), budget);
                         if let Some(spine) = drive.outcome.spine() {

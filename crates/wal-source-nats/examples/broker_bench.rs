@@ -83,8 +83,8 @@ fn measure<I: StateIndex>(url: &str, stream: &str, retained: &mut Retained) {
     // Drive latency through the broker: one live event at a time.
     let mut publisher = WalPublisher::connect(&config, subjects(), 1).expect("publisher");
     let budget = DriveBudget {
-        waits: 50,
-        wait: Duration::from_millis(200),
+        attempts: 50,
+        retry: Duration::from_millis(200),
     };
     let mut latencies = Vec::with_capacity(DRIVES as usize);
     let mut served = 0;

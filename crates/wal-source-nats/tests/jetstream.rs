@@ -24,8 +24,8 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// A generous budget: a drive through the broker must be served, never time out.
 fn budget() -> DriveBudget {
     DriveBudget {
-        waits: 50,
-        wait: Duration::from_millis(200),
+        attempts: 50,
+        retry: Duration::from_millis(200),
     }
 }
 

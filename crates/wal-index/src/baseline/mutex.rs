@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
+use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine};
+use serde_json::Value;
 
-use super::entry::{Entry, apply_each};
+use super::entry::{self, BatchTally, Cloned, Entry};
 use crate::config::IndexConfig;
 use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
@@ -30,20 +31,26 @@ struct Inner {
 /// Today's index: one async mutex around a `HashMap` of per-execution chains, and one
 /// global "something was appended" notification.
 ///
-/// What it reproduces, on purpose:
+/// What it reproduces, on purpose (docs/baseline.md has the row-by-row comparison with
+/// today's code, and the direction each remaining difference pushes the ratios):
 ///
-/// - the drain takes the mutex **for every applied event**, and again to evict a batch's
-///   terminal executions;
-/// - every applied event, of any execution, wakes **every** waiting drive;
-/// - a build's timer starts **before** it takes the mutex, so `Build::waited` is the
-///   lock wait production's `index_lock_wait_seconds_total` reports;
-/// - a build copies **every payload of the spine** out under the lock
-///   ([`chain_fold::Spine::deep_copy`]).
+/// - the mutex is **Tokio's**: fair, first come first served;
+/// - the drain takes the mutex **for every applied event**: before it, the record is
+///   parsed into a JSON value; under it, that value (or its slim projection) is
+///   **deep-cloned** into the index and **walked** for its byte estimate; after it, every
+///   waiting drive is woken (**any** execution's event wakes **every** drive), and the
+///   residency gauges are set;
+/// - a build's timer starts **before** it takes the mutex, so `Build::waited` is the lock
+///   wait production's `index_lock_wait_seconds_total` reports; under the lock it
+///   advances the cached spine and **clones every payload value of the spine**; after it,
+///   it serializes them, and the observer hears of it;
+/// - a replay takes the lock **once per event**.
 ///
 /// What it does not do: sleep, spin, or take the lock more often than today. It uses the
-/// same pure core (`chain-fold`) as the engine, so a difference measured between them is
-/// the concurrency design, not the chain code. Its synchronous methods block the calling
-/// thread on the async mutex (`async_lock`'s `lock_blocking`); `drive` awaits it.
+/// same pure core (`chain-fold`) as the engine for chains and spines, so a difference
+/// measured between them is the concurrency design and today's data path, not the chain
+/// code. Its synchronous methods park the calling thread in the mutex's queue; `drive` and
+/// the async drain await it.
 ///
 /// ```
 /// use wal_index::baseline::MutexIndex;
@@ -76,6 +83,9 @@ impl Default for MutexIndex {
     }
 }
 
+/// What one build did under the lock: the outcome, and the spine with its cloned values.
+type Built = (AdvanceOutcome, Option<(Spine, Cloned)>);
+
 impl Inner {
     fn entry(&mut self, execution_id: ExecutionId, config: &IndexConfig, now: u64) -> &mut Entry {
         let created = &mut self.created;
@@ -87,20 +97,21 @@ impl Inner {
         })
     }
 
+    /// Today's apply under the lock. Returns whether the event was new, the incarnation it
+    /// landed in, and the totals after it (reported once the lock is released).
     fn apply(
         &mut self,
         event: Event,
+        parsed: &Value,
         config: &IndexConfig,
         now: u64,
-        observer: &dyn IndexObserver,
-    ) -> (bool, u64) {
+    ) -> (bool, u64, IndexStats) {
         let mut stats = self.stats;
         let entry = self.entry(event.execution_id(), config, now);
-        let is_new = entry.apply(event, now, &mut stats);
+        let is_new = entry.apply(event, parsed, config.slim, now, &mut stats);
         let incarnation = entry.incarnation;
         self.stats = stats;
-        observer.residency(self.stats);
-        (is_new, incarnation)
+        (is_new, incarnation, stats)
     }
 
     /// `None` if absent (or not the `incarnation` asked for), `Some(false)` if gated.
@@ -109,7 +120,6 @@ impl Inner {
         execution_id: ExecutionId,
         incarnation: Option<u64>,
         sink_gate: bool,
-        observer: &dyn IndexObserver,
     ) -> Option<bool> {
         let entry = self.executions.get(&execution_id)?;
         if incarnation.is_some_and(|i| i != entry.incarnation) {
@@ -120,9 +130,27 @@ impl Inner {
         }
         let entry = self.executions.remove(&execution_id)?;
         entry.subtract_from(&mut self.stats);
-        observer.residency(self.stats);
         Some(true)
     }
+
+    fn build(&mut self, execution_id: ExecutionId, expected_head: Option<EventId>, now: u64) -> Built {
+        match self.executions.get_mut(&execution_id) {
+            Some(entry) => entry.build(expected_head, now),
+            None => (
+                AdvanceOutcome::Incomplete(
+                    expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing),
+                ),
+                None,
+            ),
+        }
+    }
+}
+
+/// One event on its way into the index: the drain's parse, done before the lock.
+struct Prepared {
+    event: Event,
+    parsed: Value,
+    applied: Applied,
 }
 
 impl MutexIndex {
@@ -131,61 +159,118 @@ impl MutexIndex {
         MutexIndex::with_config(config)
     }
 
+    /// Today's byte estimate of everything resident: the sum of each stored value's walk
+    /// (today charges its ledger with it; every index here charges the engine's exact
+    /// ledger, so evictions decide on the same figure: see docs/baseline.md).
+    pub fn walked_bytes(&self) -> usize {
+        self.inner
+            .lock_blocking()
+            .executions
+            .values()
+            .map(|e| e.walked_bytes)
+            .sum()
+    }
+
     fn nanos(&self, at: Instant) -> u64 {
         self.clock.at(at)
     }
 
-    fn prepare(&self, event: Event) -> Event {
-        if self.config.slim {
+    /// The work before the lock: parse the record (today's drain holds each record as a
+    /// parsed value), and project our own chain's copy if the index is slim.
+    fn prepare(&self, event: Event) -> Prepared {
+        let parsed = entry::parse(&event);
+        let event = if self.config.slim {
             event.to_slim()
         } else {
             event
-        }
-    }
-
-    /// Indexes one event under the global mutex, then wakes every waiting drive. Returns
-    /// the incarnation of the entry it landed in.
-    fn apply_one(&self, event: Event) -> (Applied, u64) {
-        let event = self.prepare(event);
-        let mut applied = Applied {
+        };
+        let applied = Applied {
             execution_id: event.execution_id(),
             event_id: event.id(),
             is_new: false,
             is_terminal: event.is_terminal(),
         };
-        let now = self.nanos(Instant::now());
-        let (is_new, incarnation) =
-            self.inner
-                .lock_blocking()
-                .apply(event, &self.config, now, self.observer());
-        applied.is_new = is_new;
+        Prepared {
+            event,
+            parsed,
+            applied,
+        }
+    }
+
+    /// The work after the lock: set the gauges, wake every waiting drive, and drop the
+    /// drain's parsed record.
+    fn applied(&self, prepared: Prepared, locked: (bool, u64, IndexStats)) -> (Applied, u64) {
+        let (is_new, incarnation, stats) = locked;
+        self.observer().residency(stats);
         self.appended.notify(usize::MAX);
+        let mut applied = prepared.applied;
+        applied.is_new = is_new;
+        drop(prepared.parsed);
         (applied, incarnation)
     }
 
-    fn build_locked(
-        &self,
-        inner: &mut Inner,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        started: Instant,
-    ) -> Build {
-        let waited = started.elapsed();
-        let (outcome, spine) = match inner.executions.get_mut(&execution_id) {
-            Some(entry) => entry.build(expected_head, self.nanos(started)),
-            None => (
-                AdvanceOutcome::Incomplete(
-                    expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing),
-                ),
-                None,
-            ),
-        };
+    /// Indexes one event under the global mutex, then wakes every waiting drive. Returns
+    /// the incarnation of the entry it landed in.
+    fn apply_one(&self, event: Event) -> (Applied, u64) {
+        let prepared = self.prepare(event);
+        let now = self.nanos(Instant::now());
+        let locked = self.inner.lock_blocking().apply(
+            prepared.event.clone(),
+            &prepared.parsed,
+            &self.config,
+            now,
+        );
+        self.applied(prepared, locked)
+    }
+
+    /// [`MutexIndex::apply_one`], awaiting the mutex (the drain as a task, a drive's tail).
+    async fn apply_one_async(&self, event: Event) -> (Applied, u64) {
+        let prepared = self.prepare(event);
+        let now = self.nanos(Instant::now());
+        let locked = self.inner.lock().await.apply(
+            prepared.event.clone(),
+            &prepared.parsed,
+            &self.config,
+            now,
+        );
+        self.applied(prepared, locked)
+    }
+
+    /// The batch's terminal evictions, under the lock once more (as today's
+    /// `finish_batch`); the gauges and the eviction count are reported after it.
+    fn finish_batch(&self, inner: &mut Inner, terminal: Vec<(ExecutionId, u64)>, report: &mut BatchReport) {
+        for (execution_id, incarnation) in terminal {
+            match inner.evict(execution_id, Some(incarnation), self.config.sink_gate) {
+                Some(true) => report.terminal_evicted.push(execution_id),
+                Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
+                None => {}
+            }
+        }
+    }
+
+    fn report_batch(&self, stats: Option<IndexStats>, report: &BatchReport) {
+        if let Some(stats) = stats {
+            self.observer().residency(stats);
+        }
+        if !report.terminal_evicted.is_empty() {
+            self.observer()
+                .evicted(EvictReason::Terminal, report.terminal_evicted.len());
+        }
+    }
+
+    /// The end of a build, after the lock: serialize the cloned values (today's drive
+    /// input), then report.
+    fn finish_build(&self, built: Built, waited: std::time::Duration, started: Instant) -> Build {
+        let (outcome, served) = built;
+        let spine = served.map(|(spine, cloned)| {
+            entry::serialize(cloned);
+            spine
+        });
         Build::finish(self.observer(), outcome, spine, waited, started)
     }
 }
 
 impl DriveHooks for MutexIndex {
-    #[cfg(any(wal_index_loom, wal_index_shuttle))]
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
     }
@@ -202,11 +287,50 @@ impl DriveHooks for MutexIndex {
     ) -> Build {
         let started = Instant::now();
         let mut inner = self.inner.lock().await;
-        self.build_locked(&mut inner, execution_id, expected_head, started)
+        let waited = started.elapsed();
+        let built = inner.build(execution_id, expected_head, self.nanos(started));
+        drop(inner);
+        self.finish_build(built, waited, started)
     }
 
     fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
         self.build(execution_id, expected_head)
+    }
+
+    async fn apply_async(&self, event: Event) -> Applied {
+        self.apply_one_async(event).await.0
+    }
+
+    /// Today's drain as a task: lock, apply, unlock, wake, per event, awaiting the mutex.
+    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
+        let mut tally = BatchTally::default();
+        for event in events {
+            let (applied, incarnation) = self.apply_one_async(event).await;
+            tally.add(applied, incarnation);
+        }
+        let (mut report, terminal) = tally.finish();
+        let stats = if terminal.is_empty() {
+            None
+        } else {
+            let mut inner = self.inner.lock().await;
+            self.finish_batch(&mut inner, terminal, &mut report);
+            Some(inner.stats)
+        };
+        self.report_batch(stats, &report);
+        report
+    }
+
+    async fn rehydrate_async(&self, execution_id: ExecutionId, events: Vec<Event>) -> RehydrateReport {
+        let mut report = RehydrateReport::default();
+        for event in events {
+            if event.execution_id() != execution_id {
+                report.other_execution += 1;
+                continue;
+            }
+            report.applied += 1;
+            report.new += usize::from(self.apply_one_async(event).await.0.is_new);
+        }
+        report
     }
 }
 
@@ -245,27 +369,20 @@ impl StateIndex for MutexIndex {
     /// Applies each event as today's drain does (lock, apply, unlock, wake everyone, per
     /// event), then takes the lock once more to evict the batch's terminal executions.
     fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
-        let (mut report, terminal) = apply_each(events, |event| self.apply_one(event));
-        if !terminal.is_empty() {
+        let mut tally = BatchTally::default();
+        for event in events {
+            let (applied, incarnation) = self.apply_one(event);
+            tally.add(applied, incarnation);
+        }
+        let (mut report, terminal) = tally.finish();
+        let stats = if terminal.is_empty() {
+            None
+        } else {
             let mut inner = self.inner.lock_blocking();
-            for (execution_id, incarnation) in terminal {
-                let evicted = inner.evict(
-                    execution_id,
-                    Some(incarnation),
-                    self.config.sink_gate,
-                    self.observer(),
-                );
-                match evicted {
-                    Some(true) => report.terminal_evicted.push(execution_id),
-                    Some(false) => report.terminal_kept_by_sink_gate.push(execution_id),
-                    None => {}
-                }
-            }
-        }
-        if !report.terminal_evicted.is_empty() {
-            self.observer()
-                .evicted(EvictReason::Terminal, report.terminal_evicted.len());
-        }
+            self.finish_batch(&mut inner, terminal, &mut report);
+            Some(inner.stats)
+        };
+        self.report_batch(stats, &report);
         report
     }
 
@@ -273,7 +390,10 @@ impl StateIndex for MutexIndex {
     fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
         let started = Instant::now();
         let mut inner = self.inner.lock_blocking();
-        self.build_locked(&mut inner, execution_id, expected_head, started)
+        let waited = started.elapsed();
+        let built = inner.build(execution_id, expected_head, self.nanos(started));
+        drop(inner);
+        self.finish_build(built, waited, started)
     }
 
     /// Refreshes recency; false if not resident.
@@ -294,9 +414,13 @@ impl StateIndex for MutexIndex {
             .executions
             .get(&execution_id)
             .is_some_and(|e| !e.chain.is_empty());
-        let evicted = inner.evict(execution_id, None, self.config.sink_gate, self.observer())
-            == Some(true)
-            && held_events;
+        let removed = inner.evict(execution_id, None, self.config.sink_gate) == Some(true);
+        let stats = inner.stats;
+        drop(inner);
+        if removed {
+            self.observer().residency(stats);
+        }
+        let evicted = removed && held_events;
         if evicted {
             self.observer().evicted(EvictReason::Explicit, 1);
         }
@@ -318,17 +442,14 @@ impl StateIndex for MutexIndex {
             .collect();
         let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
         for execution_id in idle_empty {
-            inner.evict(execution_id, None, self.config.sink_gate, self.observer());
+            inner.evict(execution_id, None, self.config.sink_gate);
         }
         for victim in &plan.evicted {
-            inner.evict(
-                victim.execution_id,
-                None,
-                self.config.sink_gate,
-                self.observer(),
-            );
+            inner.evict(victim.execution_id, None, self.config.sink_gate);
         }
+        let stats = inner.stats;
         drop(inner);
+        self.observer().residency(stats);
         report_sweep(self.observer(), &plan);
         plan
     }
@@ -366,28 +487,22 @@ impl StateIndex for MutexIndex {
         self.inner.lock_blocking().stats
     }
 
-    /// Replays one execution's events under the mutex (held for the whole replay, as
-    /// today), then wakes every waiter.
+    /// Replays one execution's events as today does: one lock acquisition (and one wake of
+    /// every waiter) per event.
     fn rehydrate(
         &self,
         execution_id: ExecutionId,
         events: impl IntoIterator<Item = Event>,
     ) -> RehydrateReport {
         let mut report = RehydrateReport::default();
-        let now = self.nanos(Instant::now());
-        {
-            let mut inner = self.inner.lock_blocking();
-            for event in events {
-                if event.execution_id() != execution_id {
-                    report.other_execution += 1;
-                    continue;
-                }
-                report.applied += 1;
-                let event = self.prepare(event);
-                report.new += usize::from(inner.apply(event, &self.config, now, self.observer()).0);
+        for event in events {
+            if event.execution_id() != execution_id {
+                report.other_execution += 1;
+                continue;
             }
+            report.applied += 1;
+            report.new += usize::from(self.apply_one(event).0.is_new);
         }
-        self.appended.notify(usize::MAX);
         report
     }
 

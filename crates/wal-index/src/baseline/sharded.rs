@@ -2,12 +2,12 @@
 //! design — one mutex and one notification per execution — kept as a comparator.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
+use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine};
 use dashmap::DashMap;
 
-use super::entry::{Entry, apply_each};
+use super::entry::{self, Cloned, Entry, apply_each};
 use crate::config::IndexConfig;
 use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
@@ -190,6 +190,8 @@ impl ShardedMutexIndex {
     /// Indexes one event under its execution's mutex, then wakes that execution's waiters.
     /// Returns the slot it landed in.
     fn apply_one(&self, event: Event) -> (Applied, Arc<Slot>) {
+        // The drain's parse, before the lock (today's drain holds a parsed record).
+        let parsed = entry::parse(&event);
         let event = self.prepare(event);
         let mut applied = Applied {
             execution_id: event.execution_id(),
@@ -203,23 +205,25 @@ impl ShardedMutexIndex {
             let mut stats = self.stats.lock();
             let is_new = event
                 .take()
-                .is_some_and(|e| entry.apply(e, now, &mut stats));
-            self.observer.residency(*stats);
-            is_new
+                .is_some_and(|e| entry.apply(e, &parsed, self.config.slim, now, &mut stats));
+            (is_new, *stats)
         });
+        let (is_new, stats) = is_new;
+        // After the lock, as today.
+        self.observer.residency(stats);
         applied.is_new = is_new;
         slot.appended.notify(usize::MAX);
         (applied, slot)
     }
 
-    fn build_with(
+    /// Today's build under the execution's lock (`entry` is `None` when it has no slot).
+    fn build_locked(
         &self,
         entry: Option<&mut Entry>,
         expected_head: Option<EventId>,
         started: Instant,
-    ) -> Build {
-        let waited = started.elapsed();
-        let (outcome, spine) = match entry {
+    ) -> Built {
+        match entry {
             Some(entry) if !entry.evicted => entry.build(expected_head, self.nanos(started)),
             _ => (
                 AdvanceOutcome::Incomplete(
@@ -227,15 +231,40 @@ impl ShardedMutexIndex {
                 ),
                 None,
             ),
-        };
+        }
+    }
+
+    /// After the lock: serialize the cloned values, then report.
+    fn finish_build(&self, built: Built, waited: Duration, started: Instant) -> Build {
+        let (outcome, served) = built;
+        let spine = served.map(|(spine, cloned)| {
+            entry::serialize(cloned);
+            spine
+        });
         Build::finish(self.observer(), outcome, spine, waited, started)
     }
 }
 
+/// What one build did under the lock: the outcome, and the spine with its cloned values.
+type Built = (AdvanceOutcome, Option<(Spine, Cloned)>);
+
 impl DriveHooks for ShardedMutexIndex {
-    #[cfg(any(wal_index_loom, wal_index_shuttle))]
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
+    }
+
+    /// A per-execution lock is held only for one apply or build, never across an await, so
+    /// parking on it is bounded: the async forms are the synchronous ones.
+    async fn apply_async(&self, event: Event) -> Applied {
+        self.apply(event)
+    }
+
+    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
+        self.apply_batch(events)
+    }
+
+    async fn rehydrate_async(&self, execution_id: ExecutionId, events: Vec<Event>) -> RehydrateReport {
+        self.rehydrate(execution_id, events)
     }
 
     /// This execution's own signal: each event applied to it wakes this waiter. An
@@ -268,13 +297,15 @@ impl DriveHooks for ShardedMutexIndex {
         expected_head: Option<EventId>,
     ) -> Build {
         let started = Instant::now();
-        match self.slot(execution_id) {
+        let (built, waited) = match self.slot(execution_id) {
             Some(slot) => {
                 let mut entry = slot.entry.lock().await;
-                self.build_with(Some(&mut entry), expected_head, started)
+                let waited = started.elapsed();
+                (self.build_locked(Some(&mut entry), expected_head, started), waited)
             }
-            None => self.build_with(None, expected_head, started),
-        }
+            None => (self.build_locked(None, expected_head, started), started.elapsed()),
+        };
+        self.finish_build(built, waited, started)
     }
 
     fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
@@ -333,13 +364,15 @@ impl StateIndex for ShardedMutexIndex {
     /// Builds under the execution's mutex (timer started before the lock).
     fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
         let started = Instant::now();
-        match self.slot(execution_id) {
+        let (built, waited) = match self.slot(execution_id) {
             Some(slot) => {
                 let mut entry = slot.entry.lock_blocking();
-                self.build_with(Some(&mut entry), expected_head, started)
+                let waited = started.elapsed();
+                (self.build_locked(Some(&mut entry), expected_head, started), waited)
             }
-            None => self.build_with(None, expected_head, started),
-        }
+            None => (self.build_locked(None, expected_head, started), started.elapsed()),
+        };
+        self.finish_build(built, waited, started)
     }
 
     /// Refreshes recency; false if not resident.
@@ -443,41 +476,22 @@ impl StateIndex for ShardedMutexIndex {
         *self.stats.lock()
     }
 
-    /// Replays one execution under its mutex (held for the whole replay), then wakes its
-    /// waiters.
+    /// Replays one execution's events as today does: one lock acquisition (and one wake of
+    /// its waiters) per event.
     fn rehydrate(
         &self,
         execution_id: ExecutionId,
         events: impl IntoIterator<Item = Event>,
     ) -> RehydrateReport {
         let mut report = RehydrateReport::default();
-        let mut mine = Vec::new();
         for event in events {
-            if event.execution_id() == execution_id {
-                mine.push(self.prepare(event));
-            } else {
+            if event.execution_id() != execution_id {
                 report.other_execution += 1;
+                continue;
             }
+            report.applied += 1;
+            report.new += usize::from(self.apply_one(event).0.is_new);
         }
-        if mine.is_empty() {
-            return report;
-        }
-        let now = self.nanos(Instant::now());
-        let mut mine = Some(mine);
-        let ((applied, new), slot) = self.with_live_entry(execution_id, |entry| {
-            let mut stats = self.stats.lock();
-            let events = mine.take().unwrap_or_default();
-            let applied = events.len();
-            let new: usize = events
-                .into_iter()
-                .map(|e| usize::from(entry.apply(e, now, &mut stats)))
-                .sum();
-            self.observer.residency(*stats);
-            (applied, new)
-        });
-        report.applied = applied;
-        report.new = new;
-        slot.appended.notify(usize::MAX);
         report
     }
 

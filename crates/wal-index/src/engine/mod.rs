@@ -240,7 +240,20 @@ impl DriveHooks for WalIndex {
         read::build(self, execution_id, expected_head)
     }
 
-    #[cfg(any(wal_index_loom, wal_index_shuttle))]
+    /// The engine's applies never wait for a build and hold its short writer locks only:
+    /// the async forms are the synchronous ones.
+    async fn apply_async(&self, event: Event) -> Applied {
+        self.apply(event)
+    }
+
+    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
+        self.apply_batch(events)
+    }
+
+    async fn rehydrate_async(&self, execution_id: ExecutionId, events: Vec<Event>) -> RehydrateReport {
+        self.rehydrate(execution_id, events)
+    }
+
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
     }

@@ -20,7 +20,8 @@ pub struct DrainConfig {
     /// How long one pull waits for the first record (production sleeps 25 ms between
     /// empty pulls).
     pub idle_wait: Duration,
-    /// How often the eviction sweep runs.
+    /// How often, at most, the eviction sweep runs (today: `NOETL_STATE_INDEX_SWEEP_SECS`,
+    /// 15 s by default).
     pub sweep_every: Duration,
     /// What a source error does: `Some` retries after a growing pause (the default; a
     /// broker outage is not the end of the drain), `None` ends the run with the error.
@@ -34,9 +35,54 @@ impl Default for DrainConfig {
         DrainConfig {
             batch_max: 200,
             idle_wait: Duration::from_millis(25),
-            sweep_every: Duration::from_secs(1),
+            sweep_every: Duration::from_secs(DrainConfig::DEFAULT_SWEEP_SECS),
             retry: Some(Backoff::default()),
         }
+    }
+}
+
+impl DrainConfig {
+    /// Today's sweep interval, in seconds.
+    pub const DEFAULT_SWEEP_SECS: u64 = 15;
+
+    /// The defaults, with `NOETL_STATE_INDEX_SWEEP_SECS` (seconds between sweeps, at least
+    /// 1; unset or empty: 15) read from the process environment. A value that is set but
+    /// not a positive integer is an error naming the variable.
+    pub fn from_env() -> Result<DrainConfig, crate::config::ConfigError> {
+        Self::from_lookup(|var| std::env::var(var).ok())
+    }
+
+    /// [`DrainConfig::from_env`] over any lookup function.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wal_index::DrainConfig;
+    ///
+    /// let config = DrainConfig::from_lookup(|_| None).unwrap();
+    /// assert_eq!(config.sweep_every, Duration::from_secs(15));
+    /// let config = DrainConfig::from_lookup(|_| Some("60".to_owned())).unwrap();
+    /// assert_eq!(config.sweep_every, Duration::from_secs(60));
+    /// assert!(DrainConfig::from_lookup(|_| Some("0".to_owned())).is_err());
+    /// ```
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<DrainConfig, crate::config::ConfigError> {
+        const VAR: &str = "NOETL_STATE_INDEX_SWEEP_SECS";
+        let mut config = DrainConfig::default();
+        let value = lookup(VAR).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        if let Some(value) = value {
+            match value.parse::<u64>() {
+                Ok(secs) if secs > 0 => config.sweep_every = Duration::from_secs(secs),
+                _ => {
+                    return Err(crate::config::ConfigError {
+                        var: VAR,
+                        value,
+                        expected: "a positive number of seconds",
+                    });
+                }
+            }
+        }
+        Ok(config)
     }
 }
 
@@ -75,6 +121,13 @@ impl Backoff {
         let doublings = consecutive.saturating_sub(1).min(20);
         self.first.saturating_mul(1 << doublings).min(self.max)
     }
+}
+
+/// What one pull gave the drain.
+enum Step {
+    Closed,
+    Idle,
+    Events(Vec<Event>),
 }
 
 /// A record the drain could not decode.
@@ -165,26 +218,66 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// One pull-apply-commit step (and a sweep if one is due). Returns false once the
     /// source is closed; an error only when the source failed and is not retried.
     pub fn step(&mut self) -> io::Result<bool> {
-        if let Some((_, due)) = self.failing {
-            let now = Instant::now();
-            if now < due {
-                // Sleep in short slices so `run_until`'s stop flag is seen promptly.
-                std::thread::sleep(
-                    (due - now).min(self.config.idle_wait.max(Duration::from_millis(1))),
-                );
-                return Ok(true);
-            }
+        if let Some(pause) = self.backing_off() {
+            // Sleep in short slices so `run_until`'s stop flag is seen promptly.
+            std::thread::sleep(pause);
+            return Ok(true);
         }
-        let pulled = match self
+        let pulled = self
             .source
-            .pull(self.config.batch_max, self.config.idle_wait)
-        {
-            Ok(pulled) => pulled,
+            .pull(self.config.batch_max, self.config.idle_wait);
+        let events = match self.decode(pulled) {
             Err(error) => return self.source_failed(error),
+            Ok(Step::Closed) => return self.stepped(false),
+            Ok(Step::Idle) => return self.stepped(true),
+            Ok(Step::Events(events)) => events,
         };
-        let more = match pulled {
-            Pull::Closed => false,
-            Pull::Idle => true,
+        if !events.is_empty() {
+            let batch = self.index.apply_batch(events);
+            self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
+        }
+        self.committed()
+    }
+
+    /// [`Drain::step`] as a task on an executor, as today's drain runs: the pull does not
+    /// wait (an empty pull sleeps `idle_wait` on a timer instead), and the batch is applied
+    /// awaiting rather than blocking on the index's locks (today's mutex is awaited per
+    /// event). A source whose `pull` blocks even with a zero wait (none of
+    /// this crate's) would block the executor's thread.
+    pub async fn step_async(&mut self) -> io::Result<bool> {
+        if let Some(pause) = self.backing_off() {
+            futures_timer::Delay::new(pause).await;
+            return Ok(true);
+        }
+        let pulled = self.source.pull(self.config.batch_max, Duration::ZERO);
+        let events = match self.decode(pulled) {
+            Err(error) => return self.source_failed(error),
+            Ok(Step::Closed) => return self.stepped(false),
+            Ok(Step::Idle) => {
+                futures_timer::Delay::new(self.config.idle_wait).await;
+                return self.stepped(true);
+            }
+            Ok(Step::Events(events)) => events,
+        };
+        if !events.is_empty() {
+            let batch = self.index.apply_batch_async(events).await;
+            self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
+        }
+        self.committed()
+    }
+
+    /// While backing off after a source error: how long to pause before looking again.
+    fn backing_off(&self) -> Option<Duration> {
+        let (_, due) = self.failing?;
+        let now = Instant::now();
+        (now < due).then(|| (due - now).min(self.config.idle_wait.max(Duration::from_millis(1))))
+    }
+
+    /// Counts and decodes a pull's records (bad ones are counted and skipped).
+    fn decode(&mut self, pulled: io::Result<Pull>) -> io::Result<Step> {
+        Ok(match pulled? {
+            Pull::Closed => Step::Closed,
+            Pull::Idle => Step::Idle,
             Pull::Records(records) => {
                 self.index.observer().wal_events(records.len() as u64);
                 let mut events = Vec::with_capacity(records.len());
@@ -197,15 +290,22 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 if !events.is_empty() {
                     self.report.events += events.len() as u64;
                     self.report.batches += 1;
-                    let batch = self.index.apply_batch(events);
-                    self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
                 }
-                if let Err(error) = self.source.commit() {
-                    return self.source_failed(error);
-                }
-                true
+                Step::Events(events)
             }
-        };
+        })
+    }
+
+    /// After a batch was applied: commit, then as after any successful pull.
+    fn committed(&mut self) -> io::Result<bool> {
+        if let Err(error) = self.source.commit() {
+            return self.source_failed(error);
+        }
+        self.stepped(true)
+    }
+
+    /// After a successful pull: healthy, and a sweep if one is due.
+    fn stepped(&mut self, more: bool) -> io::Result<bool> {
         self.failing = None;
         self.set_healthy(true);
         if self.last_sweep.elapsed() >= self.config.sweep_every {
@@ -263,6 +363,14 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     pub fn run_until(&mut self, stop: &AtomicBool) -> io::Result<&DrainReport> {
         // Relaxed: the flag carries no data; the drain only needs to see it eventually.
         while !stop.load(Ordering::Relaxed) && self.step()? {}
+        Ok(&self.report)
+    }
+
+    /// [`Drain::run_until`] as a task: steps with [`Drain::step_async`] until the source
+    /// closes or `stop` is set.
+    pub async fn run_until_async(&mut self, stop: &AtomicBool) -> io::Result<&DrainReport> {
+        // Relaxed: as in `run_until`.
+        while !stop.load(Ordering::Relaxed) && self.step_async().await? {}
         Ok(&self.report)
     }
 

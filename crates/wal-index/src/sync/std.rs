@@ -55,7 +55,9 @@ pub(crate) fn wait_timeout(listener: Listener, cap: std::time::Duration) -> bool
 /// The index's clock: nanoseconds since the index was created, from the monotonic clock.
 /// Under loom it is a model-controlled counter instead, so a model decides when time passes.
 #[derive(Debug)]
-pub(crate) struct Clock {
+// `pub` because the sealed `DriveHooks` names it; unnameable outside the crate.
+#[allow(unreachable_pub)]
+pub struct Clock {
     epoch: std::time::Instant,
 }
 
@@ -82,10 +84,30 @@ impl Clock {
     }
 }
 
-/// The async mutex of the lock-based comparators (`baseline`): awaited by async drives,
-/// `lock_blocking` elsewhere.
+/// The async mutex of the lock-based comparators (`baseline`): Tokio's, as today's index
+/// uses, so it is fair (first come, first served: a build waiting for the lock is never
+/// overtaken by a later request of the drain). Awaited by async paths; `lock_blocking`
+/// parks the calling thread on the same queue.
 #[cfg(feature = "baselines")]
-pub(crate) type AsyncMutex<T> = async_lock::Mutex<T>;
+pub(crate) struct AsyncMutex<T>(tokio::sync::Mutex<T>);
+
+#[cfg(feature = "baselines")]
+impl<T> AsyncMutex<T> {
+    pub(crate) fn new(value: T) -> Self {
+        AsyncMutex(tokio::sync::Mutex::new(value))
+    }
+
+    pub(crate) async fn lock(&self) -> tokio::sync::MutexGuard<'_, T> {
+        self.0.lock().await
+    }
+
+    /// Takes a place in the same FIFO queue as `lock` and parks until served. (Not
+    /// Tokio's `blocking_lock`, which refuses to run on a runtime thread: the simulator's
+    /// blocking drives and the benches call this from anywhere.)
+    pub(crate) fn lock_blocking(&self) -> tokio::sync::MutexGuard<'_, T> {
+        futures_lite::future::block_on(self.0.lock())
+    }
+}
 
 /// Lets another thread run (a spin-wait's back-off).
 #[cfg(feature = "baselines")]

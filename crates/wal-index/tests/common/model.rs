@@ -188,8 +188,8 @@ pub fn run_index<I: StateIndex>(index: &I, op: &Op, far: Instant) -> Seen {
         Op::Build(e, h) => json(index.build(*e, h.map(|i| HEADS[i]))),
         Op::Drive(e, h) => {
             let budget = DriveBudget {
-                waits: 0,
-                wait: Duration::ZERO,
+                attempts: 0,
+                retry: Duration::ZERO,
             };
             let d = index.drive_blocking(*e, Some(HEADS[*h]), budget);
             Seen::Flag(d.outcome.spine().is_some())
