@@ -17,7 +17,7 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sb_metrics::StateBuilderMetrics;
 use wal_index::WalIndex;
-use wal_index::baseline::MutexIndex;
+use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 
 pub use report::Report;
 pub use run::{Plan, SimConfig};
@@ -30,8 +30,12 @@ pub enum Engines {
     Lockfree,
     /// `MutexIndex` only.
     Mutex,
-    /// Both, lock-free first, on the same plan.
+    /// `ShardedMutexIndex` only.
+    Sharded,
+    /// `WalIndex` and `MutexIndex`.
     Both,
+    /// All three, engine first, on the same plan.
+    All,
 }
 
 /// Metrics forwarded to an installed global recorder (`--metrics-addr`), one set per engine
@@ -39,8 +43,10 @@ pub enum Engines {
 pub struct GlobalMetrics {
     /// For the lock-free engine.
     pub lockfree: Arc<StateBuilderMetrics>,
-    /// For the baseline.
+    /// For today's design.
     pub mutex: Arc<StateBuilderMetrics>,
+    /// For the per-execution-lock comparator.
+    pub sharded: Arc<StateBuilderMetrics>,
 }
 
 /// Runs `plan` through the chosen engines and returns the report. A progress bar is drawn
@@ -55,7 +61,9 @@ pub fn run(
     let chosen: Vec<&str> = match engines {
         Engines::Lockfree => vec!["lockfree"],
         Engines::Mutex => vec!["mutex"],
+        Engines::Sharded => vec!["sharded"],
         Engines::Both => vec!["lockfree", "mutex"],
+        Engines::All => vec!["lockfree", "sharded", "mutex"],
     };
     let expected_secs = if config.rate > 0.0 {
         plan.live.len() as f64 / config.rate
@@ -79,20 +87,25 @@ pub fn run(
     let mut reports = Vec::new();
     for engine in chosen {
         progress.set_message(engine);
-        let run = if engine == "lockfree" {
-            run::run_engine::<WalIndex>(
+        let run = match engine {
+            "lockfree" => run::run_engine::<WalIndex>(
                 plan,
                 config,
                 global.map(|g| Arc::clone(&g.lockfree)),
                 &progress,
-            )?
-        } else {
-            run::run_engine::<MutexIndex>(
+            )?,
+            "sharded" => run::run_engine::<ShardedMutexIndex>(
+                plan,
+                config,
+                global.map(|g| Arc::clone(&g.sharded)),
+                &progress,
+            )?,
+            _ => run::run_engine::<MutexIndex>(
                 plan,
                 config,
                 global.map(|g| Arc::clone(&g.mutex)),
                 &progress,
-            )?
+            )?,
         };
         reports.push(report::EngineReport::from_run(&run));
     }

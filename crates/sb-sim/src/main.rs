@@ -86,9 +86,16 @@ struct ShapeArgs {
     /// Mean events per execution.
     #[arg(long, default_value_t = 27, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     events_per_execution: u32,
-    /// Payload size in bytes (full envelopes).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(0..=(16 << 20)))]
+    /// Mean full-envelope size in bytes (log-normal around it; production: ~73 KiB).
+    #[arg(long, default_value_t = 73_000, value_parser = clap::value_parser!(u32).range(0..=(16 << 20)))]
     payload_bytes: u32,
+    /// Share of dispatches repeated at the same head (cache hits; production: 14.6% of
+    /// builds).
+    #[arg(long, default_value_t = 0.2, value_parser = share)]
+    repeat_rate: f64,
+    /// The most tail events a dispatch carries.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    tail_max: u32,
     /// Share of events arriving as a fan-out inversion (tip id below its predecessor's).
     #[arg(long, default_value_t = 0.1, value_parser = share)]
     inversion_rate: f64,
@@ -108,6 +115,8 @@ impl ShapeArgs {
             inversion_rate: self.inversion_rate,
             drive_rate: self.drive_rate,
             payload_bytes: self.payload_bytes as usize,
+            repeat_rate: self.repeat_rate,
+            tail_max: self.tail_max as usize,
             seed: self.seed,
         }
     }
@@ -116,10 +125,21 @@ impl ShapeArgs {
 #[derive(Args, Clone)]
 struct RunArgs {
     /// Which engines to run.
-    #[arg(long, value_enum, default_value_t = Engines::Both)]
+    #[arg(long, value_enum, default_value_t = Engines::All)]
     engine: Engines,
-    /// Drives in flight at once.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    /// Dispatches carry no tail events (today's worker attaches them by default).
+    #[arg(long)]
+    no_tails: bool,
+    /// Where the drain runs: a task on the drives' two-worker runtime (today's shape) or
+    /// its own thread (always its own thread through a broker).
+    #[arg(long, value_enum, default_value_t = sb_sim::run::DrainOn::Task)]
+    drain_on: sb_sim::run::DrainOn,
+    /// Concurrent rehydrate-on-miss replays (today's default 2; 0 disables rehydrate).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=1_000))]
+    rehydrate_concurrency: u32,
+    /// Drives in flight at once (production: 2 concurrent commands per worker; the other
+    /// dispatches queue).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     drive_concurrency: u32,
     /// Write the report as JSON to FILE (`-` for standard output).
     #[arg(long, value_name = "FILE")]
@@ -140,6 +160,19 @@ impl RunArgs {
     fn wal(&self) -> Result<WalTarget, String> {
         WalTarget::parse(self.wal.as_deref())
     }
+
+    /// The run's configuration at `rate`.
+    fn config(&self, rate: f64) -> Result<SimConfig, String> {
+        Ok(SimConfig {
+            rate,
+            drive_concurrency: self.drive_concurrency as usize,
+            tails: !self.no_tails,
+            drain_on: self.drain_on,
+            rehydrate_concurrency: self.rehydrate_concurrency as usize,
+            wal: self.wal()?,
+            ..SimConfig::default()
+        })
+    }
 }
 
 #[derive(Args)]
@@ -149,13 +182,14 @@ struct Simulate {
     #[command(flatten)]
     run: RunArgs,
     /// Seconds of live workload per engine.
-    #[arg(long, default_value_t = 8.0, value_parser = seconds)]
+    #[arg(long, default_value_t = 15.0, value_parser = seconds)]
     duration: f64,
     /// Events per second the producer publishes.
-    #[arg(long, default_value_t = 4000.0, value_parser = events_per_second)]
+    #[arg(long, default_value_t = 50.0, value_parser = events_per_second)]
     rate: f64,
-    /// Events already in the WAL when the drain starts (the pod-roll burst); 0 disables.
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(0..=50_000_000))]
+    /// Events already in the WAL when the drain starts (a restart mid-flight: the live
+    /// phase continues these executions); 0 disables.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(0..=50_000_000))]
     cold_start: u32,
 }
 
@@ -235,17 +269,14 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
             let live = live as usize;
             let cold_start = sim.cold_start as usize;
             let plan = Plan::generate(&shape, cold_start, live);
-            let config = SimConfig {
-                rate: sim.rate,
-                drive_concurrency: sim.run.drive_concurrency as usize,
-                wal: sim.run.wal()?,
-                ..SimConfig::default()
-            };
+            let config = sim.run.config(sim.rate)?;
             let workload = format!(
-                "simulate via {wal}: {live} live events at {} ev/s ({} drives) after a {}-event cold-start backlog; {} concurrent executions of ~{} events, {} B payloads, {:.0}% inversions, seed {}",
+                "simulate via {wal}: restart mid-flight with {cold_start} events in the WAL, then {live} live events at {} ev/s ({} drives, {:.0}% repeated, tails {}, drain as a {:?}); {} concurrent executions of ~{} events, envelopes ~{} B mean (slim stored), {:.0}% inversions, seed {}",
                 sim.rate,
                 plan.drives(),
-                cold_start,
+                shape.repeat_rate * 100.0,
+                if config.tails { "on" } else { "off" },
+                config.drain_on,
                 shape.concurrent_executions,
                 shape.events_per_execution,
                 shape.payload_bytes,
@@ -283,12 +314,7 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                 backlog: Vec::new(),
                 live: items,
             };
-            let config = SimConfig {
-                rate: replay.rate,
-                drive_concurrency: replay.run.drive_concurrency as usize,
-                wal: replay.run.wal()?,
-                ..SimConfig::default()
-            };
+            let config = replay.run.config(replay.rate)?;
             let workload = format!(
                 "replay {} via {}: {} records ({} undecodable), {} drives, rate {}",
                 replay.file.display(),
@@ -319,6 +345,8 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                         )),
                         ids: None,
                         triggers: false,
+                        tail: Vec::new(),
+                        repeat: false,
                     },
                 );
             }
@@ -365,6 +393,10 @@ fn finish(
                 mutex: sb_metrics::StateBuilderMetrics::register_with_labels(
                     prefix,
                     &[("engine", "mutex")],
+                ),
+                sharded: sb_metrics::StateBuilderMetrics::register_with_labels(
+                    prefix,
+                    &[("engine", "sharded")],
                 ),
             })
         }

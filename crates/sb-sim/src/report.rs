@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use wal_index::observe::DriveLabel;
+
 use crate::observer::{LogHistogram, OUTCOMES};
 use crate::run::EngineRun;
 
@@ -80,12 +82,20 @@ fn median_bucket(counts: &[u64]) -> f64 {
 /// Drive figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct DriveFigures {
-    /// Drives dispatched and finished.
+    /// Drives dispatched and finished (repeated dispatches included).
     pub total: usize,
-    /// Served within the budget.
+    /// Served, by any step of the flow.
     pub served: usize,
-    /// Budget ran out.
+    /// Not served: fell back.
     pub incomplete: usize,
+    /// Drives per `drive_builds_total{outcome}` label, every label listed.
+    pub by_label: Vec<(&'static str, usize)>,
+    /// Repeated dispatches (the second drive of a head).
+    pub repeats: usize,
+    /// Builds the drives ran.
+    pub builds: u64,
+    /// Tail events the drives applied.
+    pub tail_applied: u64,
     /// Waits ended by a wake-up.
     pub wakes: u64,
     /// Waits ended by the per-wait cap.
@@ -143,6 +153,93 @@ pub struct EngineReport {
     pub resident: [usize; 3],
     /// How the WAL held up: the drain's outages and the producer's re-sends.
     pub wal_health: WalHealth,
+    /// This run against the production note's table (meaningful for today's design).
+    pub calibration: Calibration,
+}
+
+/// One row of the production note's measured table (today's design, worker v6.2.1,
+/// ~45 minutes after a roll).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct NoteRow {
+    /// Build outcome.
+    pub outcome: &'static str,
+    /// Builds.
+    pub builds: u64,
+    /// Mean build, µs.
+    pub mean_build_us: f64,
+    /// Mean lock wait, µs.
+    pub mean_lock_wait_us: f64,
+    /// Mean work, µs.
+    pub mean_work_us: f64,
+    /// Wait share, percent.
+    pub wait_share_pct: f64,
+}
+
+/// The production note's table, as measured.
+pub const NOTE: [NoteRow; 3] = [
+    NoteRow {
+        outcome: "incomplete",
+        builds: 4107,
+        mean_build_us: 381.6,
+        mean_lock_wait_us: 376.6,
+        mean_work_us: 4.9,
+        wait_share_pct: 98.7,
+    },
+    NoteRow {
+        outcome: "incremental",
+        builds: 72,
+        mean_build_us: 1592.9,
+        mean_lock_wait_us: 1.3,
+        mean_work_us: 1591.6,
+        wait_share_pct: 0.1,
+    },
+    NoteRow {
+        outcome: "cold_rebuild",
+        builds: 31,
+        mean_build_us: 174.2,
+        mean_lock_wait_us: 1.3,
+        mean_work_us: 172.9,
+        wait_share_pct: 0.7,
+    },
+];
+
+/// How a run compares with the note: the targets of the calibration (incomplete builds at
+/// least 90% lock wait with a mean within 3x of 381.6 µs; incremental and cold rebuilds
+/// waiting about a microsecond; a slow first drive after the restart).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Calibration {
+    /// Incomplete builds' wait share, percent (note: 98.7%).
+    pub incomplete_wait_share_pct: f64,
+    /// Incomplete builds' mean, over the note's 381.6 µs.
+    pub incomplete_mean_ratio: f64,
+    /// Incremental builds' mean lock wait, µs (note: 1.3).
+    pub incremental_wait_us: f64,
+    /// Cold rebuilds' mean lock wait, µs (note: 1.3).
+    pub cold_rebuild_wait_us: f64,
+    /// The first drive after the restart, ms (note: the first executions took 79 s and
+    /// 36 s end to end).
+    pub first_drive_ms: f64,
+    /// Incomplete: ≥ 90% wait and a mean within 3x of the note's.
+    pub incomplete_matches: bool,
+}
+
+impl Calibration {
+    fn of(rows: &[OutcomeRow], cold_start: Option<&ColdStart>) -> Calibration {
+        let row = |o: &str| rows.iter().find(|r| r.outcome == o);
+        let incomplete = row("incomplete");
+        let share = incomplete.map_or(0.0, |r| r.wait_share_pct);
+        let ratio = incomplete.map_or(0.0, |r| r.mean_build_us / NOTE[0].mean_build_us);
+        Calibration {
+            incomplete_wait_share_pct: share,
+            incomplete_mean_ratio: ratio,
+            incremental_wait_us: row("incremental").map_or(0.0, |r| r.mean_lock_wait_us),
+            cold_rebuild_wait_us: row("cold_rebuild").map_or(0.0, |r| r.mean_lock_wait_us),
+            first_drive_ms: cold_start
+                .and_then(|c| c.first_drives.first())
+                .map_or(0.0, |(ms, _)| *ms),
+            incomplete_matches: share >= 90.0 && (1.0 / 3.0..=3.0).contains(&ratio),
+        }
+    }
 }
 
 /// How the WAL held up during a run: an outage is visible here, not only in a stall.
@@ -176,7 +273,7 @@ impl EngineReport {
             sb_metrics::formulas::wait_shares(&run.scrape, sb_metrics::series::DEFAULT_PREFIX);
         let tallies: Vec<_> = (0..OUTCOMES.len()).map(|i| run.observer.tally(i)).collect();
         let total: u64 = tallies.iter().map(|t| t.builds).sum();
-        let rows = OUTCOMES
+        let rows: Vec<OutcomeRow> = OUTCOMES
             .iter()
             .zip(&tallies)
             .map(|(&outcome, t)| {
@@ -223,6 +320,13 @@ impl EngineReport {
             total: run.drives.len(),
             served: served.len(),
             incomplete: run.drives.len() - served.len(),
+            by_label: DriveLabel::ALL
+                .iter()
+                .map(|&l| (l.label(), run.drives.iter().filter(|d| d.label == l).count()))
+                .collect(),
+            repeats: run.drives.iter().filter(|d| d.repeat).count(),
+            builds: run.drives.iter().map(|d| u64::from(d.builds)).sum(),
+            tail_applied: run.drives.iter().map(|d| u64::from(d.tail_applied)).sum(),
             wakes: run.drives.iter().map(|d| u64::from(d.wakes)).sum(),
             timeouts: run.drives.iter().map(|d| u64::from(d.timeouts)).sum(),
             tip_to_served: Latency::of(served.iter().map(|d| d.latency).collect()),
@@ -243,7 +347,7 @@ impl EngineReport {
         };
         let cold_start = (run.backlog > 0).then(|| {
             let backfill = run.observer.backlog_drained_after();
-            let mut by_dispatch = run.drives.clone();
+            let mut by_dispatch: Vec<_> = run.drives.iter().filter(|d| !d.repeat).copied().collect();
             by_dispatch.sort_by_key(|d| d.dispatched_at);
             let during_records: Vec<_> = by_dispatch
                 .iter()
@@ -263,8 +367,10 @@ impl EngineReport {
                 during_backfill: Latency::of(during),
             }
         });
+        let calibration = Calibration::of(&rows, cold_start.as_ref());
         EngineReport {
             engine: run.engine,
+            calibration,
             rows,
             drives,
             cold_start,
@@ -322,6 +428,7 @@ fn engine_title(engine: &str) -> &'static str {
     match engine {
         "lockfree" => "lockfree (WalIndex, this project)",
         "mutex" => "mutex (MutexIndex, today's design)",
+        "sharded" => "sharded (ShardedMutexIndex, one lock per execution)",
         _ => "engine",
     }
 }
@@ -414,11 +521,44 @@ impl Report {
                     r.p50_build_us
                 );
             }
+            if e.engine == "mutex" {
+                let _ = writeln!(out, "the production note (today's design, a fresh pod, worker v6.2.1):");
+                for n in &NOTE {
+                    let _ = writeln!(
+                        out,
+                        "{:<13} {:>8} {:>7} {:>9.1} µs {:>12.1} µs {:>8.1} µs {:>10.1}%",
+                        n.outcome, n.builds, "", n.mean_build_us, n.mean_lock_wait_us, n.mean_work_us, n.wait_share_pct
+                    );
+                }
+                let c = &e.calibration;
+                let _ = writeln!(
+                    out,
+                    "calibration: incomplete {:.1}% lock wait (note 98.7%, target ≥ 90%), mean {:.2}x the note's 381.6 µs (target within 3x): {}; incremental / cold rebuild wait {:.1} / {:.1} µs (note 1.3 / 1.3); first drive after the restart {:.0} ms",
+                    c.incomplete_wait_share_pct,
+                    c.incomplete_mean_ratio,
+                    if c.incomplete_matches { "matches" } else { "DOES NOT MATCH (docs/simulator.md)" },
+                    c.incremental_wait_us,
+                    c.cold_rebuild_wait_us,
+                    c.first_drive_ms
+                );
+            }
             let d = &e.drives;
+            let labels: Vec<String> = d
+                .by_label
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(l, n)| format!("{n} {l}"))
+                .collect();
             let _ = writeln!(
                 out,
-                "drives: {} ({} served, {} incomplete); waits: {} woken, {} timeout",
-                d.total, d.served, d.incomplete, d.wakes, d.timeouts
+                "drives: {} ({}; {} repeated at the same head), {} builds, {} tail events applied; waits: {} woken, {} timeout",
+                d.total,
+                labels.join(", "),
+                d.repeats,
+                d.builds,
+                d.tail_applied,
+                d.wakes,
+                d.timeouts
             );
             let _ = writeln!(
                 out,
@@ -458,49 +598,75 @@ impl Report {
                 );
             }
         }
-        if let [a, b] = self.engines.as_slice() {
-            let _ = writeln!(out, "\n== side by side ({} vs {})", a.engine, b.engine);
-            for outcome in ["incomplete", "incremental"] {
-                if let (Some(x), Some(y)) = (a.row(outcome), b.row(outcome))
-                    && x.builds > 0
-                    && y.builds > 0
-                {
-                    let _ = writeln!(
-                        out,
-                        "{outcome:<12} mean build {:.1} µs vs {:.1} µs ({:.1}x); wait share {:.1}% vs {:.1}%",
-                        x.mean_build_us,
-                        y.mean_build_us,
-                        y.mean_build_us / x.mean_build_us.max(1e-9),
-                        x.wait_share_pct,
-                        y.wait_share_pct
-                    );
-                }
-            }
-            let (p, q) = (
-                &a.drives.steady_tip_to_served,
-                &b.drives.steady_tip_to_served,
-            );
-            let _ = writeln!(
-                out,
-                "steady-state tip → served p50 {:.3} ms vs {:.3} ms, p99 {:.3} ms vs {:.3} ms",
-                p.p50_ms, q.p50_ms, p.p99_ms, q.p99_ms
-            );
-            if let (Some(x), Some(y)) = (&a.cold_start, &b.cold_start) {
-                let _ = writeln!(
-                    out,
-                    "drives dispatched during the cold-start backfill served: {} of {} vs {} of {}",
-                    x.served_during_backfill,
-                    x.drives_during_backfill,
-                    y.served_during_backfill,
-                    y.drives_during_backfill
-                );
-            }
-            let _ = writeln!(
-                out,
-                "drives served {} vs {} of {}; waits woken {} vs {}",
-                a.drives.served, b.drives.served, a.drives.total, a.drives.wakes, b.drives.wakes
-            );
+        if self.engines.len() >= 2 {
+            out.push_str(&self.side_by_side());
         }
+        out
+    }
+
+    /// The headline figures, one column per engine, from this one run.
+    pub fn side_by_side(&self) -> String {
+        let mut out = String::new();
+        let names: Vec<&str> = self.engines.iter().map(|e| e.engine).collect();
+        let _ = writeln!(out, "\n== side by side, one run ({})", names.join(" / "));
+        let mut line = |what: &str, cell: &dyn Fn(&EngineReport) -> String| {
+            let cells: Vec<String> = self.engines.iter().map(|e| format!("{:>16}", cell(e))).collect();
+            let _ = writeln!(out, "{what:<44}{}", cells.join(""));
+        };
+        line("", &|e| e.engine.to_owned());
+        for outcome in ["incomplete", "incremental", "cold_rebuild", "cache_hit"] {
+            line(&format!("{outcome}: builds"), &|e| {
+                e.row(outcome).map_or("-".into(), |r| r.builds.to_string())
+            });
+            line(&format!("{outcome}: mean build (lock wait)"), &|e| {
+                e.row(outcome).filter(|r| r.builds > 0).map_or("-".into(), |r| {
+                    format!("{:.1} ({:.1}) µs", r.mean_build_us, r.mean_lock_wait_us)
+                })
+            });
+        }
+        line("drives served / total", &|e| format!("{} / {}", e.drives.served, e.drives.total));
+        line("drives served_rehydrated", &|e| {
+            e.drives
+                .by_label
+                .iter()
+                .find(|(l, _)| *l == "served_rehydrated")
+                .map_or("0".into(), |(_, n)| n.to_string())
+        });
+        line("builds per drive", &|e| {
+            format!("{:.2}", e.drives.builds as f64 / e.drives.total.max(1) as f64)
+        });
+        line("waits woken / timeout", &|e| format!("{} / {}", e.drives.wakes, e.drives.timeouts));
+        line("tip → served p50 / p99 (ms)", &|e| {
+            format!("{:.2} / {:.1}", e.drives.tip_to_served.p50_ms, e.drives.tip_to_served.p99_ms)
+        });
+        line("steady state tip → served p50 / p99 (ms)", &|e| {
+            format!(
+                "{:.2} / {:.1}",
+                e.drives.steady_tip_to_served.p50_ms, e.drives.steady_tip_to_served.p99_ms
+            )
+        });
+        line("backfill of the restart backlog (ms)", &|e| {
+            e.cold_start
+                .as_ref()
+                .and_then(|c| c.backfill_ms)
+                .map_or("-".into(), |ms| format!("{ms:.0}"))
+        });
+        line("first drive after the restart (ms)", &|e| {
+            e.cold_start
+                .as_ref()
+                .and_then(|c| c.first_drives.first())
+                .map_or("-".into(), |(ms, _)| format!("{ms:.0}"))
+        });
+        line("drives during the backfill: served / all", &|e| {
+            e.cold_start.as_ref().map_or("-".into(), |c| {
+                format!("{} / {}", c.served_during_backfill, c.drives_during_backfill)
+            })
+        });
+        line("  their tip → end p50 / max (ms)", &|e| {
+            e.cold_start.as_ref().map_or("-".into(), |c| {
+                format!("{:.0} / {:.0}", c.during_backfill.p50_ms, c.during_backfill.max_ms)
+            })
+        });
         out
     }
 }

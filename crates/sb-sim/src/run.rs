@@ -1,22 +1,41 @@
-//! Runs one workload through one engine: a producer paced at the configured rate, the
-//! drain on its own thread, drives as async tasks on a two-worker runtime.
+//! Runs one workload through one engine as today's worker pool runs it: a producer paced at
+//! the configured rate, the drain and the drives as tasks on a two-worker Tokio runtime (or
+//! the drain on its own thread), each drive the worker's whole flow (tail events, the
+//! deadline loop, rehydrate on a miss, fall back).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use chain_fold::{Event, ExecutionId};
 
 use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
 use wal_index::ingest::DrainReport;
 use wal_index::report::IndexStats;
-use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, IndexObserver, StateIndex};
+use wal_index::config::EvictionPolicy;
+use wal_index::observe::DriveLabel;
+use wal_index::rehydrate::RehydrateGate;
+use wal_index::{
+    Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, IndexObserver,
+    StateIndex,
+};
 
 use crate::observer::SimObserver;
 use crate::wal::{Feed, WalTarget};
 use crate::workload::{Generator, Item, Shape};
 
-/// First ids of the live phase, far above any backlog's, so the two never collide.
-const LIVE_FIRST_EXECUTION: i64 = 10_000_000;
-const LIVE_FIRST_EVENT: i64 = 1_000_000_000;
+/// Where the drain runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DrainOn {
+    /// A task on the drives' two-worker runtime, as today's worker runs it.
+    #[default]
+    Task,
+    /// Its own thread (always, through a broker: its source blocks while it waits).
+    Thread,
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -27,29 +46,56 @@ pub struct SimConfig {
     pub drive_concurrency: usize,
     /// Each drive's budget.
     pub budget: DriveBudget,
+    /// Dispatches carry their tail events (today's default).
+    pub tails: bool,
+    /// Concurrent replays of rehydrate on miss (today's default 2; 0: no rehydrate).
+    pub rehydrate_concurrency: usize,
     /// Index configuration, the same for every engine.
     pub index: IndexConfig,
     /// The drain's configuration.
     pub drain: DrainConfig,
+    /// Where the drain runs.
+    pub drain_on: DrainOn,
     /// The WAL the events go through.
     pub wal: WalTarget,
+}
+
+impl SimConfig {
+    /// Production's index settings: the slim projection, a 900 s idle TTL and a 256 MiB
+    /// byte ceiling.
+    pub fn production_index() -> IndexConfig {
+        IndexConfig {
+            slim: true,
+            eviction: EvictionPolicy {
+                max_bytes: Some(256 << 20),
+                ttl: Some(Duration::from_secs(900)),
+                max_executions: None,
+            },
+            ..IndexConfig::default()
+        }
+    }
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
-            rate: 4_000.0,
-            drive_concurrency: 32,
+            rate: 50.0,
+            drive_concurrency: 2,
             budget: DriveBudget::default(),
-            index: IndexConfig::default(),
+            tails: true,
+            rehydrate_concurrency: 2,
+            index: SimConfig::production_index(),
             drain: DrainConfig::default(),
+            drain_on: DrainOn::default(),
             wal: WalTarget::InProcess,
         }
     }
 }
 
-/// The WAL of one run: a backlog already in the log when the drain starts (the pod-roll
-/// burst), and the live items published at the configured rate.
+/// The WAL of one run: a backlog already in the log when the drain starts (a worker
+/// restart), and the live items published at the configured rate. The live phase continues
+/// the backlog's executions: a restart mid-flight, whose first drives are for executions
+/// whose history is still behind the drain.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
     /// Records in the WAL before the drain starts.
@@ -59,21 +105,65 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// A generated workload: `backlog` events, then `live` events.
+    /// A generated workload: `backlog` events, then the next `live` events of the same
+    /// executions (and new ones).
     pub fn generate(shape: &Shape, backlog: usize, live: usize) -> Plan {
+        let mut generator = Generator::new(shape.clone());
         Plan {
-            backlog: Generator::new(shape.clone()).take(backlog),
-            live: Generator::starting_at(shape.clone(), LIVE_FIRST_EXECUTION, LIVE_FIRST_EVENT)
-                .take(live),
+            backlog: generator.take(backlog),
+            live: generator.take(live),
         }
     }
 
-    /// Drives the plan dispatches.
+    /// Drives the plan dispatches (a repeated dispatch counts twice).
     pub fn drives(&self) -> usize {
         self.live
             .iter()
             .filter(|i| i.triggers && i.ids.is_some())
-            .count()
+            .map(|i| 1 + usize::from(i.repeat))
+            .sum()
+    }
+}
+
+/// The WAL a worker can replay from: every record published so far, by execution (for
+/// rehydrate on miss).
+struct RetainedWal {
+    /// Each execution's records, with their position in the plan (backlog first).
+    by_execution: HashMap<ExecutionId, Vec<(usize, Bytes)>>,
+    /// Records published so far.
+    published: AtomicUsize,
+}
+
+impl RetainedWal {
+    fn of(plan: &Plan) -> RetainedWal {
+        let mut by_execution: HashMap<ExecutionId, Vec<(usize, Bytes)>> = HashMap::new();
+        for (position, item) in plan.backlog.iter().chain(&plan.live).enumerate() {
+            if let Some((execution, _)) = item.ids {
+                by_execution
+                    .entry(execution)
+                    .or_default()
+                    .push((position, item.payload.clone()));
+            }
+        }
+        RetainedWal {
+            by_execution,
+            published: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl DriveFallbacks for RetainedWal {
+    fn retained(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
+        // Acquire pairs with the producer's release: every record counted was published.
+        let published = self.published.load(Ordering::Acquire);
+        let records = self.by_execution.get(&execution_id)?;
+        Some(
+            records
+                .iter()
+                .take_while(|(position, _)| *position < published)
+                .filter_map(|(_, payload)| Event::from_json_bytes(payload.clone()).ok())
+                .collect(),
+        )
     }
 }
 
@@ -84,8 +174,16 @@ pub struct DriveRecord {
     pub dispatched_at: Duration,
     /// From the tip entering the WAL to the drive returning.
     pub latency: Duration,
-    /// Served (false: the budget ran out).
+    /// Served (by any step: the loop, the shard, a replay).
     pub served: bool,
+    /// How it ended (`drive_builds_total{outcome}`).
+    pub label: DriveLabel,
+    /// The second dispatch of the same head.
+    pub repeat: bool,
+    /// Builds it ran.
+    pub builds: u32,
+    /// Tail events it applied.
+    pub tail_applied: u32,
     /// Waits ended by a wake-up.
     pub wakes: u32,
     /// Waits ended by the per-wait cap.
@@ -137,16 +235,30 @@ pub fn run_engine<I: StateIndex>(
         .enable_all()
         .build()?;
     let (mut wal, source) = Feed::open(&config.wal, I::NAME)?;
+    let retained = Arc::new(RetainedWal::of(plan));
     for item in &plan.backlog {
         wal.append(item)?;
     }
     // A broker's backlog is stored before the drain starts: a replay-on-boot cold start.
     wal.flush()?;
+    retained.published.store(plan.backlog.len(), Ordering::Release);
     let started = observer.started();
-    let drain = Drain::new(Arc::clone(&index), source, config.drain).spawn();
+    let drain = match (config.drain_on, &config.wal) {
+        (DrainOn::Task, WalTarget::InProcess) => {
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&stop);
+            let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
+            let task = runtime.spawn(async move {
+                drain.run_until_async(&flag).await.cloned()
+            });
+            DrainRun::Task { task, stop }
+        }
+        _ => DrainRun::Thread(Drain::new(Arc::clone(&index), source, config.drain).spawn()),
+    };
 
     let records = Arc::new(Mutex::new(Vec::with_capacity(plan.drives())));
     let permits = Arc::new(tokio::sync::Semaphore::new(config.drive_concurrency.max(1)));
+    let gate = Arc::new(RehydrateGate::new(config.rehydrate_concurrency));
     let mut tasks = Vec::with_capacity(plan.drives());
     let pace = (config.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / config.rate));
     let live_started = Instant::now();
@@ -159,31 +271,50 @@ pub fn run_engine<I: StateIndex>(
             }
         }
         wal.append(item)?;
+        // Release pairs with the acquire in `RetainedWal::retained`.
+        retained
+            .published
+            .store(plan.backlog.len() + n + 1, Ordering::Release);
         progress.inc(1);
         let (Some((execution_id, event_id)), true) = (item.ids, item.triggers) else {
             continue;
         };
         let dispatched = Instant::now();
-        let (index, records, permits) = (
+        let (index, records, permits, retained, gate) = (
             Arc::clone(&index),
             Arc::clone(&records),
             Arc::clone(&permits),
+            Arc::clone(&retained),
+            Arc::clone(&gate),
         );
-        let budget = config.budget;
+        let tail = if config.tails { item.tail.clone() } else { Vec::new() };
+        let (budget, repeat) = (config.budget, item.repeat);
         tasks.push(runtime.spawn(async move {
             let Ok(_permit) = permits.acquire_owned().await else {
                 return;
             };
-            let drive = index.drive(execution_id, Some(event_id), budget).await;
-            let record = DriveRecord {
-                dispatched_at: dispatched.saturating_duration_since(started),
-                latency: dispatched.elapsed(),
-                served: drive.outcome.spine().is_some(),
-                wakes: drive.wakes,
-                timeouts: drive.timeouts,
-            };
-            if let Ok(mut records) = records.lock() {
-                records.push(record);
+            let mut flow = DriveFlow::new(budget)
+                .tail_events(tail)
+                .fallbacks(&*retained);
+            if gate.max_concurrent() > 0 {
+                flow = flow.rehydrate_gate(&gate);
+            }
+            for again in [false, true].into_iter().take(1 + usize::from(repeat)) {
+                let drive = index.drive_flow(execution_id, Some(event_id), &flow).await;
+                let record = DriveRecord {
+                    dispatched_at: dispatched.saturating_duration_since(started),
+                    latency: dispatched.elapsed(),
+                    served: drive.outcome.spine().is_some(),
+                    label: drive.label,
+                    repeat: again,
+                    builds: drive.builds,
+                    tail_applied: drive.tail_applied,
+                    wakes: drive.wakes,
+                    timeouts: drive.timeouts,
+                };
+                if let Ok(mut records) = records.lock() {
+                    records.push(record);
+                }
             }
         }));
     }
@@ -196,7 +327,7 @@ pub fn run_engine<I: StateIndex>(
     let mut publisher = None;
     let drain = if wal.closes_on_drop() {
         drop(wal);
-        drain.join()?
+        drain.join(&runtime)?
     } else {
         // A broker stream never closes: stop once the drain consumed every message the
         // stream holds (records, and duplicates of re-sent ones), saying so while it waits.
@@ -217,7 +348,7 @@ pub fn run_engine<I: StateIndex>(
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let report = drain.stop()?;
+        let report = drain.stop(&runtime)?;
         publisher = wal
             .publisher_figures()
             .map(|p| crate::wal::PublisherFigures { stored, ..p });
@@ -243,4 +374,37 @@ pub fn run_engine<I: StateIndex>(
         publisher,
         health,
     })
+}
+
+/// The drain of a run: a task on the runtime, or a thread.
+enum DrainRun {
+    Task {
+        task: tokio::task::JoinHandle<std::io::Result<DrainReport>>,
+        stop: Arc<AtomicBool>,
+    },
+    Thread(wal_index::ingest::DrainHandle),
+}
+
+impl DrainRun {
+    /// Waits for the source to close.
+    fn join(self, runtime: &tokio::runtime::Runtime) -> std::io::Result<DrainReport> {
+        match self {
+            DrainRun::Task { task, .. } => runtime
+                .block_on(task)
+                .map_err(|_| std::io::Error::other("the drain task panicked"))?,
+            DrainRun::Thread(handle) => handle.join(),
+        }
+    }
+
+    /// Stops after the current step.
+    fn stop(self, runtime: &tokio::runtime::Runtime) -> std::io::Result<DrainReport> {
+        match self {
+            DrainRun::Task { task, stop } => {
+                // Relaxed: the flag carries no data (as in `Drain::run_until`).
+                stop.store(true, Ordering::Relaxed);
+                DrainRun::Task { task, stop }.join(runtime)
+            }
+            DrainRun::Thread(handle) => handle.stop(),
+        }
+    }
 }

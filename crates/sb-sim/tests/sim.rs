@@ -55,10 +55,11 @@ fn short_simulation_of_each_engine_is_consistent() {
     let plan = Plan::generate(&shape, 5_000, 3_000);
     let config = SimConfig {
         rate: 6_000.0,
+        drive_concurrency: 32,
         ..SimConfig::default()
     };
-    let report = sb_sim::run(&plan, &config, Engines::Both, None, "test".into()).unwrap();
-    assert_eq!(report.engines.len(), 2);
+    let report = sb_sim::run(&plan, &config, Engines::All, None, "test".into()).unwrap();
+    assert_eq!(report.engines.len(), 3);
     for e in &report.engines {
         check_consistency(e, &plan);
         let cold = e.cold_start.as_ref().expect("a backlog was configured");
@@ -81,7 +82,15 @@ fn short_simulation_of_each_engine_is_consistent() {
     assert!(html.starts_with("<!doctype html>") && html.matches("<svg").count() >= 7);
     let json: serde_json::Value =
         serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
-    assert_eq!(json["engines"][1]["engine"], "mutex");
+    assert_eq!(json["engines"][1]["engine"], "sharded");
+    assert_eq!(json["engines"][2]["engine"], "mutex");
+    for e in &report.engines {
+        assert!(e.drives.tail_applied > 0, "{}: dispatches carry tails", e.engine);
+        assert!(e.drives.repeats > 0, "{}: some heads are driven twice", e.engine);
+        let labelled: usize = e.drives.by_label.iter().map(|(_, n)| n).sum();
+        assert_eq!(labelled, e.drives.total, "{}: one label per drive", e.engine);
+    }
+    assert!(text.contains("the production note"), "today's figures beside the simulated ones");
 }
 
 fn sample() -> PathBuf {
@@ -100,6 +109,7 @@ fn the_sample_wal_replays_with_its_bad_lines_counted() {
     };
     let config = SimConfig {
         rate: 20_000.0,
+        drive_concurrency: 32,
         ..SimConfig::default()
     };
     let report = sb_sim::run(&plan, &config, Engines::Lockfree, None, "sample".into()).unwrap();
@@ -166,6 +176,7 @@ fn a_simulation_through_a_jetstream_broker_is_consistent_and_a_stream_replays() 
     let plan = Plan::generate(&shape, 2_000, 2_000);
     let config = SimConfig {
         rate: 4_000.0,
+        drive_concurrency: 32,
         wal: sb_sim::WalTarget::Nats(broker.url()),
         ..SimConfig::default()
     };
@@ -223,10 +234,11 @@ fn a_simulation_survives_a_broker_sigkill_mid_publication_and_reports_it() {
         payload_bytes: 300,
         ..Shape::default()
     };
-    // 2,000 backlog records, then 6 s of live publication at the default 4,000 ev/s.
+    // 2,000 backlog records, then 6 s of live publication at 4,000 ev/s.
     let plan = Plan::generate(&shape, 2_000, 24_000);
     let config = SimConfig {
         rate: 4_000.0,
+        drive_concurrency: 32,
         wal: sb_sim::WalTarget::Nats(url.clone()),
         ..SimConfig::default()
     };

@@ -63,6 +63,16 @@ pub trait DriveHooks {
         events: Vec<Event>,
     ) -> impl Future<Output = RehydrateReport> + Send;
 
+    /// A sweep, as `enforce_limits_at` does, awaiting rather than blocking on the index's
+    /// locks (the drain run as a task).
+    fn enforce_limits_async(
+        &self,
+        now: std::time::Instant,
+    ) -> impl Future<Output = crate::report::EvictionStats> + Send;
+
+    /// A snapshot of one execution's chain, as `chain` returns, awaiting the index's locks.
+    fn chain_async(&self, execution_id: ExecutionId) -> impl Future<Output = Option<Chain>> + Send;
+
     /// The index's clock (a model advances it; the deadline is measured on it).
     fn clock(&self) -> &crate::sync::Clock;
 
@@ -212,7 +222,9 @@ pub(crate) async fn run_flow<I: StateIndex>(
     .await;
     if drive.outcome.spine().is_some() {
         drive.label = DriveLabel::Served;
-    } else if let Some(label) = serve_from_shard(index, execution_id, expected_head, flow, &mut drive) {
+    } else if let Some(label) =
+        serve_from_shard(index, execution_id, expected_head, flow, mode, &mut drive).await
+    {
         drive.label = label;
     } else if let Some(replay) = rehydrate(index, execution_id, expected_head, flow, mode, &mut drive).await {
         index.observer().rehydrate(replay);
@@ -236,11 +248,12 @@ pub(crate) async fn run_flow<I: StateIndex>(
 /// Step 4: the execution's state shard, walked from the expected head like a cold rebuild.
 /// Served from the shard; `mismatch` when an event the index also holds has a different
 /// slim payload there (the shard is served anyway: it is what the worker can read).
-fn serve_from_shard<I: StateIndex>(
+async fn serve_from_shard<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     flow: &DriveFlow<'_>,
+    mode: Mode,
     drive: &mut Drive,
 ) -> Option<DriveLabel> {
     let shard = flow.fallbacks?.state_shard(execution_id)?;
@@ -250,7 +263,10 @@ fn serve_from_shard<I: StateIndex>(
     }
     let target = expected_head.or_else(|| chain.max_id())?;
     let spine = chain.walk_from(target).ok()?;
-    let resident = index.chain(execution_id);
+    let resident = match mode {
+        Mode::Async => index.chain_async(execution_id).await,
+        Mode::Blocking => index.chain(execution_id),
+    };
     let mismatch = resident.is_some_and(|resident| {
         spine.events().any(|event| {
             resident

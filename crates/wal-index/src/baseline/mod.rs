@@ -5,11 +5,17 @@
 //!
 //! | index | locking | wakes a waiting drive on |
 //! |---|---|---|
-//! | [`MutexIndex`] | today's design: one async mutex over every execution | any applied event of any execution |
-//! | [`ShardedMutexIndex`] | one async mutex per execution | an applied event of its own execution |
+//! | [`MutexIndex`] | today's design: one fair async mutex (Tokio's) over every execution | any applied event of any execution |
+//! | [`ShardedMutexIndex`] | one short blocking lock per execution | an applied event of its own execution |
 //!
-//! Both keep each execution as an entry mutated in place under their lock, and build by
-//! copying every payload of the spine out under it, as today's index does.
+//! Both keep each execution as an entry mutated in place under their lock, with today's
+//! data path: payloads parsed before the lock, deep-cloned and walked under it on apply;
+//! every payload value of the spine cloned under it on build, and serialized after it.
+//!
+//! On an executor, `MutexIndex`'s async paths (`drive`, `drive_flow`, the drain's
+//! `step_async`) await its mutex; its synchronous methods park the calling thread in the
+//! same queue, so call them from plain threads only: a runtime thread parked there can
+//! hold up the task the fair queue hands the lock to next.
 //!
 //! [`WalIndex`]: crate::WalIndex
 //! [`StateIndex`]: crate::StateIndex

@@ -35,8 +35,8 @@ struct Inner {
 /// today's code, and the direction each remaining difference pushes the ratios):
 ///
 /// - the mutex is **Tokio's**: fair, first come first served;
-/// - the drain takes the mutex **for every applied event**: before it, the record is
-///   parsed into a JSON value; under it, that value (or its slim projection) is
+/// - the drain takes the mutex **for every applied event**: before it, the pulled batch is
+///   parsed into JSON values; under it, for each event, that value (or its slim projection) is
 ///   **deep-cloned** into the index and **walked** for its byte estimate; after it, every
 ///   waiting drive is woken (**any** execution's event wakes **every** drive), and the
 ///   residency gauges are set;
@@ -212,7 +212,10 @@ impl MutexIndex {
     /// Indexes one event under the global mutex, then wakes every waiting drive. Returns
     /// the incarnation of the entry it landed in.
     fn apply_one(&self, event: Event) -> (Applied, u64) {
-        let prepared = self.prepare(event);
+        self.apply_prepared(self.prepare(event))
+    }
+
+    fn apply_prepared(&self, prepared: Prepared) -> (Applied, u64) {
         let now = self.nanos(Instant::now());
         let locked = self.inner.lock_blocking().apply(
             prepared.event.clone(),
@@ -223,9 +226,13 @@ impl MutexIndex {
         self.applied(prepared, locked)
     }
 
-    /// [`MutexIndex::apply_one`], awaiting the mutex (the drain as a task, a drive's tail).
+    /// [`MutexIndex::apply_one`], awaiting the mutex (a drive's tail, a replay).
     async fn apply_one_async(&self, event: Event) -> (Applied, u64) {
-        let prepared = self.prepare(event);
+        self.apply_prepared_async(self.prepare(event)).await
+    }
+
+    /// [`MutexIndex::apply_prepared`], awaiting the mutex (the drain as a task).
+    async fn apply_prepared_async(&self, prepared: Prepared) -> (Applied, u64) {
         let now = self.nanos(Instant::now());
         let locked = self.inner.lock().await.apply(
             prepared.event.clone(),
@@ -258,6 +265,29 @@ impl MutexIndex {
         }
     }
 
+    /// A sweep under the lock `inner` is (released here, before reporting).
+    fn sweep_locked(&self, mut inner: crate::sync::AsyncMutexGuard<'_, Inner>, now: Instant) -> EvictionStats {
+        let policy = self.config.eviction;
+        let now = self.nanos(now);
+        let candidates = inner
+            .executions
+            .iter()
+            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
+            .collect();
+        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
+        for execution_id in idle_empty {
+            inner.evict(execution_id, None, self.config.sink_gate);
+        }
+        for victim in &plan.evicted {
+            inner.evict(victim.execution_id, None, self.config.sink_gate);
+        }
+        let stats = inner.stats;
+        drop(inner);
+        self.observer().residency(stats);
+        report_sweep(self.observer(), &plan);
+        plan
+    }
+
     /// The end of a build, after the lock: serialize the cloned values (today's drive
     /// input), then report.
     fn finish_build(&self, built: Built, waited: std::time::Duration, started: Instant) -> Build {
@@ -273,6 +303,18 @@ impl MutexIndex {
 impl DriveHooks for MutexIndex {
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
+    }
+
+    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
+        if self.config.eviction == Default::default() {
+            return EvictionStats::default();
+        }
+        self.sweep_locked(self.inner.lock().await, now)
+    }
+
+    async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
+        let inner = self.inner.lock().await;
+        inner.executions.get(&execution_id).map(|e| e.chain.clone())
     }
 
     /// Today's global signal: every applied event of any execution wakes this waiter.
@@ -304,8 +346,9 @@ impl DriveHooks for MutexIndex {
     /// Today's drain as a task: lock, apply, unlock, wake, per event, awaiting the mutex.
     async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
         let mut tally = BatchTally::default();
-        for event in events {
-            let (applied, incarnation) = self.apply_one_async(event).await;
+        let prepared: Vec<Prepared> = events.into_iter().map(|e| self.prepare(e)).collect();
+        for prepared in prepared {
+            let (applied, incarnation) = self.apply_prepared_async(prepared).await;
             tally.add(applied, incarnation);
         }
         let (mut report, terminal) = tally.finish();
@@ -370,8 +413,10 @@ impl StateIndex for MutexIndex {
     /// event), then takes the lock once more to evict the batch's terminal executions.
     fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
         let mut tally = BatchTally::default();
-        for event in events {
-            let (applied, incarnation) = self.apply_one(event);
+        // Today's drain holds the whole pulled batch parsed before it applies any of it.
+        let prepared: Vec<Prepared> = events.into_iter().map(|e| self.prepare(e)).collect();
+        for prepared in prepared {
+            let (applied, incarnation) = self.apply_prepared(prepared);
             tally.add(applied, incarnation);
         }
         let (mut report, terminal) = tally.finish();
@@ -429,29 +474,10 @@ impl StateIndex for MutexIndex {
 
     /// One sweep under the global mutex.
     fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
-        let policy = self.config.eviction;
-        if policy == Default::default() {
+        if self.config.eviction == Default::default() {
             return EvictionStats::default();
         }
-        let now = self.nanos(now);
-        let mut inner = self.inner.lock_blocking();
-        let candidates = inner
-            .executions
-            .iter()
-            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
-            .collect();
-        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
-        for execution_id in idle_empty {
-            inner.evict(execution_id, None, self.config.sink_gate);
-        }
-        for victim in &plan.evicted {
-            inner.evict(victim.execution_id, None, self.config.sink_gate);
-        }
-        let stats = inner.stats;
-        drop(inner);
-        self.observer().residency(stats);
-        report_sweep(self.observer(), &plan);
-        plan
+        self.sweep_locked(self.inner.lock_blocking(), now)
     }
 
     /// Marks an execution as holding unsunk context.

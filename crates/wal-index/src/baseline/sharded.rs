@@ -16,11 +16,14 @@ use crate::report::{
     Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
 };
 use crate::state_index::StateIndex;
-use crate::sync::{self, Arc, AsyncMutex, AtomicBool, Clock, Mutex, Notify, Ordering};
+use crate::sync::{self, Arc, AtomicBool, Clock, Mutex, Notify, Ordering};
 use crate::waiting_room::{Registered, WaitingRooms};
 
 struct Slot {
-    entry: AsyncMutex<Entry>,
+    /// A short blocking lock, never held across an await: a drive's build takes it
+    /// inline, so no executor thread can park on it while the next holder is a task
+    /// queued behind that very thread.
+    entry: Mutex<Entry>,
     appended: Notify,
     /// Set (after `entry.evicted`, before the map drops the slot and its waiters are woken)
     /// so a drive that listened on a slot being evicted sees it and looks again.
@@ -41,7 +44,8 @@ enum Removal {
 }
 
 /// Today's design with the global lock split per execution: a sharded map (`dashmap`) of
-/// slots, each with its own async mutex and its own notification.
+/// slots, each with its own short blocking lock (`parking_lot`, never held across an
+/// await) and its own notification.
 ///
 /// Everything else is as in [`MutexIndex`](super::MutexIndex): the drain takes the
 /// execution's mutex per applied event and wakes that execution's waiters per event, a
@@ -107,7 +111,7 @@ impl ShardedMutexIndex {
         let slot = Arc::clone(&self.slots.entry(execution_id).or_insert_with(|| {
             created = true;
             Arc::new(Slot {
-                entry: AsyncMutex::new(Entry::new(&self.config, now)),
+                entry: Mutex::new(Entry::new(&self.config, now)),
                 appended: sync::new_notify(),
                 retired: AtomicBool::new(false),
             })
@@ -130,7 +134,7 @@ impl ShardedMutexIndex {
     ) -> (R, Arc<Slot>) {
         loop {
             let slot = self.slot_or_create(execution_id);
-            let mut entry = slot.entry.lock_blocking();
+            let mut entry = slot.entry.lock();
             if entry.evicted {
                 drop(entry);
                 // The evictor removes the slot from the map right after marking it.
@@ -157,7 +161,7 @@ impl ShardedMutexIndex {
         if expected.is_some_and(|expected| !Arc::ptr_eq(expected, &slot)) {
             return Removal::Gone;
         }
-        let mut entry = slot.entry.lock_blocking();
+        let mut entry = slot.entry.lock();
         if entry.evicted {
             return Removal::Gone;
         }
@@ -249,6 +253,14 @@ impl ShardedMutexIndex {
 type Built = (AdvanceOutcome, Option<(Spine, Cloned)>);
 
 impl DriveHooks for ShardedMutexIndex {
+    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
+        self.enforce_limits_at(now)
+    }
+
+    async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
+        self.chain(execution_id)
+    }
+
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
     }
@@ -299,7 +311,7 @@ impl DriveHooks for ShardedMutexIndex {
         let started = Instant::now();
         let (built, waited) = match self.slot(execution_id) {
             Some(slot) => {
-                let mut entry = slot.entry.lock().await;
+                let mut entry = slot.entry.lock();
                 let waited = started.elapsed();
                 (self.build_locked(Some(&mut entry), expected_head, started), waited)
             }
@@ -366,7 +378,7 @@ impl StateIndex for ShardedMutexIndex {
         let started = Instant::now();
         let (built, waited) = match self.slot(execution_id) {
             Some(slot) => {
-                let mut entry = slot.entry.lock_blocking();
+                let mut entry = slot.entry.lock();
                 let waited = started.elapsed();
                 (self.build_locked(Some(&mut entry), expected_head, started), waited)
             }
@@ -379,7 +391,7 @@ impl StateIndex for ShardedMutexIndex {
     fn touch(&self, execution_id: ExecutionId) -> bool {
         let now = self.nanos(Instant::now());
         self.slot(execution_id).is_some_and(|slot| {
-            let mut entry = slot.entry.lock_blocking();
+            let mut entry = slot.entry.lock();
             entry.last_used = entry.last_used.max(now);
             !entry.evicted
         })
@@ -415,7 +427,7 @@ impl StateIndex for ShardedMutexIndex {
         let candidates = slots
             .into_iter()
             .map(|(id, slot)| {
-                let entry = slot.entry.lock_blocking();
+                let entry = slot.entry.lock();
                 let candidate = entry.candidate(id, self.config.sink_gate);
                 let seen = (entry.version, entry.last_used);
                 drop(entry);
@@ -468,7 +480,7 @@ impl StateIndex for ShardedMutexIndex {
     /// Unmarks after sinking; returns whether it was marked.
     fn confirm_sunk(&self, execution_id: ExecutionId) -> bool {
         self.slot(execution_id)
-            .is_some_and(|slot| std::mem::take(&mut slot.entry.lock_blocking().pending_sink))
+            .is_some_and(|slot| std::mem::take(&mut slot.entry.lock().pending_sink))
     }
 
     /// The resident totals.
@@ -498,7 +510,7 @@ impl StateIndex for ShardedMutexIndex {
     /// A copy of one execution's chain.
     fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
         self.slot(execution_id).and_then(|slot| {
-            let entry = slot.entry.lock_blocking();
+            let entry = slot.entry.lock();
             (!entry.evicted).then(|| entry.chain.clone())
         })
     }
@@ -513,7 +525,7 @@ impl StateIndex for ShardedMutexIndex {
         let mut ids: Vec<ExecutionId> = slots
             .into_iter()
             .filter(|(_, slot)| {
-                let entry = slot.entry.lock_blocking();
+                let entry = slot.entry.lock();
                 !entry.evicted && !entry.chain.is_empty()
             })
             .map(|(id, _)| id)

@@ -254,6 +254,14 @@ impl DriveHooks for WalIndex {
         self.rehydrate(execution_id, events)
     }
 
+    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
+        self.enforce_limits_at(now)
+    }
+
+    async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
+        self.chain(execution_id)
+    }
+
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
     }

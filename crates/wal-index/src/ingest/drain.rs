@@ -255,7 +255,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             Ok(Step::Closed) => return self.stepped(false),
             Ok(Step::Idle) => {
                 futures_timer::Delay::new(self.config.idle_wait).await;
-                return self.stepped(true);
+                Vec::new()
             }
             Ok(Step::Events(events)) => events,
         };
@@ -263,7 +263,17 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             let batch = self.index.apply_batch_async(events).await;
             self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
         }
-        self.committed()
+        if let Err(error) = self.source.commit() {
+            return self.source_failed(error);
+        }
+        self.failing = None;
+        self.set_healthy(true);
+        if self.last_sweep.elapsed() >= self.config.sweep_every {
+            self.last_sweep = Instant::now();
+            let stats = self.index.enforce_limits_async(self.last_sweep).await;
+            self.swept(&stats);
+        }
+        Ok(true)
     }
 
     /// While backing off after a source error: how long to pause before looking again.
@@ -348,9 +358,13 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     pub fn sweep(&mut self) -> EvictionStats {
         self.last_sweep = Instant::now();
         let stats = self.index.enforce_limits_at(self.last_sweep);
+        self.swept(&stats);
+        stats
+    }
+
+    fn swept(&mut self, stats: &EvictionStats) {
         self.report.sweeps += 1;
         self.report.swept += stats.evicted.len() as u64;
-        stats
     }
 
     /// Steps until the source closes.
