@@ -190,26 +190,6 @@ impl Spine {
         JsonArray::new(self.0.json.clone())
     }
 
-    /// A copy of this spine whose payloads are fresh allocations and whose JSON is
-    /// serialized again: what today's index does on every build (it clones every payload
-    /// of the spine under its lock). It exists so the mutex baseline reproduces that cost
-    /// honestly; O(bytes of the spine).
-    pub fn deep_copy(&self) -> Spine {
-        let events: imbl::Vector<Event> = self
-            .events()
-            .map(|e| {
-                Event::from_parts(
-                    e.id(),
-                    e.execution_id(),
-                    e.prev(),
-                    e.event_type(),
-                    bytes::Bytes::copy_from_slice(e.payload()),
-                )
-            })
-            .collect();
-        Spine::assemble(self.0.head, self.0.order, self.0.generation, events)
-    }
-
     /// True when both handles point at the same spine allocation.
     pub fn ptr_eq(&self, other: &Spine) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

@@ -216,7 +216,10 @@ fn every_series_moves_as_documented<I: StateIndex>() {
     };
     let drive = index.drive_flow_blocking(7, Some(3), &flow(&Retained(0)));
     assert!(drive.outcome.spine().is_none());
-    assert_eq!(drive.rehydrate, Some(wal_index::observe::RehydrateLabel::Empty));
+    assert_eq!(
+        drive.rehydrate,
+        Some(wal_index::observe::RehydrateLabel::Empty)
+    );
     let drive = index.drive_flow_blocking(7, Some(3), &flow(&Retained(3)));
     assert_eq!(drive.outcome.spine().map(|s| s.len()), Some(3));
     assert_gauges_match(&*index, &mut seen, &snapshotter, "after rehydrate");
@@ -251,7 +254,11 @@ struct Retained(i64);
 
 impl DriveFallbacks for Retained {
     fn retained(&self, execution: i64) -> Option<Vec<Event>> {
-        Some(if self.0 == 0 { Vec::new() } else { chain(execution, self.0) })
+        Some(if self.0 == 0 {
+            Vec::new()
+        } else {
+            chain(execution, self.0)
+        })
     }
 }
 

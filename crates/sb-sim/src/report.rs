@@ -322,7 +322,12 @@ impl EngineReport {
             incomplete: run.drives.len() - served.len(),
             by_label: DriveLabel::ALL
                 .iter()
-                .map(|&l| (l.label(), run.drives.iter().filter(|d| d.label == l).count()))
+                .map(|&l| {
+                    (
+                        l.label(),
+                        run.drives.iter().filter(|d| d.label == l).count(),
+                    )
+                })
                 .collect(),
             repeats: run.drives.iter().filter(|d| d.repeat).count(),
             builds: run.drives.iter().map(|d| u64::from(d.builds)).sum(),
@@ -347,7 +352,8 @@ impl EngineReport {
         };
         let cold_start = (run.backlog > 0).then(|| {
             let backfill = run.observer.backlog_drained_after();
-            let mut by_dispatch: Vec<_> = run.drives.iter().filter(|d| !d.repeat).copied().collect();
+            let mut by_dispatch: Vec<_> =
+                run.drives.iter().filter(|d| !d.repeat).copied().collect();
             by_dispatch.sort_by_key(|d| d.dispatched_at);
             let during_records: Vec<_> = by_dispatch
                 .iter()
@@ -522,12 +528,21 @@ impl Report {
                 );
             }
             if e.engine == "mutex" {
-                let _ = writeln!(out, "the production note (today's design, a fresh pod, worker v6.2.1):");
+                let _ = writeln!(
+                    out,
+                    "the production note (today's design, a fresh pod, worker v6.2.1):"
+                );
                 for n in &NOTE {
                     let _ = writeln!(
                         out,
                         "{:<13} {:>8} {:>7} {:>9.1} µs {:>12.1} µs {:>8.1} µs {:>10.1}%",
-                        n.outcome, n.builds, "", n.mean_build_us, n.mean_lock_wait_us, n.mean_work_us, n.wait_share_pct
+                        n.outcome,
+                        n.builds,
+                        "",
+                        n.mean_build_us,
+                        n.mean_lock_wait_us,
+                        n.mean_work_us,
+                        n.wait_share_pct
                     );
                 }
                 let c = &e.calibration;
@@ -536,7 +551,11 @@ impl Report {
                     "calibration: incomplete {:.1}% lock wait (note 98.7%, target ≥ 90%), mean {:.2}x the note's 381.6 µs (target within 3x): {}; incremental / cold rebuild wait {:.1} / {:.1} µs (note 1.3 / 1.3); first drive after the restart {:.0} ms",
                     c.incomplete_wait_share_pct,
                     c.incomplete_mean_ratio,
-                    if c.incomplete_matches { "matches" } else { "DOES NOT MATCH (docs/simulator.md)" },
+                    if c.incomplete_matches {
+                        "matches"
+                    } else {
+                        "DOES NOT MATCH (docs/simulator.md)"
+                    },
                     c.incremental_wait_us,
                     c.cold_rebuild_wait_us,
                     c.first_drive_ms
@@ -610,7 +629,11 @@ impl Report {
         let names: Vec<&str> = self.engines.iter().map(|e| e.engine).collect();
         let _ = writeln!(out, "\n== side by side, one run ({})", names.join(" / "));
         let mut line = |what: &str, cell: &dyn Fn(&EngineReport) -> String| {
-            let cells: Vec<String> = self.engines.iter().map(|e| format!("{:>16}", cell(e))).collect();
+            let cells: Vec<String> = self
+                .engines
+                .iter()
+                .map(|e| format!("{:>16}", cell(e)))
+                .collect();
             let _ = writeln!(out, "{what:<44}{}", cells.join(""));
         };
         line("", &|e| e.engine.to_owned());
@@ -619,12 +642,16 @@ impl Report {
                 e.row(outcome).map_or("-".into(), |r| r.builds.to_string())
             });
             line(&format!("{outcome}: mean build (lock wait)"), &|e| {
-                e.row(outcome).filter(|r| r.builds > 0).map_or("-".into(), |r| {
-                    format!("{:.1} ({:.1}) µs", r.mean_build_us, r.mean_lock_wait_us)
-                })
+                e.row(outcome)
+                    .filter(|r| r.builds > 0)
+                    .map_or("-".into(), |r| {
+                        format!("{:.1} ({:.1}) µs", r.mean_build_us, r.mean_lock_wait_us)
+                    })
             });
         }
-        line("drives served / total", &|e| format!("{} / {}", e.drives.served, e.drives.total));
+        line("drives served / total", &|e| {
+            format!("{} / {}", e.drives.served, e.drives.total)
+        });
         line("drives served_rehydrated", &|e| {
             e.drives
                 .by_label
@@ -633,11 +660,19 @@ impl Report {
                 .map_or("0".into(), |(_, n)| n.to_string())
         });
         line("builds per drive", &|e| {
-            format!("{:.2}", e.drives.builds as f64 / e.drives.total.max(1) as f64)
+            format!(
+                "{:.2}",
+                e.drives.builds as f64 / e.drives.total.max(1) as f64
+            )
         });
-        line("waits woken / timeout", &|e| format!("{} / {}", e.drives.wakes, e.drives.timeouts));
+        line("waits woken / timeout", &|e| {
+            format!("{} / {}", e.drives.wakes, e.drives.timeouts)
+        });
         line("tip → served p50 / p99 (ms)", &|e| {
-            format!("{:.2} / {:.1}", e.drives.tip_to_served.p50_ms, e.drives.tip_to_served.p99_ms)
+            format!(
+                "{:.2} / {:.1}",
+                e.drives.tip_to_served.p50_ms, e.drives.tip_to_served.p99_ms
+            )
         });
         line("steady state tip → served p50 / p99 (ms)", &|e| {
             format!(
@@ -659,12 +694,18 @@ impl Report {
         });
         line("drives during the backfill: served / all", &|e| {
             e.cold_start.as_ref().map_or("-".into(), |c| {
-                format!("{} / {}", c.served_during_backfill, c.drives_during_backfill)
+                format!(
+                    "{} / {}",
+                    c.served_during_backfill, c.drives_during_backfill
+                )
             })
         });
         line("  their tip → end p50 / max (ms)", &|e| {
             e.cold_start.as_ref().map_or("-".into(), |c| {
-                format!("{:.0} / {:.0}", c.during_backfill.p50_ms, c.during_backfill.max_ms)
+                format!(
+                    "{:.0} / {:.0}",
+                    c.during_backfill.p50_ms, c.during_backfill.max_ms
+                )
             })
         });
         out

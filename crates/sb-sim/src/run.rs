@@ -13,11 +13,11 @@ use chain_fold::{Event, ExecutionId};
 
 use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
-use wal_index::ingest::DrainReport;
-use wal_index::report::IndexStats;
 use wal_index::config::EvictionPolicy;
+use wal_index::ingest::DrainReport;
 use wal_index::observe::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
+use wal_index::report::IndexStats;
 use wal_index::{
     Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, IndexObserver,
     StateIndex,
@@ -241,16 +241,16 @@ pub fn run_engine<I: StateIndex>(
     }
     // A broker's backlog is stored before the drain starts: a replay-on-boot cold start.
     wal.flush()?;
-    retained.published.store(plan.backlog.len(), Ordering::Release);
+    retained
+        .published
+        .store(plan.backlog.len(), Ordering::Release);
     let started = observer.started();
     let drain = match (config.drain_on, &config.wal) {
         (DrainOn::Task, WalTarget::InProcess) => {
             let stop = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&stop);
             let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
-            let task = runtime.spawn(async move {
-                drain.run_until_async(&flag).await.cloned()
-            });
+            let task = runtime.spawn(async move { drain.run_until_async(&flag).await.cloned() });
             DrainRun::Task { task, stop }
         }
         _ => DrainRun::Thread(Drain::new(Arc::clone(&index), source, config.drain).spawn()),
@@ -287,7 +287,11 @@ pub fn run_engine<I: StateIndex>(
             Arc::clone(&retained),
             Arc::clone(&gate),
         );
-        let tail = if config.tails { item.tail.clone() } else { Vec::new() };
+        let tail = if config.tails {
+            item.tail.clone()
+        } else {
+            Vec::new()
+        };
         let (budget, repeat) = (config.budget, item.repeat);
         tasks.push(runtime.spawn(async move {
             let Ok(_permit) = permits.acquire_owned().await else {

@@ -171,7 +171,10 @@ impl Generator {
         let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
         let mu = mean.ln() - SIGMA * SIGMA / 2.0;
         let size = (mu + SIGMA * z).exp();
-        (size as usize).clamp(1024.min(Self::max_bytes(&self.shape)), Self::max_bytes(&self.shape))
+        (size as usize).clamp(
+            1024.min(Self::max_bytes(&self.shape)),
+            Self::max_bytes(&self.shape),
+        )
     }
 
     fn start_execution(&mut self) -> Live {
@@ -230,7 +233,14 @@ impl Generator {
         } else {
             "step_completed"
         };
-        let event = envelope(id, live.execution_id, live.head, event_type, &self.rows, size);
+        let event = envelope(
+            id,
+            live.execution_id,
+            live.head,
+            event_type,
+            &self.rows,
+            size,
+        );
         live.head = Some(id);
         live.remaining -= 1;
         let execution_id = live.execution_id;
@@ -339,7 +349,11 @@ pub fn items_from_payloads(
             let triggers = triggers && event.as_ref().is_some_and(|e| !e.is_terminal());
             Item {
                 ids: event.as_ref().map(|e| (e.execution_id(), e.id())),
-                tail: if triggers { vec![payload.clone()] } else { Vec::new() },
+                tail: if triggers {
+                    vec![payload.clone()]
+                } else {
+                    Vec::new()
+                },
                 triggers,
                 payload,
                 repeat: false,
@@ -370,11 +384,22 @@ mod tests {
         let items = Generator::new(Shape::default()).take(2_000);
         let sizes: Vec<usize> = items.iter().map(|i| i.payload.len()).collect();
         let mean = sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
-        assert!((55_000.0..95_000.0).contains(&mean), "mean envelope {mean} B");
-        assert!(sizes.iter().all(|&s| (900..=8 * 73_000 + 1024).contains(&s)));
+        assert!(
+            (55_000.0..95_000.0).contains(&mean),
+            "mean envelope {mean} B"
+        );
+        assert!(
+            sizes
+                .iter()
+                .all(|&s| (900..=8 * 73_000 + 1024).contains(&s))
+        );
         for item in items.iter().step_by(97) {
             let value: serde_json::Value = serde_json::from_slice(&item.payload).unwrap();
-            assert!(value["result"]["rows"].as_array().is_some_and(|r| !r.is_empty()));
+            assert!(
+                value["result"]["rows"]
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty())
+            );
         }
     }
 

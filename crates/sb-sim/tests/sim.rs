@@ -85,12 +85,27 @@ fn short_simulation_of_each_engine_is_consistent() {
     assert_eq!(json["engines"][1]["engine"], "sharded");
     assert_eq!(json["engines"][2]["engine"], "mutex");
     for e in &report.engines {
-        assert!(e.drives.tail_applied > 0, "{}: dispatches carry tails", e.engine);
-        assert!(e.drives.repeats > 0, "{}: some heads are driven twice", e.engine);
+        assert!(
+            e.drives.tail_applied > 0,
+            "{}: dispatches carry tails",
+            e.engine
+        );
+        assert!(
+            e.drives.repeats > 0,
+            "{}: some heads are driven twice",
+            e.engine
+        );
         let labelled: usize = e.drives.by_label.iter().map(|(_, n)| n).sum();
-        assert_eq!(labelled, e.drives.total, "{}: one label per drive", e.engine);
+        assert_eq!(
+            labelled, e.drives.total,
+            "{}: one label per drive",
+            e.engine
+        );
     }
-    assert!(text.contains("the production note"), "today's figures beside the simulated ones");
+    assert!(
+        text.contains("the production note"),
+        "today's figures beside the simulated ones"
+    );
 }
 
 fn sample() -> PathBuf {

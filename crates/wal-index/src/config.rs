@@ -306,7 +306,10 @@ mod tests {
                 ("NOETL_STATE_BUILDER_DRIVE_RETRIES", retries),
                 ("NOETL_STATE_BUILDER_DRIVE_RETRY_MS", retry_ms),
             ]));
-            assert_eq!(DriveBudget::from_lookup(lookup(pairs)), DriveBudget::default());
+            assert_eq!(
+                DriveBudget::from_lookup(lookup(pairs)),
+                DriveBudget::default()
+            );
         }
     }
 

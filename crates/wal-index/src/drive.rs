@@ -226,7 +226,9 @@ pub(crate) async fn run_flow<I: StateIndex>(
         serve_from_shard(index, execution_id, expected_head, flow, mode, &mut drive).await
     {
         drive.label = label;
-    } else if let Some(replay) = rehydrate(index, execution_id, expected_head, flow, mode, &mut drive).await {
+    } else if let Some(replay) =
+        rehydrate(index, execution_id, expected_head, flow, mode, &mut drive).await
+    {
         index.observer().rehydrate(replay);
         drive.rehydrate = Some(replay);
         if replay == RehydrateLabel::Served {

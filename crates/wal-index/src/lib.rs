@@ -81,8 +81,8 @@ pub use chain_fold::{
     AdvanceOutcome, Chain, Event, EventError, EventId, ExecutionId, Incomplete, Spine, SpineOrder,
 };
 pub use config::{DriveBudget, IndexConfig};
-pub use flow::{DriveFallbacks, DriveFlow};
 pub use engine::WalIndex;
+pub use flow::{DriveFallbacks, DriveFlow};
 pub use ingest::{Drain, DrainConfig, WalSource};
 pub use observe::IndexObserver;
 pub use report::{Drive, DriveOutcome};

@@ -133,7 +133,12 @@ impl Inner {
         Some(true)
     }
 
-    fn build(&mut self, execution_id: ExecutionId, expected_head: Option<EventId>, now: u64) -> Built {
+    fn build(
+        &mut self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+        now: u64,
+    ) -> Built {
         match self.executions.get_mut(&execution_id) {
             Some(entry) => entry.build(expected_head, now),
             None => (
@@ -245,7 +250,12 @@ impl MutexIndex {
 
     /// The batch's terminal evictions, under the lock once more (as today's
     /// `finish_batch`); the gauges and the eviction count are reported after it.
-    fn finish_batch(&self, inner: &mut Inner, terminal: Vec<(ExecutionId, u64)>, report: &mut BatchReport) {
+    fn finish_batch(
+        &self,
+        inner: &mut Inner,
+        terminal: Vec<(ExecutionId, u64)>,
+        report: &mut BatchReport,
+    ) {
         for (execution_id, incarnation) in terminal {
             match inner.evict(execution_id, Some(incarnation), self.config.sink_gate) {
                 Some(true) => report.terminal_evicted.push(execution_id),
@@ -266,7 +276,11 @@ impl MutexIndex {
     }
 
     /// A sweep under the lock `inner` is (released here, before reporting).
-    fn sweep_locked(&self, mut inner: crate::sync::AsyncMutexGuard<'_, Inner>, now: Instant) -> EvictionStats {
+    fn sweep_locked(
+        &self,
+        mut inner: crate::sync::AsyncMutexGuard<'_, Inner>,
+        now: Instant,
+    ) -> EvictionStats {
         let policy = self.config.eviction;
         let now = self.nanos(now);
         let candidates = inner
@@ -363,7 +377,11 @@ impl DriveHooks for MutexIndex {
         report
     }
 
-    async fn rehydrate_async(&self, execution_id: ExecutionId, events: Vec<Event>) -> RehydrateReport {
+    async fn rehydrate_async(
+        &self,
+        execution_id: ExecutionId,
+        events: Vec<Event>,
+    ) -> RehydrateReport {
         let mut report = RehydrateReport::default();
         for event in events {
             if event.execution_id() != execution_id {

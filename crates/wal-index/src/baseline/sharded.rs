@@ -275,7 +275,11 @@ impl DriveHooks for ShardedMutexIndex {
         self.apply_batch(events)
     }
 
-    async fn rehydrate_async(&self, execution_id: ExecutionId, events: Vec<Event>) -> RehydrateReport {
+    async fn rehydrate_async(
+        &self,
+        execution_id: ExecutionId,
+        events: Vec<Event>,
+    ) -> RehydrateReport {
         self.rehydrate(execution_id, events)
     }
 
@@ -313,9 +317,15 @@ impl DriveHooks for ShardedMutexIndex {
             Some(slot) => {
                 let mut entry = slot.entry.lock();
                 let waited = started.elapsed();
-                (self.build_locked(Some(&mut entry), expected_head, started), waited)
+                (
+                    self.build_locked(Some(&mut entry), expected_head, started),
+                    waited,
+                )
             }
-            None => (self.build_locked(None, expected_head, started), started.elapsed()),
+            None => (
+                self.build_locked(None, expected_head, started),
+                started.elapsed(),
+            ),
         };
         self.finish_build(built, waited, started)
     }
@@ -380,9 +390,15 @@ impl StateIndex for ShardedMutexIndex {
             Some(slot) => {
                 let mut entry = slot.entry.lock();
                 let waited = started.elapsed();
-                (self.build_locked(Some(&mut entry), expected_head, started), waited)
+                (
+                    self.build_locked(Some(&mut entry), expected_head, started),
+                    waited,
+                )
             }
-            None => (self.build_locked(None, expected_head, started), started.elapsed()),
+            None => (
+                self.build_locked(None, expected_head, started),
+                started.elapsed(),
+            ),
         };
         self.finish_build(built, waited, started)
     }

@@ -250,7 +250,11 @@ impl DriveHooks for WalIndex {
         self.apply_batch(events)
     }
 
-    async fn rehydrate_async(&self, execution_id: ExecutionId, events: Vec<Event>) -> RehydrateReport {
+    async fn rehydrate_async(
+        &self,
+        execution_id: ExecutionId,
+        events: Vec<Event>,
+    ) -> RehydrateReport {
         self.rehydrate(execution_id, events)
     }
 

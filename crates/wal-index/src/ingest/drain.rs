@@ -69,7 +69,9 @@ impl DrainConfig {
     ) -> Result<DrainConfig, crate::config::ConfigError> {
         const VAR: &str = "NOETL_STATE_INDEX_SWEEP_SECS";
         let mut config = DrainConfig::default();
-        let value = lookup(VAR).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let value = lookup(VAR)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty());
         if let Some(value) = value {
             match value.parse::<u64>() {
                 Ok(secs) if secs > 0 => config.sweep_every = Duration::from_secs(secs),
