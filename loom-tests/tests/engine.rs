@@ -33,8 +33,9 @@ fn index(eviction: EvictionPolicy) -> WalIndex {
     })
 }
 
-/// Under loom a wait never times out, so a drive's waits end only by a wake-up: a lost one
-/// is a deadlock loom reports. Ten waits is more than any model here can use.
+/// Under loom a wait never times out and the model clock stands still, so a drive ends only
+/// when served or when the engine knows its execution finished: a lost wake-up is a
+/// deadlock loom reports. The budget itself bounds nothing here.
 fn patient() -> DriveBudget {
     DriveBudget {
         attempts: 10,

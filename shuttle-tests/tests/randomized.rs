@@ -99,9 +99,8 @@ fn workload<I: StateIndex>() {
             }
         })),
         // Drives for tip 2 of executions nothing may evict: each must be served. Under the
-        // model a wait ends only by a wake-up, so a lost one is a deadlock shuttle reports.
-        // The budget outlasts every wake-up the workload can send (today's design wakes
-        // every drive on every applied event of any execution).
+        // model a wait ends only by a wake-up and the model clock stands still, so the
+        // deadline never passes and a lost wake-up is a deadlock shuttle reports.
         spawn(Box::new(|index: &I| {
             let budget = DriveBudget {
                 attempts: 10_000,

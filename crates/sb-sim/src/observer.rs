@@ -210,6 +210,11 @@ impl IndexObserver for SimObserver {
     fn drive(&self, outcome: DriveLabel) {
         self.forward.iter().for_each(|f| f.drive(outcome));
     }
+    fn drive_tail(&self, applied: u32, rejected: u32) {
+        self.forward
+            .iter()
+            .for_each(|f| f.drive_tail(applied, rejected));
+    }
     fn residency(&self, stats: IndexStats) {
         self.forward.iter().for_each(|f| f.residency(stats));
     }

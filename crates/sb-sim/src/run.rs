@@ -241,6 +241,7 @@ pub fn run_engine<I: StateIndex>(
     }
     // A broker's backlog is stored before the drain starts: a replay-on-boot cold start.
     wal.flush()?;
+    // Release pairs with the acquire in `RetainedWal::retained`: the backlog is published.
     retained
         .published
         .store(plan.backlog.len(), Ordering::Release);

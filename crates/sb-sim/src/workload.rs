@@ -107,7 +107,7 @@ impl Rows {
                 text,
                 r#"{{"row":{row},"name":"item-{row}","qty":{},"ok":{},"tags":["t{}","u{}"],"note":"{}"}}"#,
                 row % 17,
-                row % 3 == 0,
+                row.is_multiple_of(3),
                 row % 7,
                 row % 11,
                 &NOTE[(row as usize * 7) % 64..][..NOTE_LEN]

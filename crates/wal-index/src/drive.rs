@@ -192,7 +192,12 @@ pub(crate) async fn run_flow<I: StateIndex>(
         index.observer().drive(drive.label);
         return drive;
     }
-    for payload in &flow.tail_events {
+    // The tail of an execution that already finished and was evicted would re-create a
+    // partial chain (a tail rarely reaches genesis) that no terminal event evicts again:
+    // the engine skips it, and its drive ends after one build. (Today's index, which keeps
+    // no finished set, re-creates it; so do the comparators.)
+    let finished = !flow.tail_events.is_empty() && index.finished_and_gone(execution_id);
+    for payload in flow.tail_events.iter().filter(|_| !finished) {
         match Event::from_json_bytes(payload.clone()) {
             Ok(event) if event.execution_id() == execution_id => {
                 match mode {
@@ -203,8 +208,12 @@ pub(crate) async fn run_flow<I: StateIndex>(
             }
             // A tail event of another execution is the dispatcher's mistake: applying it
             // would be harmless (an overwrite by id) but it is not this drive's to apply.
+            // Each payload is decoded on its own, so a bad one costs only itself.
             Ok(_) | Err(_) => drive.tail_rejected += 1,
         }
+    }
+    if finished {
+        drive.tail_rejected += flow.tail_events.len() as u32;
     }
     if drive.tail_applied + drive.tail_rejected > 0 {
         index
@@ -295,22 +304,23 @@ async fn rehydrate<I: StateIndex>(
     drive: &mut Drive,
 ) -> Option<RehydrateLabel> {
     let (fallbacks, gate) = (flow.fallbacks?, flow.rehydrate_gate?);
-    let Some(_permit) = gate.try_enter() else {
+    // The cap covers the retained read and the replay, not the build after it.
+    let permit = gate.try_enter();
+    if permit.is_none() {
         return Some(RehydrateLabel::Throttled);
-    };
+    }
     let events = fallbacks.retained(execution_id)?;
     if events.is_empty() {
         return Some(RehydrateLabel::Empty);
     }
+    let _replayed = match mode {
+        Mode::Async => index.rehydrate_async(execution_id, events).await,
+        Mode::Blocking => index.rehydrate(execution_id, events),
+    };
+    drop(permit);
     let build = match mode {
-        Mode::Async => {
-            index.rehydrate_async(execution_id, events).await;
-            index.build_async(execution_id, expected_head).await
-        }
-        Mode::Blocking => {
-            index.rehydrate(execution_id, events);
-            index.build_blocking(execution_id, expected_head)
-        }
+        Mode::Async => index.build_async(execution_id, expected_head).await,
+        Mode::Blocking => index.build_blocking(execution_id, expected_head),
     };
     drive.builds += 1;
     Some(match build.spine {

@@ -88,11 +88,13 @@ label_enum! {
 /// implements only what it records. Calls are synchronous and on the hot path: keep them to
 /// a few atomic operations.
 ///
-/// [`IndexObserver::residency`] is called **while the index's accounting is locked**, once
-/// per change, with the new totals; an observer that sets three gauges from that one value
-/// therefore never shows a mix of two states.
+/// [`WalIndex`](crate::WalIndex) calls [`IndexObserver::residency`] **while its accounting
+/// is locked**, once per change, with the new totals; an observer that sets three gauges
+/// from that one value therefore never shows a mix of two states. The comparators report
+/// after releasing their locks, as today's index does, so two concurrent appliers may
+/// report in either order (their gauges can lag behind the index until the next change).
 ///
-/// An observer must not panic. It runs inside the index's critical sections (residency
+/// An observer must not panic. It runs inside the engine's critical sections (residency
 /// under the accounting lock, in the middle of an apply or an eviction); a panic there
 /// leaves that operation half done, and the index does not try to repair it.
 pub trait IndexObserver: Send + Sync + 'static {

@@ -113,7 +113,8 @@ pub struct Drive {
     pub timeouts: u32,
     /// Tail events applied before the first build.
     pub tail_applied: u32,
-    /// Tail events that did not decode or belonged to another execution (skipped).
+    /// Tail events skipped: undecodable, of another execution, or of an execution the
+    /// engine knows finished and was evicted (applying them would re-create it).
     pub tail_rejected: u32,
     /// The replay after the deadline, if one was attempted.
     pub rehydrate: Option<crate::observe::RehydrateLabel>,

@@ -330,7 +330,11 @@ fn drive_runs_out_of_budget_with_the_reason<I: StateIndex>() {
         drive.outcome,
         DriveOutcome::Incomplete(Incomplete::TipMissing(9))
     );
-    assert_eq!((drive.builds, drive.timeouts), (3, 2));
+    // A deadline, not a count: every wait timed out, the last build came at or after the
+    // deadline, and no more than one build per `retry` (fewer if the machine is slow).
+    assert_eq!(drive.builds, drive.timeouts + 1);
+    assert!((2..=3).contains(&drive.builds), "{drive:?}");
+    assert!(drive.elapsed >= budget.deadline(), "{drive:?}");
 }
 
 for_each_engine!(

@@ -242,32 +242,35 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     }
 
     /// [`Drain::step`] as a task on an executor, as today's drain runs: the pull does not
-    /// wait (an empty pull sleeps `idle_wait` on a timer instead), and the batch is applied
-    /// awaiting rather than blocking on the index's locks (today's mutex is awaited per
-    /// event). A source whose `pull` blocks even with a zero wait (none of
-    /// this crate's) would block the executor's thread.
+    /// wait (an empty pull sleeps `idle_wait` on a timer instead), and the batch and the
+    /// sweep await rather than block on the index's locks (today's mutex is awaited per
+    /// event). The source's `pull` is still called inline: the channel and broker sources
+    /// return at once with a zero wait, but [`JsonLinesSource`](super::JsonLinesSource)
+    /// reading a pipe blocks the executor's thread until a line arrives.
     pub async fn step_async(&mut self) -> io::Result<bool> {
         if let Some(pause) = self.backing_off() {
             futures_timer::Delay::new(pause).await;
             return Ok(true);
         }
         let pulled = self.source.pull(self.config.batch_max, Duration::ZERO);
-        let events = match self.decode(pulled) {
+        let more = match self.decode(pulled) {
             Err(error) => return self.source_failed(error),
-            Ok(Step::Closed) => return self.stepped(false),
+            Ok(Step::Closed) => false,
             Ok(Step::Idle) => {
                 futures_timer::Delay::new(self.config.idle_wait).await;
-                Vec::new()
+                true
             }
-            Ok(Step::Events(events)) => events,
+            Ok(Step::Events(events)) => {
+                if !events.is_empty() {
+                    let batch = self.index.apply_batch_async(events).await;
+                    self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
+                }
+                if let Err(error) = self.source.commit() {
+                    return self.source_failed(error);
+                }
+                true
+            }
         };
-        if !events.is_empty() {
-            let batch = self.index.apply_batch_async(events).await;
-            self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
-        }
-        if let Err(error) = self.source.commit() {
-            return self.source_failed(error);
-        }
         self.failing = None;
         self.set_healthy(true);
         if self.last_sweep.elapsed() >= self.config.sweep_every {
@@ -275,7 +278,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             let stats = self.index.enforce_limits_async(self.last_sweep).await;
             self.swept(&stats);
         }
-        Ok(true)
+        Ok(more)
     }
 
     /// While backing off after a source error: how long to pause before looking again.

@@ -315,7 +315,12 @@ impl Clock {
 
     pub fn advance(&self, by: std::time::Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        self.now.fetch_add(by, Ordering::SeqCst);
+        // Saturating, as the real clock is.
+        let _ = self
+            .now
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(by))
+            });
     }
 }
 

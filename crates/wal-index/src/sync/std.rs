@@ -105,9 +105,11 @@ impl<T> AsyncMutex<T> {
         self.0.lock().await
     }
 
-    /// Takes a place in the same FIFO queue as `lock` and parks until served. (Not
-    /// Tokio's `blocking_lock`, which refuses to run on a runtime thread: the simulator's
-    /// blocking drives and the benches call this from anywhere.)
+    /// Takes a place in the same FIFO queue as `lock` and parks the calling thread until
+    /// served. For plain threads only (the blocking drive, the drain on its own thread, the
+    /// benches): on an executor thread it can wait for a task that the fair queue handed
+    /// the lock to and that is queued behind that very thread, so every async path of the
+    /// comparators awaits `lock` instead.
     pub(crate) fn lock_blocking(&self) -> tokio::sync::MutexGuard<'_, T> {
         futures_lite::future::block_on(self.0.lock())
     }
