@@ -632,7 +632,7 @@ impl Report {
             let cells: Vec<String> = self
                 .engines
                 .iter()
-                .map(|e| format!("{:>16}", cell(e)))
+                .map(|e| format!("{:>22}", cell(e)))
                 .collect();
             let _ = writeln!(out, "{what:<44}{}", cells.join(""));
         };
