@@ -47,10 +47,11 @@ enum Removal {
 /// slots, each with its own short blocking lock (`parking_lot`, never held across an
 /// await) and its own notification.
 ///
-/// Everything else is as in [`MutexIndex`](super::MutexIndex): the drain takes the
-/// execution's mutex per applied event and wakes that execution's waiters per event, a
-/// build's timer starts before the lock, and a build copies every payload of the spine out
-/// under the lock. So an incomplete build still queues behind the drain applying *its own*
+/// Everything else is as in [`MutexIndex`](super::MutexIndex), today's data path included:
+/// the drain takes the execution's lock per applied event (the parsed record deep-cloned
+/// and walked under it) and wakes that execution's waiters per event, a build's timer
+/// starts before the lock, and a build clones every payload value of the spine out under
+/// the lock and serializes them after it. So an incomplete build still queues behind the drain applying *its own*
 /// execution — exactly the case production measured — while builds of other executions no
 /// longer do. It exists so the engine is compared with the obvious alternative, not only
 /// with today's design.

@@ -1,0 +1,335 @@
+//! The worker's drive flow (shared/reference/domain.md, "The drive"), step by step, on
+//! every engine: tail events, the deadline loop, the state shard, rehydrate on a miss,
+//! and every `drive_builds_total` label it can end with. And the drain as a task.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chain_fold::{Event, ExecutionId};
+use common::{ev, linear};
+use wal_index::ingest::channel_wal;
+use wal_index::observe::{DriveLabel, RehydrateLabel};
+use wal_index::rehydrate::RehydrateGate;
+use wal_index::{
+    Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, IndexObserver,
+    StateIndex,
+};
+
+fn payload(event: &Event) -> Bytes {
+    event.payload().clone()
+}
+
+/// A budget that ends at once: one build, no wait.
+fn no_wait() -> DriveBudget {
+    DriveBudget::new(0, Duration::ZERO)
+}
+
+/// Counts what the flow reports, so a test can check each drive is reported once.
+#[derive(Default)]
+struct Reported {
+    drives: [AtomicU64; 7],
+    tail_applied: AtomicU64,
+    tail_rejected: AtomicU64,
+    rehydrates: [AtomicU64; 4],
+}
+
+impl IndexObserver for Reported {
+    fn drive(&self, outcome: DriveLabel) {
+        self.drives[outcome.index()].fetch_add(1, Ordering::Relaxed);
+    }
+    fn drive_tail(&self, applied: u32, rejected: u32) {
+        self.tail_applied
+            .fetch_add(u64::from(applied), Ordering::Relaxed);
+        self.tail_rejected
+            .fetch_add(u64::from(rejected), Ordering::Relaxed);
+    }
+    fn rehydrate(&self, outcome: RehydrateLabel) {
+        self.rehydrates[outcome.index()].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Reported {
+    fn drives(&self, label: DriveLabel) -> u64 {
+        self.drives[label.index()].load(Ordering::Relaxed)
+    }
+    fn all_drives(&self) -> u64 {
+        self.drives.iter().map(|n| n.load(Ordering::Relaxed)).sum()
+    }
+}
+
+fn observed<I: StateIndex>() -> (I, Arc<Reported>) {
+    let reported = Arc::new(Reported::default());
+    (
+        I::with_observer(IndexConfig::default(), reported.clone()),
+        reported,
+    )
+}
+
+/// A warm index: the tail carries the newest events, so the first build serves without the
+/// drain. An undecodable tail event and one of another execution are skipped and counted;
+/// their neighbours are applied.
+fn the_tail_serves_a_warm_index_on_the_first_build<I: StateIndex>() {
+    let (index, reported) = observed::<I>();
+    index.apply_batch(linear(1, 1, 3));
+    let tail = vec![
+        payload(&ev(1, 4, Some(3))),
+        Bytes::from_static(b"{not json"),
+        payload(&ev(2, 100, None)),
+        payload(&ev(1, 5, Some(4))),
+    ];
+    let flow = DriveFlow::new(DriveBudget::default()).tail_events(tail);
+    let drive = index.drive_flow_blocking(1, Some(5), &flow);
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3, 4, 5]);
+    assert_eq!(drive.label, DriveLabel::Served);
+    assert_eq!((drive.builds, drive.wakes, drive.timeouts), (1, 0, 0));
+    assert_eq!((drive.tail_applied, drive.tail_rejected), (2, 2));
+    assert!(
+        index.chain(2).is_none(),
+        "another execution's tail event is not applied"
+    );
+    assert_eq!(reported.drives(DriveLabel::Served), 1);
+    assert_eq!(reported.all_drives(), 1, "one report per drive");
+    assert_eq!(
+        (
+            reported.tail_applied.load(Ordering::Relaxed),
+            reported.tail_rejected.load(Ordering::Relaxed)
+        ),
+        (2, 2)
+    );
+}
+
+/// A cold index: a tail that does not reach genesis leaves the build incomplete, and the
+/// drive waits; the drain's backfill (here, the missing history) then serves it.
+fn a_tail_without_genesis_waits_for_the_history<I: StateIndex>() {
+    let index = I::with_config(IndexConfig::default());
+    let history = linear(1, 1, 3);
+    let flow = DriveFlow::new(DriveBudget::new(1, Duration::from_secs(30)))
+        .tail_events(vec![payload(&ev(1, 4, Some(3)))]);
+    let drive = std::thread::scope(|s| {
+        let waiter = s.spawn(|| index.drive_flow_blocking(1, Some(4), &flow));
+        std::thread::sleep(Duration::from_millis(30));
+        index.apply_batch(history);
+        waiter.join().unwrap()
+    });
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3, 4]);
+    assert_eq!(drive.label, DriveLabel::Served);
+    assert!(drive.builds >= 2 && drive.wakes >= 1, "{drive:?}");
+}
+
+/// The budget is a deadline: a drive woken by events that do not serve it rebuilds after
+/// every wake (wake-ups cost nothing) and is served once the tip lands, however many wakes
+/// came first. Every wake here is its own execution's, so every engine is woken by each.
+fn a_drive_rebuilds_after_every_wake_until_its_deadline<I: StateIndex>() {
+    let index = I::with_config(IndexConfig::default());
+    index.apply_batch(linear(1, 1, 2));
+    // Ten events of a side branch of execution 1 (rooted at 100, no genesis), then the tip.
+    let budget = DriveBudget::new(1, Duration::from_secs(30));
+    let drive = std::thread::scope(|s| {
+        let waiter = s.spawn(|| index.drive_blocking(1, Some(3), budget));
+        for id in 100..110 {
+            std::thread::sleep(Duration::from_millis(5));
+            index.apply(ev(1, id, (id > 100).then(|| id - 1)));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        index.apply(ev(1, 3, Some(2)));
+        waiter.join().unwrap()
+    });
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
+    assert!(drive.wakes >= 2, "woken by the side branch too: {drive:?}");
+    assert_eq!(drive.builds, drive.wakes + drive.timeouts + 1);
+    assert_eq!(drive.timeouts, 0);
+}
+
+/// The caller's sources after the deadline.
+struct Sources {
+    shard: Option<Vec<Event>>,
+    retained: Option<Vec<Event>>,
+}
+
+impl DriveFallbacks for Sources {
+    fn state_shard(&self, _: ExecutionId) -> Option<Vec<Event>> {
+        self.shard.clone()
+    }
+    fn retained(&self, _: ExecutionId) -> Option<Vec<Event>> {
+        self.retained.clone()
+    }
+}
+
+/// After the deadline the state shard serves; `served_shard_mismatch` when an event the
+/// index holds has different bytes there. Neither is a rehydrate.
+fn the_state_shard_serves_after_the_deadline<I: StateIndex>() {
+    let (index, reported) = observed::<I>();
+    let sources = Sources {
+        shard: Some(linear(3, 1, 3)),
+        retained: Some(linear(3, 1, 3)),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(no_wait())
+        .fallbacks(&sources)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(3, Some(3), &flow);
+    assert_eq!(drive.label, DriveLabel::ServedShard);
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
+    assert_eq!(drive.rehydrate, None, "the shard came first");
+
+    // The index holds event 1 with other bytes than the shard's.
+    index.apply(Event::minimal(1, 3, None, "playbook_started"));
+    let other = Event::from_json(
+        br#"{"event_id":1,"execution_id":3,"event_type":"playbook_started","result":{"x":1}}"#,
+    )
+    .unwrap();
+    let sources = Sources {
+        shard: Some(vec![other, ev(3, 2, Some(1)), ev(3, 3, Some(2))]),
+        retained: None,
+    };
+    let flow = DriveFlow::new(no_wait()).fallbacks(&sources);
+    let drive = index.drive_flow_blocking(3, Some(3), &flow);
+    assert_eq!(drive.label, DriveLabel::ServedShardMismatch);
+    assert_eq!(reported.drives(DriveLabel::ServedShard), 1);
+    assert_eq!(reported.drives(DriveLabel::ServedShardMismatch), 1);
+}
+
+/// Rehydrate on a miss: served from the retained WAL; empty; throttled at the cap; and the
+/// stateless edge and a worker that does not build.
+fn rehydrate_and_the_fallback_labels<I: StateIndex>() {
+    let (index, reported) = observed::<I>();
+    let gate = RehydrateGate::new(1);
+    let served = Sources {
+        shard: None,
+        retained: Some(linear(4, 1, 3)),
+    };
+    let flow = DriveFlow::new(no_wait())
+        .fallbacks(&served)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(4, Some(3), &flow);
+    assert_eq!(
+        (drive.label, drive.rehydrate),
+        (DriveLabel::ServedRehydrated, Some(RehydrateLabel::Served))
+    );
+    assert_eq!(
+        drive.builds, 2,
+        "the loop's build and the one after the replay"
+    );
+
+    let empty = Sources {
+        shard: None,
+        retained: Some(Vec::new()),
+    };
+    let flow = DriveFlow::new(no_wait())
+        .fallbacks(&empty)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(5, Some(3), &flow);
+    assert_eq!(
+        (drive.label, drive.rehydrate),
+        (DriveLabel::FallbackIncomplete, Some(RehydrateLabel::Empty))
+    );
+
+    let held = gate.try_enter().expect("the cap is 1 and nothing replays");
+    let flow = DriveFlow::new(no_wait())
+        .fallbacks(&served)
+        .rehydrate_gate(&gate)
+        .stateless(true);
+    let drive = index.drive_flow_blocking(6, Some(3), &flow);
+    assert_eq!(
+        (drive.label, drive.rehydrate),
+        (DriveLabel::StatelessRetry, Some(RehydrateLabel::Throttled))
+    );
+    assert!(
+        index.chain(6).is_none(),
+        "a throttled drive replays nothing"
+    );
+    drop(held);
+
+    let flow = DriveFlow::new(DriveBudget::default()).authoritative(false);
+    let drive = index.drive_flow_blocking(4, Some(3), &flow);
+    assert_eq!(
+        (drive.label, drive.builds),
+        (DriveLabel::FallbackDisabled, 0)
+    );
+
+    assert_eq!(reported.all_drives(), 4, "one report per drive");
+    assert_eq!(
+        reported.rehydrates[RehydrateLabel::Served.index()].load(Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        reported.rehydrates[RehydrateLabel::Empty.index()].load(Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        reported.rehydrates[RehydrateLabel::Throttled.index()].load(Ordering::Relaxed),
+        1
+    );
+}
+
+/// The async flow on a two-worker Tokio runtime, with the drain as a task on the same
+/// runtime (today's shape): every drive is served and the drain consumes everything.
+fn the_drain_as_a_task_serves_async_drives<I: StateIndex>() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let index = Arc::new(I::with_config(IndexConfig::default()));
+    let (wal, source) = channel_wal();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drain = {
+        let (index, stop) = (Arc::clone(&index), Arc::clone(&stop));
+        let mut drain = Drain::new(index, source, DrainConfig::default());
+        runtime.spawn(async move { drain.run_until_async(&stop).await.cloned() })
+    };
+    let drives: Vec<_> = (0..20i64)
+        .map(|execution| {
+            let index = Arc::clone(&index);
+            runtime.spawn(async move {
+                let flow = DriveFlow::new(DriveBudget::new(10, Duration::from_secs(1)));
+                index.drive_flow(execution, Some(5), &flow).await
+            })
+        })
+        .collect();
+    for id in 1..=5 {
+        for execution in 0..20i64 {
+            let event = ev(execution, id, (id > 1).then(|| id - 1));
+            wal.append(event.payload().to_vec());
+        }
+    }
+    for drive in drives {
+        let drive = runtime.block_on(drive).unwrap();
+        assert_eq!(drive.label, DriveLabel::Served, "{drive:?}");
+        assert_eq!(drive.outcome.spine().unwrap().len(), 5);
+    }
+    drop(wal);
+    let report = runtime.block_on(drain).unwrap().unwrap();
+    assert_eq!(report.events, 100);
+    assert_eq!(index.stats().events, 100);
+}
+
+for_each_engine!(
+    the_tail_serves_a_warm_index_on_the_first_build,
+    a_tail_without_genesis_waits_for_the_history,
+    a_drive_rebuilds_after_every_wake_until_its_deadline,
+    the_state_shard_serves_after_the_deadline,
+    rehydrate_and_the_fallback_labels,
+    the_drain_as_a_task_serves_async_drives,
+);
+
+/// The engine skips the tail of an execution it knows finished and was evicted: applying
+/// it would re-create a partial chain that no terminal event evicts again.
+#[test]
+fn the_engine_skips_the_tail_of_a_finished_execution() {
+    let index = wal_index::WalIndex::default();
+    let mut batch = linear(9, 1, 2);
+    batch.push(Event::minimal(3, 9, Some(2), "playbook_completed"));
+    index.apply_batch(batch);
+    assert!(index.chain(9).is_none(), "terminal eviction");
+    let flow =
+        DriveFlow::new(DriveBudget::default()).tail_events(vec![payload(&ev(9, 2, Some(1)))]);
+    let drive = index.drive_flow_blocking(9, Some(2), &flow);
+    assert_eq!((drive.tail_applied, drive.tail_rejected), (0, 1));
+    assert_eq!(drive.builds, 1, "the drive ends at once");
+    assert!(index.chain(9).is_none(), "nothing re-created");
+}
