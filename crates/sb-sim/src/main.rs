@@ -132,8 +132,12 @@ struct RunArgs {
     no_tails: bool,
     /// Where the drain runs: a task on the drives' two-worker runtime (today's shape) or
     /// its own thread (always its own thread through a broker).
-    #[arg(long, value_enum, default_value_t = sb_sim::run::DrainOn::Task)]
-    drain_on: sb_sim::run::DrainOn,
+    #[arg(long, value_enum, default_value_t = sb_sim::run::RunOn::Task)]
+    drain_on: sb_sim::run::RunOn,
+    /// Where the drives run: tasks on the two-worker runtime (today's shape) or threads of
+    /// its blocking pool (blocking drives).
+    #[arg(long, value_enum, default_value_t = sb_sim::run::RunOn::Task)]
+    drives_on: sb_sim::run::RunOn,
     /// Concurrent rehydrate-on-miss replays (today's default 2; 0 disables rehydrate).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=1_000))]
     rehydrate_concurrency: u32,
@@ -168,6 +172,7 @@ impl RunArgs {
             drive_concurrency: self.drive_concurrency as usize,
             tails: !self.no_tails,
             drain_on: self.drain_on,
+            drives_on: self.drives_on,
             rehydrate_concurrency: self.rehydrate_concurrency as usize,
             wal: self.wal()?,
             ..SimConfig::default()
@@ -271,12 +276,13 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
             let plan = Plan::generate(&shape, cold_start, live);
             let config = sim.run.config(sim.rate)?;
             let workload = format!(
-                "simulate via {wal}: restart mid-flight with {cold_start} events in the WAL, then {live} live events at {} ev/s ({} drives, {:.0}% repeated, tails {}, drain as a {:?}); {} concurrent executions of ~{} events, envelopes ~{} B mean (slim stored), {:.0}% inversions, seed {}",
+                "simulate via {wal}: restart mid-flight with {cold_start} events in the WAL, then {live} live events at {} ev/s ({} drives, {:.0}% repeated, tails {}, drain as a {:?}, drives as {:?}s); {} concurrent executions of ~{} events, envelopes ~{} B mean (slim stored), {:.0}% inversions, seed {}",
                 sim.rate,
                 plan.drives(),
                 shape.repeat_rate * 100.0,
                 if config.tails { "on" } else { "off" },
                 config.drain_on,
+                config.drives_on,
                 shape.concurrent_executions,
                 shape.events_per_execution,
                 shape.payload_bytes,

@@ -27,13 +27,16 @@ use crate::observer::SimObserver;
 use crate::wal::{Feed, WalTarget};
 use crate::workload::{Generator, Item, Shape};
 
-/// Where the drain runs.
+/// Where the drain, or the drives, run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum DrainOn {
-    /// A task on the drives' two-worker runtime, as today's worker runs it.
+pub enum RunOn {
+    /// Tasks on one two-worker Tokio runtime, as today's worker runs them (awaiting the
+    /// index's locks).
     #[default]
     Task,
-    /// Its own thread (always, through a broker: its source blocks while it waits).
+    /// Threads: the drain on its own thread (always, through a broker: its source blocks
+    /// while it waits); each drive on a thread of the runtime's blocking pool, blocking on
+    /// the index's locks.
     Thread,
 }
 
@@ -55,7 +58,9 @@ pub struct SimConfig {
     /// The drain's configuration.
     pub drain: DrainConfig,
     /// Where the drain runs.
-    pub drain_on: DrainOn,
+    pub drain_on: RunOn,
+    /// Where the drives run.
+    pub drives_on: RunOn,
     /// The WAL the events go through.
     pub wal: WalTarget,
 }
@@ -86,7 +91,8 @@ impl Default for SimConfig {
             rehydrate_concurrency: 2,
             index: SimConfig::production_index(),
             drain: DrainConfig::default(),
-            drain_on: DrainOn::default(),
+            drain_on: RunOn::default(),
+            drives_on: RunOn::default(),
             wal: WalTarget::InProcess,
         }
     }
@@ -247,7 +253,7 @@ pub fn run_engine<I: StateIndex>(
         .store(plan.backlog.len(), Ordering::Release);
     let started = observer.started();
     let drain = match (config.drain_on, &config.wal) {
-        (DrainOn::Task, WalTarget::InProcess) => {
+        (RunOn::Task, WalTarget::InProcess) => {
             let stop = Arc::new(AtomicBool::new(false));
             let flag = Arc::clone(&stop);
             let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
@@ -293,19 +299,34 @@ pub fn run_engine<I: StateIndex>(
         } else {
             Vec::new()
         };
-        let (budget, repeat) = (config.budget, item.repeat);
+        let (budget, repeat, drives_on) = (config.budget, item.repeat, config.drives_on);
         tasks.push(runtime.spawn(async move {
             let Ok(_permit) = permits.acquire_owned().await else {
                 return;
             };
-            let mut flow = DriveFlow::new(budget)
-                .tail_events(tail)
-                .fallbacks(&*retained);
-            if gate.max_concurrent() > 0 {
-                flow = flow.rehydrate_gate(&gate);
-            }
             for again in [false, true].into_iter().take(1 + usize::from(repeat)) {
-                let drive = index.drive_flow(execution_id, Some(event_id), &flow).await;
+                let drive = match drives_on {
+                    RunOn::Task => {
+                        let flow = flow_of(budget, &tail, &*retained, &gate);
+                        index.drive_flow(execution_id, Some(event_id), &flow).await
+                    }
+                    RunOn::Thread => {
+                        let (index, tail, retained, gate) = (
+                            Arc::clone(&index),
+                            tail.clone(),
+                            Arc::clone(&retained),
+                            Arc::clone(&gate),
+                        );
+                        let blocking = tokio::task::spawn_blocking(move || {
+                            let flow = flow_of(budget, &tail, &*retained, &gate);
+                            index.drive_flow_blocking(execution_id, Some(event_id), &flow)
+                        });
+                        match blocking.await {
+                            Ok(drive) => drive,
+                            Err(_) => return,
+                        }
+                    }
+                };
                 let record = DriveRecord {
                     dispatched_at: dispatched.saturating_duration_since(started),
                     latency: dispatched.elapsed(),
@@ -411,5 +432,22 @@ impl DrainRun {
             }
             DrainRun::Thread(handle) => handle.stop(),
         }
+    }
+}
+
+/// One dispatch's drive flow: its tail, the retained WAL, and the replay cap (none at 0).
+fn flow_of<'a>(
+    budget: DriveBudget,
+    tail: &[Bytes],
+    retained: &'a RetainedWal,
+    gate: &'a RehydrateGate,
+) -> DriveFlow<'a> {
+    let flow = DriveFlow::new(budget)
+        .tail_events(tail.to_vec())
+        .fallbacks(retained);
+    if gate.max_concurrent() > 0 {
+        flow.rehydrate_gate(gate)
+    } else {
+        flow
     }
 }

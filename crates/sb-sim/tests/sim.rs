@@ -108,6 +108,29 @@ fn short_simulation_of_each_engine_is_consistent() {
     );
 }
 
+/// The drain on its own thread and the drives on threads (blocking drives) instead of tasks
+/// on the runtime: the same report, consistent, on every engine.
+#[test]
+fn drain_and_drives_on_threads_are_consistent() {
+    let shape = Shape {
+        payload_bytes: 300,
+        ..Shape::default()
+    };
+    let plan = Plan::generate(&shape, 1_000, 1_500);
+    let config = SimConfig {
+        rate: 6_000.0,
+        drive_concurrency: 16,
+        drain_on: sb_sim::run::RunOn::Thread,
+        drives_on: sb_sim::run::RunOn::Thread,
+        ..SimConfig::default()
+    };
+    let report = sb_sim::run(&plan, &config, Engines::All, None, "threads".into()).unwrap();
+    for e in &report.engines {
+        check_consistency(e, &plan);
+        assert!(e.drives.served > 0, "{}: nothing served", e.engine);
+    }
+}
+
 fn sample() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/sample-wal.jsonl")
 }
