@@ -307,7 +307,7 @@ pub fn run_engine<I: StateIndex>(
             for again in [false, true].into_iter().take(1 + usize::from(repeat)) {
                 let drive = match drives_on {
                     RunOn::Task => {
-                        let flow = flow_of(budget, &tail, &*retained, &gate);
+                        let flow = flow_of(budget, &tail, &retained, &gate);
                         index.drive_flow(execution_id, Some(event_id), &flow).await
                     }
                     RunOn::Thread => {
@@ -318,7 +318,7 @@ pub fn run_engine<I: StateIndex>(
                             Arc::clone(&gate),
                         );
                         let blocking = tokio::task::spawn_blocking(move || {
-                            let flow = flow_of(budget, &tail, &*retained, &gate);
+                            let flow = flow_of(budget, &tail, &retained, &gate);
                             index.drive_flow_blocking(execution_id, Some(event_id), &flow)
                         });
                         match blocking.await {

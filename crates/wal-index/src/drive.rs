@@ -84,6 +84,47 @@ pub trait DriveHooks {
     }
 }
 
+/// The async hooks of an index whose locks are never held across an await (the engine's
+/// writer locks, the per-execution comparator's entry locks): each is the synchronous
+/// operation, which finishes without parking on anything a task holds.
+macro_rules! async_forms_are_the_sync_ones {
+    () => {
+        async fn apply_async(&self, event: chain_fold::Event) -> crate::report::Applied {
+            self.apply(event)
+        }
+
+        async fn apply_batch_async(
+            &self,
+            events: Vec<chain_fold::Event>,
+        ) -> crate::report::BatchReport {
+            self.apply_batch(events)
+        }
+
+        async fn rehydrate_async(
+            &self,
+            execution_id: chain_fold::ExecutionId,
+            events: Vec<chain_fold::Event>,
+        ) -> crate::report::RehydrateReport {
+            self.rehydrate(execution_id, events)
+        }
+
+        async fn enforce_limits_async(
+            &self,
+            now: std::time::Instant,
+        ) -> crate::report::EvictionStats {
+            self.enforce_limits_at(now)
+        }
+
+        async fn chain_async(
+            &self,
+            execution_id: chain_fold::ExecutionId,
+        ) -> Option<chain_fold::Chain> {
+            self.chain(execution_id)
+        }
+    };
+}
+pub(crate) use async_forms_are_the_sync_ones;
+
 /// How the drive waits, builds and applies: on an executor, or by blocking the thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {

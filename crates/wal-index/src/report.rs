@@ -188,3 +188,25 @@ pub struct RehydrateReport {
     /// Events skipped because they belong to another execution.
     pub other_execution: usize,
 }
+
+impl RehydrateReport {
+    /// A replay of `events` for `execution_id`, before it runs: the events to apply, and a
+    /// report that already counts them (`applied`) and the skipped events of other
+    /// executions. `new` is the caller's to count.
+    pub(crate) fn sorted(
+        execution_id: ExecutionId,
+        events: impl IntoIterator<Item = chain_fold::Event>,
+    ) -> (RehydrateReport, Vec<chain_fold::Event>) {
+        let mut report = RehydrateReport::default();
+        let mine: Vec<_> = events
+            .into_iter()
+            .filter(|e| {
+                let ours = e.execution_id() == execution_id;
+                report.other_execution += usize::from(!ours);
+                ours
+            })
+            .collect();
+        report.applied = mine.len();
+        (report, mine)
+    }
+}

@@ -382,13 +382,8 @@ impl DriveHooks for MutexIndex {
         execution_id: ExecutionId,
         events: Vec<Event>,
     ) -> RehydrateReport {
-        let mut report = RehydrateReport::default();
-        for event in events {
-            if event.execution_id() != execution_id {
-                report.other_execution += 1;
-                continue;
-            }
-            report.applied += 1;
+        let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
+        for event in mine {
             report.new += usize::from(self.apply_one_async(event).await.0.is_new);
         }
         report
@@ -538,13 +533,8 @@ impl StateIndex for MutexIndex {
         execution_id: ExecutionId,
         events: impl IntoIterator<Item = Event>,
     ) -> RehydrateReport {
-        let mut report = RehydrateReport::default();
-        for event in events {
-            if event.execution_id() != execution_id {
-                report.other_execution += 1;
-                continue;
-            }
-            report.applied += 1;
+        let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
+        for event in mine {
             report.new += usize::from(self.apply_one(event).0.is_new);
         }
         report

@@ -254,34 +254,12 @@ impl ShardedMutexIndex {
 type Built = (AdvanceOutcome, Option<(Spine, Cloned)>);
 
 impl DriveHooks for ShardedMutexIndex {
-    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
-        self.enforce_limits_at(now)
-    }
-
-    async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
-        self.chain(execution_id)
-    }
+    // A per-execution lock is held only for one apply or build, never across an await, so
+    // parking on it is bounded: the async forms are the synchronous ones.
+    crate::drive::async_forms_are_the_sync_ones!();
 
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
-    }
-
-    /// A per-execution lock is held only for one apply or build, never across an await, so
-    /// parking on it is bounded: the async forms are the synchronous ones.
-    async fn apply_async(&self, event: Event) -> Applied {
-        self.apply(event)
-    }
-
-    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
-        self.apply_batch(events)
-    }
-
-    async fn rehydrate_async(
-        &self,
-        execution_id: ExecutionId,
-        events: Vec<Event>,
-    ) -> RehydrateReport {
-        self.rehydrate(execution_id, events)
     }
 
     /// This execution's own signal: each event applied to it wakes this waiter. An
@@ -308,27 +286,14 @@ impl DriveHooks for ShardedMutexIndex {
         }
     }
 
+    /// The execution's lock is a short blocking one, never held across an await: the
+    /// build takes it inline.
     async fn build_async(
         &self,
         execution_id: ExecutionId,
         expected_head: Option<EventId>,
     ) -> Build {
-        let started = Instant::now();
-        let (built, waited) = match self.slot(execution_id) {
-            Some(slot) => {
-                let mut entry = slot.entry.lock();
-                let waited = started.elapsed();
-                (
-                    self.build_locked(Some(&mut entry), expected_head, started),
-                    waited,
-                )
-            }
-            None => (
-                self.build_locked(None, expected_head, started),
-                started.elapsed(),
-            ),
-        };
-        self.finish_build(built, waited, started)
+        self.build(execution_id, expected_head)
     }
 
     fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
@@ -512,13 +477,8 @@ impl StateIndex for ShardedMutexIndex {
         execution_id: ExecutionId,
         events: impl IntoIterator<Item = Event>,
     ) -> RehydrateReport {
-        let mut report = RehydrateReport::default();
-        for event in events {
-            if event.execution_id() != execution_id {
-                report.other_execution += 1;
-                continue;
-            }
-            report.applied += 1;
+        let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
+        for event in mine {
             report.new += usize::from(self.apply_one(event).0.is_new);
         }
         report

@@ -240,31 +240,9 @@ impl DriveHooks for WalIndex {
         read::build(self, execution_id, expected_head)
     }
 
-    /// The engine's applies never wait for a build and hold its short writer locks only:
-    /// the async forms are the synchronous ones.
-    async fn apply_async(&self, event: Event) -> Applied {
-        self.apply(event)
-    }
-
-    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
-        self.apply_batch(events)
-    }
-
-    async fn rehydrate_async(
-        &self,
-        execution_id: ExecutionId,
-        events: Vec<Event>,
-    ) -> RehydrateReport {
-        self.rehydrate(execution_id, events)
-    }
-
-    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
-        self.enforce_limits_at(now)
-    }
-
-    async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
-        self.chain(execution_id)
-    }
+    // The engine's applies never wait for a build and hold its short writer locks only:
+    // the async forms are the synchronous ones.
+    crate::drive::async_forms_are_the_sync_ones!();
 
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
