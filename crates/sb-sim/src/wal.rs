@@ -44,11 +44,15 @@ impl WalTarget {
     }
 }
 
-/// The producing end of a run's WAL.
-pub(crate) enum Feed {
+/// The producing end of a run's WAL (also what the `worker_pool` example publishes with).
+pub enum Feed {
+    /// The in-process channel.
     Channel(WalWriter),
+    /// A JetStream stream made for the run.
     Nats {
+        /// The producer.
         publisher: Box<WalPublisher>,
+        /// The stream's subjects.
         subjects: Subjects,
         /// The run's stream; taken by `close`, else deleted on drop (every exit path, an
         /// error included, removes what the run created on the broker).
@@ -90,8 +94,9 @@ impl Drop for Feed {
 }
 
 impl Feed {
-    /// Opens the WAL for `engine`: the producer and the drain's source.
-    pub(crate) fn open(target: &WalTarget, engine: &str) -> io::Result<(Feed, Box<dyn WalSource>)> {
+    /// Opens the WAL for `engine` (a name for the broker's stream): the producer and the
+    /// drain's source.
+    pub fn open(target: &WalTarget, engine: &str) -> io::Result<(Feed, Box<dyn WalSource>)> {
         match target {
             WalTarget::InProcess => {
                 let (writer, source) = channel_wal();
@@ -132,7 +137,8 @@ impl Feed {
         }
     }
 
-    pub(crate) fn append(&mut self, item: &Item) -> io::Result<()> {
+    /// Publishes one record.
+    pub fn append(&mut self, item: &Item) -> io::Result<()> {
         match self {
             Feed::Channel(writer) => {
                 writer.append(item.payload.clone());
@@ -152,7 +158,7 @@ impl Feed {
     }
 
     /// Everything appended so far is in the log (acknowledged by the broker).
-    pub(crate) fn flush(&mut self) -> io::Result<()> {
+    pub fn flush(&mut self) -> io::Result<()> {
         match self {
             Feed::Channel(_) => Ok(()),
             Feed::Nats { publisher, .. } => publisher.flush().map_err(io::Error::other),
@@ -161,12 +167,12 @@ impl Feed {
 
     /// True when the drain ends by itself once the feed is dropped (the channel closes); a
     /// broker stream stays open, so the run stops the drain once it consumed everything.
-    pub(crate) fn closes_on_drop(&self) -> bool {
+    pub fn closes_on_drop(&self) -> bool {
         matches!(self, Feed::Channel(_))
     }
 
     /// Deletes the run's stream (broker) or closes the channel.
-    pub(crate) fn close(mut self) -> io::Result<()> {
+    pub fn close(mut self) -> io::Result<()> {
         match &mut self {
             Feed::Channel(_) => Ok(()),
             Feed::Nats {
@@ -179,7 +185,7 @@ impl Feed {
     }
 
     /// The producer's figures, and what the stream holds now (broker runs only).
-    pub(crate) fn publisher_figures(&self) -> Option<PublisherFigures> {
+    pub fn publisher_figures(&self) -> Option<PublisherFigures> {
         let Feed::Nats {
             publisher, stream, ..
         } = self

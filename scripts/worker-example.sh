@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The worker-pool example (crates/sb-sim/examples/worker_pool.rs) as a pool's engineer runs
+# it: first on its default (an in-process WAL, 20 s, a clean shutdown by itself), then
+# through a real NATS JetStream broker for 5 s. Each run must exit 0 having served drives.
+#
+# Usage: scripts/worker-example.sh     (NATS_SERVER=/path/to/nats-server to pick the binary;
+#        without one the broker run is skipped, or fails when SB_REQUIRE_NATS is set)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+run() { cargo run --locked -q -p sb-sim --example worker_pool -- --metrics-addr "127.0.0.1:$(free_port)" "$@"; }
+
+echo "worker_pool on its default (in-process WAL):"
+run
+
+server=${NATS_SERVER:-$(command -v nats-server || true)}
+if [ -z "$server" ]; then
+  echo "SKIP worker_pool through a broker: no nats-server"
+  [ -z "${SB_REQUIRE_NATS:-}" ] || exit 1
+  exit 0
+fi
+port=$(free_port)
+dir=$(mktemp -d)
+"$server" -js -a 127.0.0.1 -p "$port" -sd "$dir" >"$dir/server.log" 2>&1 &
+pid=$!
+trap 'kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"' EXIT
+for _ in $(seq 100); do
+  python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
+  sleep 0.1
+done
+echo "worker_pool through a JetStream broker (nats://127.0.0.1:$port):"
+run --wal "nats://127.0.0.1:$port" --duration 5
