@@ -72,8 +72,8 @@ fn string_ids_are_a_clear_error() {
 }
 
 /// Today's index treats a string `prev_event_id` like any other non-integer: the event is
-/// indexed as a chain root (shared/reference/domain.md, "under its lock"). Rejecting it would
-/// lose an event today keeps.
+/// indexed as a chain root (docs/domain.md, "What today's index does under its lock").
+/// Rejecting it would lose an event today keeps.
 #[test]
 fn a_string_prev_event_id_makes_a_chain_root_as_today() {
     let event =

@@ -1,4 +1,4 @@
-//! The worker's drive flow (shared/reference/domain.md, "The drive"), step by step, on
+//! The worker's drive flow (docs/domain.md, "The drive"), step by step, on
 //! every engine: tail events, the deadline loop, the state shard, rehydrate on a miss,
 //! and every `drive_builds_total` label it can end with. And the drain as a task.
 
