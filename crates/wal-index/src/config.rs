@@ -43,10 +43,10 @@ pub struct ConfigError {
 
 /// Reads `NOETL_*` variables through a lookup function (the process environment in
 /// `from_env`, a map in tests), trimming whitespace and treating an empty value as unset.
-struct Vars<F>(F);
+pub(crate) struct Vars<F>(pub(crate) F);
 
 impl<F: Fn(&str) -> Option<String>> Vars<F> {
-    fn get(&self, var: &'static str) -> Option<String> {
+    pub(crate) fn get(&self, var: &'static str) -> Option<String> {
         (self.0)(var)
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
@@ -219,18 +219,27 @@ impl DriveBudget {
     /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> DriveBudget {
         let vars = Vars(lookup);
-        let (lo, hi) = Self::ATTEMPTS_RANGE;
-        let attempts = vars
-            .get("NOETL_STATE_BUILDER_DRIVE_RETRIES")
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(Self::DEFAULT_ATTEMPTS)
-            .clamp(lo, hi);
-        let (lo, hi) = Self::RETRY_MS_RANGE;
-        let retry_ms = vars
-            .get("NOETL_STATE_BUILDER_DRIVE_RETRY_MS")
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(Self::DEFAULT_RETRY_MS)
-            .clamp(lo, hi);
+        // Today's rule for both: parse as the type, else the default; then clamp.
+        fn setting<T: std::str::FromStr + Ord>(
+            value: Option<String>,
+            default: T,
+            (lo, hi): (T, T),
+        ) -> T {
+            value
+                .and_then(|v| v.parse::<T>().ok())
+                .unwrap_or(default)
+                .clamp(lo, hi)
+        }
+        let attempts = setting(
+            vars.get("NOETL_STATE_BUILDER_DRIVE_RETRIES"),
+            Self::DEFAULT_ATTEMPTS,
+            Self::ATTEMPTS_RANGE,
+        );
+        let retry_ms = setting(
+            vars.get("NOETL_STATE_BUILDER_DRIVE_RETRY_MS"),
+            Self::DEFAULT_RETRY_MS,
+            Self::RETRY_MS_RANGE,
+        );
         DriveBudget {
             attempts,
             retry: Duration::from_millis(retry_ms),
@@ -298,7 +307,7 @@ mod tests {
     }
 
     /// Today's parsing: a value that does not parse as its type is the default, never an
-    /// error (shared/reference/domain.md, "The drive").
+    /// error (docs/domain.md, "The drive").
     #[test]
     fn unparseable_drive_settings_fall_back_to_todays_defaults() {
         for (retries, retry_ms) in [("-1", "-5"), ("five", "1.5"), ("1e3", "0x10")] {

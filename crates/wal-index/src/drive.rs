@@ -165,13 +165,8 @@ pub(crate) async fn drive_loop<I: StateIndex>(
         };
         #[cfg(feature = "mutation-listen-after-build")]
         let registered = index.listen(execution_id);
-        drive.builds += 1;
-        if let Some(spine) = build.spine {
-            drive.outcome = DriveOutcome::Served(spine);
+        if record(drive, build) {
             return;
-        }
-        if let AdvanceOutcome::Incomplete(why) = build.outcome {
-            drive.outcome = DriveOutcome::Incomplete(why);
         }
         let now = clock.now();
         if now >= deadline || index.finished_and_gone(execution_id) {
@@ -363,19 +358,29 @@ async fn rehydrate<I: StateIndex>(
         Mode::Async => index.build_async(execution_id, expected_head).await,
         Mode::Blocking => index.build_blocking(execution_id, expected_head),
     };
+    Some(if record(drive, build) {
+        RehydrateLabel::Served
+    } else {
+        RehydrateLabel::Incomplete
+    })
+}
+
+/// Counts one build of `drive` and keeps what it gave: the spine, or why it is incomplete.
+/// True when served.
+fn record(drive: &mut Drive, build: Build) -> bool {
     drive.builds += 1;
-    Some(match build.spine {
+    match build.spine {
         Some(spine) => {
             drive.outcome = DriveOutcome::Served(spine);
-            RehydrateLabel::Served
+            true
         }
         None => {
             if let AdvanceOutcome::Incomplete(why) = build.outcome {
                 drive.outcome = DriveOutcome::Incomplete(why);
             }
-            RehydrateLabel::Incomplete
+            false
         }
-    })
+    }
 }
 
 /// Runs a [`Mode::Blocking`] drive to completion on the calling thread. Its builds, applies

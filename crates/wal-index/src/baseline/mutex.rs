@@ -5,6 +5,9 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine};
+// The synchronous surface runs the async operation to completion: one body for both, parked
+// in the same fair queue (plain threads only; see `AsyncMutex::lock_blocking`).
+use futures_lite::future::block_on;
 use serde_json::Value;
 
 use super::entry::{self, BatchTally, Cloned, Entry};
@@ -216,28 +219,12 @@ impl MutexIndex {
 
     /// Indexes one event under the global mutex, then wakes every waiting drive. Returns
     /// the incarnation of the entry it landed in.
-    fn apply_one(&self, event: Event) -> (Applied, u64) {
-        self.apply_prepared(self.prepare(event))
+    async fn apply_one(&self, event: Event) -> (Applied, u64) {
+        self.apply_prepared(self.prepare(event)).await
     }
 
-    fn apply_prepared(&self, prepared: Prepared) -> (Applied, u64) {
-        let now = self.nanos(Instant::now());
-        let locked = self.inner.lock_blocking().apply(
-            prepared.event.clone(),
-            &prepared.parsed,
-            &self.config,
-            now,
-        );
-        self.applied(prepared, locked)
-    }
-
-    /// [`MutexIndex::apply_one`], awaiting the mutex (a drive's tail, a replay).
-    async fn apply_one_async(&self, event: Event) -> (Applied, u64) {
-        self.apply_prepared_async(self.prepare(event)).await
-    }
-
-    /// [`MutexIndex::apply_prepared`], awaiting the mutex (the drain as a task).
-    async fn apply_prepared_async(&self, prepared: Prepared) -> (Applied, u64) {
+    /// The lock, today's apply under it, and the work after it.
+    async fn apply_prepared(&self, prepared: Prepared) -> (Applied, u64) {
         let now = self.nanos(Instant::now());
         let locked = self.inner.lock().await.apply(
             prepared.event.clone(),
@@ -275,33 +262,6 @@ impl MutexIndex {
         }
     }
 
-    /// A sweep under the lock `inner` is (released here, before reporting).
-    fn sweep_locked(
-        &self,
-        mut inner: crate::sync::AsyncMutexGuard<'_, Inner>,
-        now: Instant,
-    ) -> EvictionStats {
-        let policy = self.config.eviction;
-        let now = self.nanos(now);
-        let candidates = inner
-            .executions
-            .iter()
-            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
-            .collect();
-        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
-        for execution_id in idle_empty {
-            inner.evict(execution_id, None, self.config.sink_gate);
-        }
-        for victim in &plan.evicted {
-            inner.evict(victim.execution_id, None, self.config.sink_gate);
-        }
-        let stats = inner.stats;
-        drop(inner);
-        self.observer().residency(stats);
-        report_sweep(self.observer(), &plan);
-        plan
-    }
-
     /// The end of a build, after the lock: serialize the cloned values (today's drive
     /// input), then report.
     fn finish_build(&self, built: Built, waited: std::time::Duration, started: Instant) -> Build {
@@ -319,11 +279,31 @@ impl DriveHooks for MutexIndex {
         &self.clock
     }
 
+    /// One sweep under the global mutex; the gauges and evictions are reported after it.
     async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
-        if self.config.eviction == Default::default() {
+        let policy = self.config.eviction;
+        if policy == Default::default() {
             return EvictionStats::default();
         }
-        self.sweep_locked(self.inner.lock().await, now)
+        let now = self.nanos(now);
+        let mut inner = self.inner.lock().await;
+        let candidates = inner
+            .executions
+            .iter()
+            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
+            .collect();
+        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
+        for execution_id in idle_empty {
+            inner.evict(execution_id, None, self.config.sink_gate);
+        }
+        for victim in &plan.evicted {
+            inner.evict(victim.execution_id, None, self.config.sink_gate);
+        }
+        let stats = inner.stats;
+        drop(inner);
+        self.observer().residency(stats);
+        report_sweep(self.observer(), &plan);
+        plan
     }
 
     async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
@@ -354,15 +334,17 @@ impl DriveHooks for MutexIndex {
     }
 
     async fn apply_async(&self, event: Event) -> Applied {
-        self.apply_one_async(event).await.0
+        self.apply_one(event).await.0
     }
 
-    /// Today's drain as a task: lock, apply, unlock, wake, per event, awaiting the mutex.
+    /// Today's drain: each event applied on its own (lock, apply, unlock, wake everyone),
+    /// then the lock once more to evict the batch's terminal executions.
     async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
         let mut tally = BatchTally::default();
+        // Today's drain holds the whole pulled batch parsed before it applies any of it.
         let prepared: Vec<Prepared> = events.into_iter().map(|e| self.prepare(e)).collect();
         for prepared in prepared {
-            let (applied, incarnation) = self.apply_prepared_async(prepared).await;
+            let (applied, incarnation) = self.apply_prepared(prepared).await;
             tally.add(applied, incarnation);
         }
         let (mut report, terminal) = tally.finish();
@@ -384,7 +366,7 @@ impl DriveHooks for MutexIndex {
     ) -> RehydrateReport {
         let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
         for event in mine {
-            report.new += usize::from(self.apply_one_async(event).await.0.is_new);
+            report.new += usize::from(self.apply_one(event).await.0.is_new);
         }
         report
     }
@@ -419,39 +401,18 @@ impl StateIndex for MutexIndex {
 
     /// Indexes one event under the global mutex, then wakes every waiting drive.
     fn apply(&self, event: Event) -> Applied {
-        self.apply_one(event).0
+        block_on(self.apply_async(event))
     }
 
     /// Applies each event as today's drain does (lock, apply, unlock, wake everyone, per
     /// event), then takes the lock once more to evict the batch's terminal executions.
     fn apply_batch(&self, events: Vec<Event>) -> BatchReport {
-        let mut tally = BatchTally::default();
-        // Today's drain holds the whole pulled batch parsed before it applies any of it.
-        let prepared: Vec<Prepared> = events.into_iter().map(|e| self.prepare(e)).collect();
-        for prepared in prepared {
-            let (applied, incarnation) = self.apply_prepared(prepared);
-            tally.add(applied, incarnation);
-        }
-        let (mut report, terminal) = tally.finish();
-        let stats = if terminal.is_empty() {
-            None
-        } else {
-            let mut inner = self.inner.lock_blocking();
-            self.finish_batch(&mut inner, terminal, &mut report);
-            Some(inner.stats)
-        };
-        self.report_batch(stats, &report);
-        report
+        block_on(self.apply_batch_async(events))
     }
 
     /// Builds under the global mutex (the timer starts before the lock, as today).
     fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
-        let started = Instant::now();
-        let mut inner = self.inner.lock_blocking();
-        let waited = started.elapsed();
-        let built = inner.build(execution_id, expected_head, self.nanos(started));
-        drop(inner);
-        self.finish_build(built, waited, started)
+        block_on(self.build_async(execution_id, expected_head))
     }
 
     /// Refreshes recency; false if not resident.
@@ -487,10 +448,7 @@ impl StateIndex for MutexIndex {
 
     /// One sweep under the global mutex.
     fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
-        if self.config.eviction == Default::default() {
-            return EvictionStats::default();
-        }
-        self.sweep_locked(self.inner.lock_blocking(), now)
+        block_on(self.enforce_limits_async(now))
     }
 
     /// Marks an execution as holding unsunk context.
@@ -533,20 +491,12 @@ impl StateIndex for MutexIndex {
         execution_id: ExecutionId,
         events: impl IntoIterator<Item = Event>,
     ) -> RehydrateReport {
-        let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
-        for event in mine {
-            report.new += usize::from(self.apply_one(event).0.is_new);
-        }
-        report
+        block_on(self.rehydrate_async(execution_id, events.into_iter().collect()))
     }
 
     /// A copy of one execution's chain.
     fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
-        self.inner
-            .lock_blocking()
-            .executions
-            .get(&execution_id)
-            .map(|e| e.chain.clone())
+        block_on(self.chain_async(execution_id))
     }
 
     /// Resident execution ids, ascending.

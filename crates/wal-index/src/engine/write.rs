@@ -74,19 +74,11 @@ pub(super) fn rehydrate(
     execution_id: ExecutionId,
     events: impl IntoIterator<Item = Event>,
 ) -> RehydrateReport {
-    let mut report = RehydrateReport::default();
-    let mine: Vec<Event> = events
-        .into_iter()
-        .filter(|e| {
-            let ok = e.execution_id() == execution_id;
-            report.other_execution += usize::from(!ok);
-            ok
-        })
-        .map(|e| index.prepare(e))
-        .collect();
+    let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
     if !mine.is_empty() {
         let now = index.clock.now();
-        let (done, _) = index.apply_to_slot(execution_id, mine.into_iter(), now);
+        let mine = mine.into_iter().map(|e| index.prepare(e));
+        let (done, _) = index.apply_to_slot(execution_id, mine, now);
         report.applied = done.applied;
         report.new = done.new;
     }

@@ -69,10 +69,7 @@ impl DrainConfig {
     ) -> Result<DrainConfig, crate::config::ConfigError> {
         const VAR: &str = "NOETL_STATE_INDEX_SWEEP_SECS";
         let mut config = DrainConfig::default();
-        let value = lookup(VAR)
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty());
-        if let Some(value) = value {
+        if let Some(value) = crate::config::Vars(lookup).get(VAR) {
             match value.parse::<u64>() {
                 Ok(secs) if secs > 0 => config.sweep_every = Duration::from_secs(secs),
                 _ => {
@@ -271,10 +268,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 true
             }
         };
-        self.failing = None;
-        self.set_healthy(true);
-        if self.last_sweep.elapsed() >= self.config.sweep_every {
-            self.last_sweep = Instant::now();
+        if self.pulled() {
             let stats = self.index.enforce_limits_async(self.last_sweep).await;
             self.swept(&stats);
         }
@@ -321,12 +315,23 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
 
     /// After a successful pull: healthy, and a sweep if one is due.
     fn stepped(&mut self, more: bool) -> io::Result<bool> {
-        self.failing = None;
-        self.set_healthy(true);
-        if self.last_sweep.elapsed() >= self.config.sweep_every {
-            self.sweep();
+        if self.pulled() {
+            let stats = self.index.enforce_limits_at(self.last_sweep);
+            self.swept(&stats);
         }
         Ok(more)
+    }
+
+    /// The bookkeeping after a successful pull: the source is healthy again. Returns true
+    /// when a sweep is due, with its instant already taken as `last_sweep`.
+    fn pulled(&mut self) -> bool {
+        self.failing = None;
+        self.set_healthy(true);
+        let due = self.last_sweep.elapsed() >= self.config.sweep_every;
+        if due {
+            self.last_sweep = Instant::now();
+        }
+        due
     }
 
     fn source_failed(&mut self, error: io::Error) -> io::Result<bool> {

@@ -68,10 +68,6 @@ impl<T> Tracked<T> {
 #[cfg(feature = "baselines")]
 pub(crate) struct AsyncMutex<T>(Mutex<T>);
 
-/// What [`AsyncMutex`] hands out.
-#[cfg(feature = "baselines")]
-pub(crate) type AsyncMutexGuard<'a, T> = rt::sync::MutexGuard<'a, T>;
-
 #[cfg(feature = "baselines")]
 impl<T> AsyncMutex<T> {
     pub(crate) fn new(value: T) -> Self {

@@ -91,10 +91,6 @@ impl Clock {
 #[cfg(feature = "baselines")]
 pub(crate) struct AsyncMutex<T>(tokio::sync::Mutex<T>);
 
-/// What [`AsyncMutex`] hands out.
-#[cfg(feature = "baselines")]
-pub(crate) type AsyncMutexGuard<'a, T> = tokio::sync::MutexGuard<'a, T>;
-
 #[cfg(feature = "baselines")]
 impl<T> AsyncMutex<T> {
     pub(crate) fn new(value: T) -> Self {
