@@ -59,3 +59,7 @@ pub use event::{
 pub use fold::{Fold, FoldCache, fold_all};
 pub use json_arena::JsonArray;
 pub use spine::{Spine, SpineOrder};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -36,3 +36,7 @@ mod recorder;
 pub mod series;
 
 pub use recorder::{StateBuilderMetrics, describe};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -68,7 +68,10 @@ fn every_query_names_an_exported_series_and_every_series_has_a_panel() {
             assert!(!names.is_empty(), "{expr} queries no state-builder series");
             for name in names {
                 let series = catalogue_series(name).unwrap_or_else(|| {
-                    panic!("{} queries {DEFAULT_PREFIX}{name}, which sb-metrics does not export", panel["title"])
+                    panic!(
+                        "{} queries {DEFAULT_PREFIX}{name}, which sb-metrics does not export",
+                        panel["title"]
+                    )
                 });
                 covered.insert(series);
             }
@@ -143,7 +146,9 @@ fn the_note_formulas_are_the_ones_the_lock_wait_panel_plots() {
 fn the_dashboard_imports_as_is() {
     let dashboard = dashboard();
     // A datasource variable instead of a fixed uid, so the JSON imports into any Grafana.
-    let variables = dashboard["templating"]["list"].as_array().expect("templating");
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating");
     assert!(
         variables
             .iter()
@@ -151,9 +156,15 @@ fn the_dashboard_imports_as_is() {
     );
     let mut ids = BTreeSet::new();
     for panel in dashboard["panels"].as_array().expect("panels") {
-        assert!(ids.insert(panel["id"].as_u64().expect("id")), "duplicate id");
+        assert!(
+            ids.insert(panel["id"].as_u64().expect("id")),
+            "duplicate id"
+        );
         let grid = &panel["gridPos"];
-        let (x, w) = (grid["x"].as_u64().expect("x"), grid["w"].as_u64().expect("w"));
+        let (x, w) = (
+            grid["x"].as_u64().expect("x"),
+            grid["w"].as_u64().expect("w"),
+        );
         assert!(x + w <= 24, "{} overflows the grid", panel["title"]);
         if panel["type"] != "row" {
             assert_eq!(panel["datasource"]["uid"], "${datasource}");

@@ -104,3 +104,7 @@ pub mod model {
         crate::drive::DriveHooks::clock(index).advance(by);
     }
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -59,3 +59,7 @@ pub use config::{ConsumerMode, DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, NatsWalCo
 pub use connect::NatsWalError;
 pub use publisher::{PublisherStats, Waiting, WalPublisher};
 pub use source::{JetStreamSource, SourceStats};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
