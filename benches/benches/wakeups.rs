@@ -6,9 +6,15 @@
 //! back into their waits (untimed) before the next tip lands, which criterion's
 //! iteration model cannot exclude from its run time. Reports the median and p99 over the
 //! rounds, all engines in one run. `cargo bench -p sb-benches --bench wakeups`
+//!
+//! Two floor rows are measured the same way in the same run: `floor:task`, N tasks parked
+//! on their own `tokio::sync::Notify` on the same two-worker runtime, one notified per
+//! round (the bare Tokio task wake a drive cannot beat); and `floor:thread`, N threads
+//! parked with `std::thread::park`, one unparked per round. Each engine row reports its
+//! median as a multiple of the task floor's.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -117,6 +123,112 @@ fn run<I: StateIndex>(parked: usize, rounds: usize) -> Row {
     }
 }
 
+/// The bare Tokio task wake: `parked` tasks on the drives' runtime shape, each awaiting its
+/// own `Notify`; a round notifies one and times until it has sent its timestamp, with the
+/// same channel and the same idle gap between rounds as the engine rows.
+fn floor_task(parked: usize, rounds: usize) -> Row {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (done, served) = mpsc::channel::<(usize, Instant)>();
+    let notifies: Vec<Arc<tokio::sync::Notify>> = (0..parked)
+        .map(|_| Arc::new(tokio::sync::Notify::new()))
+        .collect();
+    for (k, notify) in notifies.iter().enumerate() {
+        let (notify, done) = (Arc::clone(notify), done.clone());
+        runtime.spawn(async move {
+            loop {
+                notify.notified().await;
+                if done.send((k, Instant::now())).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let latencies = floor_rounds(parked, rounds, &served, |k| notifies[k].notify_one());
+    runtime.shutdown_background();
+    floor_row("floor:task", parked, latencies)
+}
+
+/// The bare thread unpark: `parked` threads in `std::thread::park`, one unparked per round.
+fn floor_thread(parked: usize, rounds: usize) -> Row {
+    let (done, served) = mpsc::channel::<(usize, Instant)>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flags: Vec<Arc<AtomicBool>> = (0..parked)
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
+    let threads: Vec<_> = flags
+        .iter()
+        .enumerate()
+        .map(|(k, flag)| {
+            let (flag, done, stop) = (Arc::clone(flag), done.clone(), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    // Relaxed would do for `stop`; the flag's Acquire pairs with the Release
+                    // store below, as a real handoff would.
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::park();
+                        if flag.swap(false, Ordering::Acquire)
+                            && done.send((k, Instant::now())).is_err()
+                        {
+                            return;
+                        }
+                    }
+                })
+                .expect("thread")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    let latencies = floor_rounds(parked, rounds, &served, |k| {
+        flags[k].store(true, Ordering::Release);
+        threads[k].thread().unpark();
+    });
+    stop.store(true, Ordering::Relaxed);
+    for t in &threads {
+        t.thread().unpark();
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    floor_row("floor:thread", parked, latencies)
+}
+
+fn floor_rounds(
+    parked: usize,
+    rounds: usize,
+    served: &mpsc::Receiver<(usize, Instant)>,
+    wake: impl Fn(usize),
+) -> Vec<Duration> {
+    let mut latencies = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let k = round % parked;
+        let started = Instant::now();
+        wake(k);
+        let (who, at) = served.recv().expect("the waiter answers");
+        assert_eq!(who, k);
+        latencies.push(at - started);
+        // The engine rows settle for at least 2 ms between rounds: the same idle gap, so
+        // the runtime's workers are parked when each round starts, as there.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    latencies
+}
+
+fn floor_row(engine: &'static str, parked: usize, mut latencies: Vec<Duration>) -> Row {
+    latencies.sort_unstable();
+    Row {
+        engine,
+        parked,
+        p50: latencies[latencies.len() / 2],
+        p99: latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)],
+        others_woken: 0.0,
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing we need.
     let quick = std::env::args().any(|a| a == "--quick" || a == "--test");
@@ -125,23 +237,27 @@ fn main() {
         "tip_to_served: {rounds} rounds per row; median and p99 from applying the tip to the drive returning"
     );
     println!(
-        "{:<9} {:>7} {:>12} {:>12} {:>22}",
-        "engine", "parked", "p50", "p99", "others woken per tip"
+        "{:<12} {:>7} {:>12} {:>12} {:>22} {:>16}",
+        "engine", "parked", "p50", "p99", "others woken per tip", "p50 / task floor"
     );
     for parked in [1, 100, 1_000] {
+        let task = floor_task(parked, rounds);
         let rows = [
             run::<WalIndex>(parked, rounds),
             run::<ShardedMutexIndex>(parked, rounds),
             run::<MutexIndex>(parked, rounds),
+            floor_thread(parked, rounds),
         ];
-        for r in rows {
+        let floor = task.p50.as_secs_f64();
+        for r in std::iter::once(task).chain(rows) {
             println!(
-                "{:<9} {:>7} {:>9.1} µs {:>9.1} µs {:>22.1}",
+                "{:<12} {:>7} {:>9.1} µs {:>9.1} µs {:>22.1} {:>15.2}x",
                 r.engine,
                 r.parked,
                 r.p50.as_secs_f64() * 1e6,
                 r.p99.as_secs_f64() * 1e6,
-                r.others_woken
+                r.others_woken,
+                r.p50.as_secs_f64() / floor
             );
         }
     }

@@ -55,6 +55,10 @@ pub struct Chain {
     order: SpineOrder,
     walk_limit: usize,
     events: imbl::OrdMap<EventId, Event>,
+    /// The largest indexed id, kept beside the map so that the commonest miss (a tip above
+    /// everything indexed: the drain has not applied it yet) is decided without touching
+    /// the map's nodes, which the drain has just reallocated.
+    max: Option<EventId>,
     bytes: usize,
     rewrites: u64,
 }
@@ -83,6 +87,7 @@ impl Chain {
             order,
             walk_limit: DEFAULT_WALK_LIMIT,
             events: imbl::OrdMap::new(),
+            max: None,
             bytes: 0,
             rewrites: 0,
         }
@@ -103,6 +108,8 @@ impl Chain {
     /// that cached spines built on the old version are not reused.
     pub fn apply(&mut self, event: Event) -> bool {
         let added = event.resident_bytes();
+        // `None` orders below every `Some`.
+        self.max = self.max.max(Some(event.id()));
         match self.events.insert(event.id(), event) {
             None => {
                 self.bytes += added;
@@ -120,8 +127,9 @@ impl Chain {
     }
 
     /// Is `id` indexed?
+    /// O(1) for an id above every indexed one, O(log n) otherwise.
     pub fn contains(&self, id: EventId) -> bool {
-        self.events.contains_key(&id)
+        self.max.is_some_and(|max| id <= max) && self.events.contains_key(&id)
     }
 
     /// The event with this id.
@@ -148,7 +156,7 @@ impl Chain {
     /// The largest indexed id (the legacy head; see docs/domain.md in the repository for why the tip is
     /// not the max id).
     pub fn max_id(&self) -> Option<EventId> {
-        self.events.get_max().map(|(id, _)| *id)
+        self.max
     }
 
     /// The spine order of this chain.

@@ -146,3 +146,25 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// `contains` (whose miss above the largest id never reaches the map) and `max_id`
+    /// agree with the events actually indexed, for any ids, extremes and negatives included.
+    #[test]
+    fn contains_and_max_id_agree_with_the_indexed_events(
+        ids in proptest::collection::vec(prop_oneof![any::<i64>(), -5i64..5, Just(i64::MAX), Just(i64::MIN)], 0..30),
+        probes in proptest::collection::vec(prop_oneof![any::<i64>(), -6i64..6, Just(i64::MAX), Just(i64::MIN)], 0..30),
+    ) {
+        let mut chain = Chain::new(SpineOrder::Causal);
+        for &id in &ids {
+            chain.apply(Event::minimal(id, 1, None, "step"));
+        }
+        prop_assert_eq!(chain.max_id(), ids.iter().copied().max());
+        for probe in probes.iter().chain(&ids) {
+            prop_assert_eq!(chain.contains(*probe), ids.contains(probe), "id {}", probe);
+            prop_assert_eq!(chain.contains(*probe), chain.get(*probe).is_some());
+        }
+    }
+}

@@ -6,7 +6,7 @@ use chain_fold::{AdvanceOutcome, Chain, EventId, ExecutionId, Incomplete, advanc
 
 use super::WalIndex;
 use crate::report::Build;
-use crate::sync;
+use crate::sync::{self, Arc};
 
 /// Builds the spine at `expected_head` from the execution's published snapshot and shared
 /// spine cache, and publishes the result to the cache by compare-and-swap.
@@ -16,9 +16,28 @@ pub(super) fn build(
     expected_head: Option<EventId>,
 ) -> Build {
     let started = Instant::now();
-    let Some(slot) = index.lookup(execution_id) else {
-        let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
-        return incomplete(index, why, started);
+    // The miss path first, decided from the published snapshots while they are borrowed:
+    // no reference count is touched, no spine-cache load, no allocation. A drive polling
+    // for a tip the drain has not applied yet spends its builds here.
+    let probe = sync::peek(&index.directory, |directory| {
+        let slot = directory.get(&execution_id)?;
+        let missing = expected_head.filter(|&tip| !slot.with_chain(|chain| chain.contains(tip)));
+        Some(match missing {
+            Some(tip) => {
+                // Every build of a resident execution refreshes its recency (see below).
+                slot.touch(index.nanos(started));
+                Err(tip)
+            }
+            None => Ok(Arc::clone(slot)),
+        })
+    });
+    let slot = match probe {
+        Some(Ok(slot)) => slot,
+        Some(Err(tip)) => return incomplete(index, Incomplete::TipMissing(tip), started),
+        None => {
+            let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
+            return incomplete(index, why, started);
+        }
     };
     // The cache is loaded as an owned Arc (its identity is what the compare-and-swap
     // below compares); the chain is only borrowed for the walk, without touching its
