@@ -29,6 +29,7 @@ mutations=(
   "unserialized-apply rehydrate_vs_drain_apply_keeps_both"
   "finished-after-wake terminal_eviction_vs_a_drive_ends_the_drive"
   "listen-after-build drive_loop_vs_publish_never_misses_the_tip"
+  "max-id-after-notify drive_loop_vs_publish_never_misses_the_tip"
   "room-ignores-residency drive_for_an_unseen_execution_vs_its_first_event"
 )
 escaped=0

@@ -2,7 +2,14 @@
 //! path: `lockfree` (`WalIndex`), `sharded` (`ShardedMutexIndex`), `mutex` (`MutexIndex`).
 //!
 //! `cargo bench -p sb-benches --bench engines` (add `-- <filter>` for one group).
+//!
+//! Every group also has a `floor` row, measured in the same run under the same conditions,
+//! for what no design can beat on that path: a bare `HashMap` miss (the incomplete build),
+//! a bare append of the same events to a `Vec` (the drain), a `memcpy` of the bytes the
+//! build serves (the incremental build). `docs/benchmarks.md` reports each engine's ratio
+//! to its group's floor.
 
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -238,11 +245,64 @@ fn all<I: StateIndex>(c: &mut Criterion, backfill: &[Event]) {
     build_during_backfill::<I>(c, backfill);
 }
 
+/// The floor rows, each in its engines' group.
+fn floors(c: &mut Criterion) {
+    // Incomplete build: a miss in a std `HashMap` holding as many executions as the
+    // directory does (2,001), while the same drain keeps the other core busy.
+    {
+        let body = payload(256);
+        let index = Arc::new(WalIndex::with_config(IndexConfig::default()));
+        let wal = interleaved(2_000, 27, 50, &body);
+        let _drain = Background::drain(Arc::clone(&index), wal);
+        let map: HashMap<i64, u64> = (-1..2_000).map(|k| (k, k as u64)).collect();
+        let mut group = c.benchmark_group("incomplete_build_under_busy_drain");
+        group.bench_function(BenchmarkId::new("floor", "hashmap_miss"), |b| {
+            b.iter(|| black_box(&map).get(&black_box(i64::MAX)).is_none())
+        });
+        group.finish();
+    }
+    // Incremental build: copying the bytes the build serves, one event's JSON (the body
+    // and the comma the array adds), into a buffer.
+    {
+        let body = payload(64);
+        let mut group = c.benchmark_group("incremental_build");
+        group.sample_size(20);
+        let mut out = Vec::with_capacity(body.len() + 1);
+        group.bench_function(BenchmarkId::new("floor", "memcpy_served_bytes"), |b| {
+            b.iter(|| {
+                out.clear();
+                out.push(b',');
+                out.extend_from_slice(black_box(&body));
+                black_box(out.len())
+            })
+        });
+        group.finish();
+    }
+    // Drain: appending the same events, in the same batches, to a `Vec`.
+    {
+        let wal = interleaved(740, 27, 50, &payload(64));
+        let mut group = c.benchmark_group("drain_throughput");
+        group.throughput(Throughput::Elements(wal.len() as u64));
+        group.sample_size(20);
+        group.bench_function(BenchmarkId::new("floor", "vec_append"), |b| {
+            b.iter(|| {
+                let mut log: Vec<Event> = Vec::new();
+                for batch in wal.chunks(200) {
+                    log.extend(batch.to_vec());
+                }
+                black_box(log)
+            })
+        });
+        group.finish();
+    }
+}
+
 fn engines(c: &mut Criterion) {
     let backfill = interleaved(37_037, 27, 500, &Bytes::from_static(br#"{"slim":true}"#));
     all::<WalIndex>(c, &backfill);
     all::<ShardedMutexIndex>(c, &backfill);
     all::<MutexIndex>(c, &backfill);
+    floors(c);
 }
 
 criterion_group! {

@@ -21,7 +21,8 @@ pub(super) fn build(
     // for a tip the drain has not applied yet spends its builds here.
     let probe = sync::peek(&index.directory, |directory| {
         let slot = directory.get(&execution_id)?;
-        let missing = expected_head.filter(|&tip| !slot.with_chain(|chain| chain.contains(tip)));
+        let missing = expected_head
+            .filter(|&tip| !slot.may_hold(tip) || !slot.with_chain(|chain| chain.contains(tip)));
         Some(match missing {
             Some(tip) => {
                 // Every build of a resident execution refreshes its recency (see below).

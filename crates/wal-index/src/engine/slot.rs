@@ -10,6 +10,7 @@
 //! | `writer` (`evicted`) | evictors, appliers, `mark_pending_sink` | itself | the same |
 //! | `retired` | evictors (under `writer`, before the directory drops the slot) | nothing: SeqCst store | drive registration, after it listens |
 //! | `pending_sink` | `mark`/`release`/`confirm` | `writer` to set, nothing to clear | evictors, under `writer` |
+//! | `max_id` | appliers, just before publishing `chain` | `writer` | builds' miss path (no lock) |
 //! | `last_used` | appliers, builds | nothing (relaxed store) | sweeps |
 //!
 //! Builds never take `writer`; that is the whole point.
@@ -22,7 +23,7 @@
 use chain_fold::{Chain, Event, ExecutionId, Spine, SpineOrder};
 
 use super::accounting::Accounting;
-use crate::sync::{self, Arc, AtomicBool, AtomicU64, Mutex, Notify, Ordering, Swap};
+use crate::sync::{self, Arc, AtomicBool, AtomicI64, AtomicU64, Mutex, Notify, Ordering, Swap};
 
 /// The slot was evicted while the caller held it; look the execution up again.
 #[derive(Debug)]
@@ -61,6 +62,10 @@ pub struct Slot {
     /// The execution.
     pub execution_id: ExecutionId,
     chain: Swap<Chain>,
+    /// The largest id of the published chain (`i64::MIN` while it is empty), stored just
+    /// before each chain publish: a build asking for a tip above it is a miss decided by one load,
+    /// without loading the chain's snapshot (see [`Slot::may_hold`]).
+    max_id: AtomicI64,
     spine: Swap<Option<Spine>>,
     /// `true` once evicted; the lock serializes appliers, evictors and sink-gate marks.
     writer: Mutex<bool>,
@@ -78,6 +83,7 @@ impl Slot {
         Slot {
             execution_id,
             chain: sync::new_swap(Arc::new(Chain::new(order))),
+            max_id: AtomicI64::new(i64::MIN),
             spine: sync::new_swap(Arc::new(None)),
             writer: Mutex::new(false),
             retired: AtomicBool::new(false),
@@ -95,6 +101,18 @@ impl Slot {
     /// Runs `f` on the published chain without touching its reference count.
     pub fn with_chain<R>(&self, f: impl FnOnce(&Chain) -> R) -> R {
         sync::peek(&self.chain, f)
+    }
+
+    /// Whether the published chain may hold `id`: `false` means it does not, and no apply
+    /// that published it has yet reached its notify (so a drive registered before calling
+    /// this is woken by that apply). `true` means "look in the chain" (ids are not
+    /// monotonic: a tip below the largest id may still be absent).
+    pub fn may_hold(&self, id: i64) -> bool {
+        // SeqCst pairs with the SeqCst store in `apply`: the id is a condition of
+        // event-listener's listen-then-check pattern (the drive listens, then builds and
+        // reads it; the applier stores it, then notifies), which that crate documents for a
+        // SeqCst condition. A false "absent" is therefore always followed by a wake-up.
+        id <= self.max_id.load(Ordering::SeqCst)
     }
 
     /// The shared spine cache as last published.
@@ -189,6 +207,20 @@ impl Slot {
             t.events += chain.len() - len_before;
             t.bytes = t.bytes + chain.bytes() - bytes_before;
         });
+        // The largest id is stored before the chain: a reader that sees the new chain (an
+        // acquire load) then sees this id too, so a build after `chain()` showed the tip
+        // never reports it absent. A build that sees the new id but the old chain looks in
+        // the chain, finds nothing, and is woken by the notify below. SeqCst because this
+        // id is a condition of event-listener's listen-then-check pattern (checked after
+        // `listen`, changed before `notify`), as the chain pointer is.
+        // The mutation stores it after the notify instead: a woken drive can rebuild, still
+        // read the old id, decide "absent" and wait for a notify that already happened.
+        #[cfg(not(feature = "mutation-max-id-after-notify"))]
+        if let Some(max_id) = chain.max_id() {
+            self.max_id.store(max_id, Ordering::SeqCst);
+        }
+        #[cfg(feature = "mutation-max-id-after-notify")]
+        let max_id = chain.max_id();
         // The snapshot store is a release (arc-swap stores are SeqCst); it pairs with the
         // acquire load in `chain()`, so a build that sees the new chain sees every event in
         // it fully constructed.
@@ -201,6 +233,10 @@ impl Slot {
         // event-listener's listen-then-check pattern: arc-swap's store is SeqCst, and
         // `notify` begins with a full fence before it looks for listeners.
         self.changed.notify(usize::MAX);
+        #[cfg(feature = "mutation-max-id-after-notify")]
+        if let Some(max_id) = max_id {
+            self.max_id.store(max_id, Ordering::SeqCst);
+        }
         Ok(done)
     }
 

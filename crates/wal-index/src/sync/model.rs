@@ -11,7 +11,7 @@ use ::loom as rt;
 use ::shuttle as rt;
 
 pub(crate) use rt::sync::Arc;
-pub(crate) use rt::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use rt::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 /// loom's mutex behind the `parking_lot`-style `lock()` the engine uses.
 pub(crate) struct Mutex<T>(rt::sync::Mutex<T>);

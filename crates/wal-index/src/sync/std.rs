@@ -1,7 +1,7 @@
 //! The shim's production side: `std`, `parking_lot`, `arc-swap` and `event-listener`.
 
 pub(crate) use std::sync::Arc;
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 /// A mutual-exclusion lock without poisoning (writers never panic while holding it;
 /// if one did, its chain snapshot was never published, so there is nothing to repair).
