@@ -6,7 +6,8 @@
 //! Every group also has a `floor` row, measured in the same run under the same conditions,
 //! for what no design can beat on that path: a bare `HashMap` miss (the incomplete build),
 //! a bare append of the same events to a `Vec` (the drain), a `memcpy` of the bytes the
-//! build serves (the incremental build). `docs/benchmarks.md` reports each engine's ratio
+//! build serves (the incremental build, and the cold rebuild: its whole spine's bytes),
+//! a `HashMap` hit handing out a shared value (the cache-hit build during a backfill). `docs/benchmarks.md` reports each engine's ratio
 //! to its group's floor.
 
 use std::collections::HashMap;
@@ -246,7 +247,7 @@ fn all<I: StateIndex>(c: &mut Criterion, backfill: &[Event]) {
 }
 
 /// The floor rows, each in its engines' group.
-fn floors(c: &mut Criterion) {
+fn floors(c: &mut Criterion, backfill: &[Event]) {
     // Incomplete build: a miss in a std `HashMap` holding as many executions as the
     // directory does (2,001), while the same drain keeps the other core busy.
     {
@@ -278,6 +279,45 @@ fn floors(c: &mut Criterion) {
         });
         group.finish();
     }
+    // Cold rebuild: copying the bytes of the whole spine the build serves (its payloads,
+    // comma-separated), for the same lengths.
+    {
+        let body = payload(256);
+        let mut group = c.benchmark_group("cold_rebuild");
+        for len in [11usize, 1_000, 10_000] {
+            let mut out = Vec::with_capacity(len * (body.len() + 1) + 2);
+            group.throughput(Throughput::Elements(len as u64));
+            group.bench_function(BenchmarkId::new("floor", format!("memcpy_{len}")), |b| {
+                b.iter(|| {
+                    out.clear();
+                    out.push(b'[');
+                    for _ in 0..len {
+                        out.extend_from_slice(black_box(&body));
+                        out.push(b',');
+                    }
+                    black_box(out.len())
+                })
+            });
+        }
+        group.finish();
+    }
+    // A cache-hit build: a `HashMap` hit handing out a shared value (an `Arc` clone), on
+    // an idle index and while the same backfill drain runs.
+    {
+        let map: HashMap<i64, Arc<Vec<Event>>> = (-1..2_000)
+            .map(|k| (k, Arc::new(linear(k, 1, 27, false, &payload(64)))))
+            .collect();
+        let mut group = c.benchmark_group("build_during_backfill");
+        group.bench_function(BenchmarkId::new("floor", "hashmap_hit_idle"), |b| {
+            b.iter(|| black_box(&map).get(&black_box(-1)).map(Arc::clone))
+        });
+        let index = Arc::new(WalIndex::with_config(IndexConfig::default()));
+        let _drain = Background::drain(Arc::clone(&index), backfill.to_vec());
+        group.bench_function(BenchmarkId::new("floor", "hashmap_hit_backfilling"), |b| {
+            b.iter(|| black_box(&map).get(&black_box(-1)).map(Arc::clone))
+        });
+        group.finish();
+    }
     // Drain: appending the same events, in the same batches, to a `Vec`.
     {
         let wal = interleaved(740, 27, 50, &payload(64));
@@ -302,7 +342,7 @@ fn engines(c: &mut Criterion) {
     all::<WalIndex>(c, &backfill);
     all::<ShardedMutexIndex>(c, &backfill);
     all::<MutexIndex>(c, &backfill);
-    floors(c);
+    floors(c, &backfill);
 }
 
 criterion_group! {
