@@ -51,6 +51,24 @@ struct Row {
     others_woken: f64,
 }
 
+impl Row {
+    fn of(
+        engine: &'static str,
+        parked: usize,
+        mut latencies: Vec<Duration>,
+        others_woken: f64,
+    ) -> Row {
+        latencies.sort_unstable();
+        Row {
+            engine,
+            parked,
+            p50: latencies[latencies.len() / 2],
+            p99: latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)],
+            others_woken,
+        }
+    }
+}
+
 fn settle(counts: &Counts) {
     // Wait until no drive has rebuilt for a while: every woken drive is parked again.
     let mut last = counts.incomplete.load(Ordering::Relaxed);
@@ -64,15 +82,20 @@ fn settle(counts: &Counts) {
     }
 }
 
+/// The drives' runtime, and the task floor's: two workers, as a worker pool runs.
+fn drives_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 fn run<I: StateIndex>(parked: usize, rounds: usize) -> Row {
     let counts = Arc::new(Counts::default());
     let index = Arc::new(I::with_observer(IndexConfig::default(), counts.clone()));
     let body = payload(256);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = drives_runtime();
     let (done, served) = mpsc::channel::<(usize, Instant)>();
     let budget = DriveBudget {
         attempts: u32::MAX,
@@ -113,25 +136,14 @@ fn run<I: StateIndex>(parked: usize, rounds: usize) -> Row {
         others += counts.woken.load(Ordering::Relaxed) - woken_before - 1;
     }
     runtime.shutdown_background();
-    latencies.sort_unstable();
-    Row {
-        engine: I::NAME,
-        parked,
-        p50: latencies[latencies.len() / 2],
-        p99: latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)],
-        others_woken: others as f64 / rounds as f64,
-    }
+    Row::of(I::NAME, parked, latencies, others as f64 / rounds as f64)
 }
 
 /// The bare Tokio task wake: `parked` tasks on the drives' runtime shape, each awaiting its
 /// own `Notify`; a round notifies one and times until it has sent its timestamp, with the
 /// same channel and the same idle gap between rounds as the engine rows.
 fn floor_task(parked: usize, rounds: usize) -> Row {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = drives_runtime();
     let (done, served) = mpsc::channel::<(usize, Instant)>();
     let notifies: Vec<Arc<tokio::sync::Notify>> = (0..parked)
         .map(|_| Arc::new(tokio::sync::Notify::new()))
@@ -150,7 +162,7 @@ fn floor_task(parked: usize, rounds: usize) -> Row {
     std::thread::sleep(Duration::from_millis(20));
     let latencies = floor_rounds(parked, rounds, &served, |k| notifies[k].notify_one());
     runtime.shutdown_background();
-    floor_row("floor:task", parked, latencies)
+    Row::of("floor:task", parked, latencies, 0.0)
 }
 
 /// The bare thread unpark: `parked` threads in `std::thread::park`, one unparked per round.
@@ -194,7 +206,7 @@ fn floor_thread(parked: usize, rounds: usize) -> Row {
     for t in threads {
         let _ = t.join();
     }
-    floor_row("floor:thread", parked, latencies)
+    Row::of("floor:thread", parked, latencies, 0.0)
 }
 
 fn floor_rounds(
@@ -216,17 +228,6 @@ fn floor_rounds(
         std::thread::sleep(Duration::from_millis(2));
     }
     latencies
-}
-
-fn floor_row(engine: &'static str, parked: usize, mut latencies: Vec<Duration>) -> Row {
-    latencies.sort_unstable();
-    Row {
-        engine,
-        parked,
-        p50: latencies[latencies.len() / 2],
-        p99: latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)],
-        others_woken: 0.0,
-    }
 }
 
 fn main() {
