@@ -46,12 +46,15 @@ sys.exit(1 if failed else 0)
 PY
 
 echo "--- 2. each crate on the toolchain its rust-version names"
+declare -A RUST_VERSION
+while read -r name rv; do RUST_VERSION[$name]=$rv; done < <(
+  cargo metadata --format-version 1 --locked --no-deps | python3 -c \
+    "import json,sys; [print(p['name'], p['rust_version']) for p in json.load(sys.stdin)['packages'] if p['rust_version']]")
 for crate in "${CRATES[@]}"; do
   if [[ " ${MSRV_SKIP:-} " == *" $crate "* ]]; then
     echo "  SKIP $crate (MSRV_SKIP)"; continue
   fi
-  rv=$(cargo metadata --format-version 1 --locked --no-deps | python3 -c \
-    "import json,sys; print(next(p['rust_version'] for p in json.load(sys.stdin)['packages'] if p['name']=='$crate'))")
+  rv=${RUST_VERSION[$crate]}
   if ! rustup run "$rv" rustc --version >/dev/null 2>&1 \
       && ! rustup toolchain install "$rv" --profile minimal >/dev/null 2>&1; then
     echo "  SKIP $crate: rustup could not install Rust $rv here"; continue

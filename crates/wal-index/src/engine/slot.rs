@@ -20,7 +20,7 @@
 // every other build.
 #![allow(unreachable_pub)]
 
-use chain_fold::{Chain, Event, ExecutionId, Spine, SpineOrder};
+use chain_fold::{Chain, Event, EventId, ExecutionId, Spine, SpineOrder};
 
 use super::accounting::Accounting;
 use crate::sync::{self, Arc, AtomicBool, AtomicI64, AtomicU64, Mutex, Notify, Ordering, Swap};
@@ -107,7 +107,7 @@ impl Slot {
     /// that published it has yet reached its notify (so a drive registered before calling
     /// this is woken by that apply). `true` means "look in the chain" (ids are not
     /// monotonic: a tip below the largest id may still be absent).
-    pub fn may_hold(&self, id: i64) -> bool {
+    pub fn may_hold(&self, id: EventId) -> bool {
         // SeqCst pairs with the SeqCst store in `apply`: the id is a condition of
         // event-listener's listen-then-check pattern (the drive listens, then builds and
         // reads it; the applier stores it, then notifies), which that crate documents for a
