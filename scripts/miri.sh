@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Miri over the code with `unsafe` (chain-fold's JSON arena) and over a small concurrent
+# Miri over the code with `unsafe` (chain-fold's append-only log) and over a small concurrent
 # smoke test of the engine (atomics via arc-swap, event-listener, parking_lot).
 #
 # Usage: scripts/miri.sh [SEEDS]   (default 8: every test runs under seeds 0..SEEDS, which

@@ -1,5 +1,6 @@
 //! One execution's events by id, and the hop walk from a tip back to genesis.
 
+use crate::append_log::AppendLog;
 use crate::event::{Event, EventId};
 use crate::spine::{Spine, SpineOrder};
 
@@ -33,10 +34,21 @@ pub enum Incomplete {
 
 /// One execution's events by id.
 ///
-/// A `Chain` is a persistent map: `clone` is O(1) and shares every node with the original,
-/// and `apply` copies only the O(log n) path it changes when the chain is shared. That is
-/// what lets an engine publish an immutable snapshot of a chain per batch without copying
-/// it.
+/// # Representation
+///
+/// Events arrive near causal order, and ids grow with arrival almost always. So a chain
+/// keeps two parts:
+///
+/// - **the ascending log**: every event whose id was above everything indexed when it
+///   arrived, in arrival order, which is also ascending id order. It is an append-only list
+///   whose versions share one buffer, so indexing such an event writes it in place behind
+///   the chain's length and `clone` is O(1). A lookup is a binary search, and a walk's hop to
+///   the event just before it in the log (the common case) is one comparison.
+/// - **the late map**: events that arrived below the largest id (fan-out inversions, late
+///   deliveries), in a persistent map. Empty in the common case, where it costs nothing.
+///
+/// A redelivery that *rewrites* an event of the ascending log copies the log (O(len)):
+/// rewrites are rare, and the copy keeps every published version unchanged.
 ///
 /// ```
 /// use chain_fold::{Chain, Event, Incomplete, SpineOrder};
@@ -45,7 +57,7 @@ pub enum Incomplete {
 /// chain.apply(Event::minimal(1, 7, None, "playbook_started"));
 /// chain.apply(Event::minimal(2, 7, Some(1), "step"));
 /// let snapshot = chain.clone(); // O(1)
-/// chain.apply(Event::minimal(3, 7, Some(2), "step"));
+/// chain.apply(Event::minimal(3, 7, Some(2), "step")); // in place, behind the snapshot
 ///
 /// assert_eq!(chain.walk_from(3).unwrap().ids(), vec![1, 2, 3]);
 /// assert_eq!(snapshot.walk_from(3).unwrap_err(), Incomplete::TipMissing(3));
@@ -54,12 +66,12 @@ pub enum Incomplete {
 pub struct Chain {
     order: SpineOrder,
     walk_limit: usize,
-    events: imbl::OrdMap<EventId, Event>,
-    /// The largest indexed id, kept beside the map so that the commonest miss (a tip above
-    /// everything indexed: the drain has not applied it yet) is decided without touching
-    /// the map's nodes, which the drain has just reallocated.
-    max: Option<EventId>,
-    bytes: usize,
+    /// Events that arrived above every indexed id, in arrival (= ascending id) order.
+    ascending: AppendLog<Event>,
+    /// Events that arrived below the largest indexed id.
+    late: imbl::OrdMap<EventId, Event>,
+    /// The events' resident bytes (their allocations).
+    event_bytes: usize,
     rewrites: u64,
 }
 
@@ -67,8 +79,9 @@ impl std::fmt::Debug for Chain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Chain")
             .field("order", &self.order)
-            .field("len", &self.events.len())
-            .field("bytes", &self.bytes)
+            .field("len", &self.len())
+            .field("late", &self.late.len())
+            .field("bytes", &self.bytes())
             .field("rewrites", &self.rewrites)
             .finish()
     }
@@ -80,15 +93,19 @@ impl Default for Chain {
     }
 }
 
+/// The late map's cost per entry beyond the event itself: the entry, and a share of the
+/// persistent B-tree's partly filled nodes (estimated; late events are rare).
+const LATE_ENTRY_BYTES: usize = 2 * std::mem::size_of::<(EventId, Event)>() + 16;
+
 impl Chain {
     /// An empty chain whose spines use `order`.
     pub fn new(order: SpineOrder) -> Chain {
         Chain {
             order,
             walk_limit: DEFAULT_WALK_LIMIT,
-            events: imbl::OrdMap::new(),
-            max: None,
-            bytes: 0,
+            ascending: AppendLog::default(),
+            late: imbl::OrdMap::new(),
+            event_bytes: 0,
             rewrites: 0,
         }
     }
@@ -102,61 +119,91 @@ impl Chain {
     /// Indexes `event`, overwriting an event with the same id (at-least-once redelivery).
     /// Returns true if the id was new.
     ///
-    /// A redelivery never double counts: the byte ledger is adjusted by the difference.
-    /// A redelivery that *differs* from what is indexed (another payload, type or `prev`) is
-    /// a rewrite: the last delivery wins, as today, and [`Chain::rewrites`] increments so
-    /// that cached spines built on the old version are not reused.
+    /// An event above every indexed id is appended in place (O(1) amortized); an event
+    /// below it goes to the late map (O(log n)). A redelivery never double counts: the
+    /// byte ledger is adjusted by the difference. A redelivery that *differs* from what is
+    /// indexed (another payload, type or `prev`) is a rewrite: the last delivery wins, as
+    /// today, and [`Chain::rewrites`] increments so that cached spines built on the old
+    /// version are not reused. An identical redelivery changes nothing.
     pub fn apply(&mut self, event: Event) -> bool {
-        let added = event.resident_bytes();
-        // `None` orders below every `Some`.
-        self.max = self.max.max(Some(event.id()));
-        match self.events.insert(event.id(), event) {
-            None => {
-                self.bytes += added;
-                true
+        let id = event.id();
+        if self.max_id().is_none_or(|max| id > max) {
+            self.event_bytes += event.resident_bytes();
+            self.ascending.push(event);
+            return true;
+        }
+        if let Some(at) = self.position(id) {
+            let old = &self.ascending.as_slice()[at];
+            if *old != event {
+                self.event_bytes = self.event_bytes - old.resident_bytes() + event.resident_bytes();
+                self.rewrites += 1;
+                self.ascending = self.ascending.replaced(at, event);
             }
+            return false;
+        }
+        let added = event.resident_bytes();
+        match self.late.get(&id) {
+            Some(old) if *old == event => false,
             Some(old) => {
-                self.bytes = self.bytes - old.resident_bytes() + added;
-                let same = self.events.get(&old.id()).is_some_and(|new| *new == old);
-                if !same {
-                    self.rewrites += 1;
-                }
+                self.event_bytes = self.event_bytes - old.resident_bytes() + added;
+                self.rewrites += 1;
+                self.late.insert(id, event);
                 false
             }
+            None => {
+                self.event_bytes += added;
+                self.late.insert(id, event);
+                true
+            }
         }
+    }
+
+    /// Where `id` is in the ascending log.
+    fn position(&self, id: EventId) -> Option<usize> {
+        self.ascending
+            .as_slice()
+            .binary_search_by_key(&id, Event::id)
+            .ok()
     }
 
     /// Is `id` indexed?
     /// O(1) for an id above every indexed one, O(log n) otherwise.
     pub fn contains(&self, id: EventId) -> bool {
-        self.max.is_some_and(|max| id <= max) && self.events.contains_key(&id)
+        self.max_id().is_some_and(|max| id <= max)
+            && (self.position(id).is_some()
+                || (!self.late.is_empty() && self.late.contains_key(&id)))
     }
 
     /// The event with this id.
     pub fn get(&self, id: EventId) -> Option<&Event> {
-        self.events.get(&id)
+        match self.position(id) {
+            Some(at) => self.ascending.as_slice().get(at),
+            None if self.late.is_empty() => None,
+            None => self.late.get(&id),
+        }
     }
 
     /// Number of events.
     pub fn len(&self) -> usize {
-        self.events.len()
+        self.ascending.len() + self.late.len()
     }
 
     /// True when no event is indexed.
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
+        self.ascending.len() == 0
     }
 
-    /// The resident cost the byte ledger charges for these events (sum of
-    /// [`Event::resident_bytes`]).
+    /// What this chain keeps alive on the heap, which the byte ledger charges: every
+    /// event's allocation ([`Event::resident_bytes`]), the ascending log's buffer, and an
+    /// estimate of the late map's nodes.
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.event_bytes + self.ascending.heap_bytes() + self.late.len() * LATE_ENTRY_BYTES
     }
 
     /// The largest indexed id (the legacy head; see docs/domain.md in the repository for why the tip is
     /// not the max id).
     pub fn max_id(&self) -> Option<EventId> {
-        self.max
+        self.ascending.as_slice().last().map(Event::id)
     }
 
     /// The spine order of this chain.
@@ -169,9 +216,36 @@ impl Chain {
         self.rewrites
     }
 
+    /// How many indexed events arrived below the largest id (the slow path).
+    pub fn late_len(&self) -> usize {
+        self.late.len()
+    }
+
+    /// The event `id`, found from a walk standing at position `from` of the ascending log
+    /// (`usize::MAX` when it stands in the late map): the event just before it in the log is
+    /// checked first, which is where a hop lands when events arrived in causal order.
+    fn locate(&self, id: EventId, from: usize) -> Option<(&Event, usize)> {
+        let log = self.ascending.as_slice();
+        let before = from.checked_sub(1).and_then(|at| log.get(at));
+        if let Some(before) = before.filter(|before| before.id() == id) {
+            return Some((before, from - 1));
+        }
+        match self.position(id) {
+            Some(at) => Some((&log[at], at)),
+            None if self.late.is_empty() => None,
+            None => self.late.get(&id).map(|event| (event, usize::MAX)),
+        }
+    }
+
     /// All events, in ascending id order.
     pub fn iter(&self) -> impl Iterator<Item = &Event> + '_ {
-        self.events.values()
+        let mut ascending = self.ascending.as_slice().iter().peekable();
+        let mut late = self.late.values().peekable();
+        std::iter::from_fn(move || match (ascending.peek(), late.peek()) {
+            (Some(a), Some(l)) if l.id() < a.id() => late.next(),
+            (Some(_), _) => ascending.next(),
+            (None, _) => late.next(),
+        })
     }
 
     /// Walks from `tip` back to the root and returns the spine, or why there is none.
@@ -190,7 +264,7 @@ impl Chain {
             SpineOrder::Causal => events.reverse(),
             SpineOrder::EventId => events.sort_by_key(Event::id),
         }
-        Spine::assemble(tip, self.order, self.rewrites, events.into())
+        Spine::assemble(tip, self.order, self.rewrites, events)
     }
 
     /// Follows `prev` links from `from` until a root, or until `stop_at` is reached (not
@@ -214,6 +288,8 @@ impl Chain {
 pub(crate) struct Walker<'c> {
     chain: &'c Chain,
     current: Option<&'c Event>,
+    /// `current`'s position in the ascending log (`usize::MAX` in the late map).
+    at: usize,
     stop_at: Option<EventId>,
     events: Vec<Event>,
     genesis: bool,
@@ -225,13 +301,13 @@ impl<'c> Walker<'c> {
         from: EventId,
         stop_at: Option<EventId>,
     ) -> Result<Walker<'c>, Incomplete> {
-        let current = chain
-            .events
-            .get(&from)
+        let (current, at) = chain
+            .locate(from, usize::MAX)
             .ok_or(Incomplete::TipMissing(from))?;
         Ok(Walker {
             chain,
             current: Some(current),
+            at,
             stop_at,
             events: Vec::new(),
             genesis: false,
@@ -244,7 +320,7 @@ impl<'c> Walker<'c> {
         if self.events.len() >= self.chain.walk_limit {
             return Some(Err(Incomplete::WalkLimit));
         }
-        if self.events.len() >= self.chain.events.len() {
+        if self.events.len() >= self.chain.len() {
             // More hops than events: some event was visited twice, and so is this one.
             return Some(Err(Incomplete::Cycle(current.id())));
         }
@@ -267,9 +343,10 @@ impl<'c> Walker<'c> {
                 reached_stop: true,
             }));
         }
-        match self.chain.events.get(&prev) {
-            Some(next) => {
+        match self.chain.locate(prev, self.at) {
+            Some((next, at)) => {
                 self.current = Some(next);
+                self.at = at;
                 None
             }
             None => {

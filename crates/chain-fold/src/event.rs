@@ -1,11 +1,11 @@
 //! One WAL event: the four fields the index reads, and the payload it hands back verbatim.
 
 use std::fmt;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use triomphe::ThinArc;
 
 /// The id of one event, unique within the WAL.
 pub type EventId = i64;
@@ -165,15 +165,30 @@ impl TypeClass {
     }
 }
 
-#[derive(Debug)]
-struct EventInner {
+/// The fixed-size part of an event's allocation. 32 bytes: the three ids, then where the
+/// event type lies in the allocation's bytes, and the flags below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header {
     id: EventId,
     execution_id: ExecutionId,
-    prev: Option<EventId>,
-    class: TypeClass,
-    event_type: Box<str>,
-    payload: Bytes,
+    /// Meaningful only with [`HAS_PREV`] (every `i64` is a valid id, so there is no sentinel).
+    prev: EventId,
+    /// Where the event type starts in the bytes (inside the payload, or right after it).
+    type_start: u32,
+    /// Its length, for a type inside the payload; an owned type runs to the end of the bytes.
+    type_len: u16,
+    flags: u8,
 }
+
+/// The event has a `prev_event_id`.
+const HAS_PREV: u8 = 1 << 0;
+/// The event type is not a verbatim substring of the payload (it had escapes, or the
+/// caller supplied it): its text follows the payload in the allocation.
+const TYPE_OWNED: u8 = 1 << 1;
+/// The type is `playbook_started`.
+const GENESIS: u8 = 1 << 2;
+/// The type is one of the terminal spellings.
+const TERMINAL: u8 = 1 << 3;
 
 /// One decoded WAL event.
 ///
@@ -195,17 +210,25 @@ struct EventInner {
 /// assert!(matches!(err, chain_fold::EventError::StringId { .. }));
 /// # Ok::<(), chain_fold::EventError>(())
 /// ```
+///
+/// # Memory
+///
+/// An event is one allocation: a reference count, a 32-byte header (the ids, the type's
+/// position, flags), the slice length, then the payload bytes (and, rarely, an unescaped
+/// copy of the event type). The handle is one pointer. [`Event::resident_bytes`] is that
+/// allocation's exact size, which is what the byte ledger charges; the payload is copied into
+/// it once at decode, so a drain's receive buffer is not kept alive by the index.
 #[derive(Clone)]
-pub struct Event(Arc<EventInner>);
+pub struct Event(ThinArc<Header, u8>);
 
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Event")
-            .field("id", &self.0.id)
-            .field("execution_id", &self.0.execution_id)
-            .field("prev", &self.0.prev)
-            .field("event_type", &self.0.event_type)
-            .field("payload_len", &self.0.payload.len())
+            .field("id", &self.id())
+            .field("execution_id", &self.execution_id())
+            .field("prev", &self.prev())
+            .field("event_type", &self.event_type())
+            .field("payload_len", &self.payload().len())
             .finish()
     }
 }
@@ -213,12 +236,12 @@ impl fmt::Debug for Event {
 /// Two events are equal when every decoded field and the payload bytes are equal.
 impl PartialEq for Event {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-            || (self.0.id == other.0.id
-                && self.0.execution_id == other.0.execution_id
-                && self.0.prev == other.0.prev
-                && self.0.event_type == other.0.event_type
-                && self.0.payload == other.0.payload)
+        self.ptr_eq(other)
+            || (self.id() == other.id()
+                && self.execution_id() == other.execution_id()
+                && self.prev() == other.prev()
+                && self.event_type() == other.event_type()
+                && self.payload() == other.payload())
     }
 }
 
@@ -236,19 +259,12 @@ struct Envelope<'a> {
     event_type: Option<&'a RawValue>,
 }
 
-/// Fixed heap cost of one resident event beyond its payload and type string: the shared
-/// allocation holding the decoded fields (with its two reference counts), one map entry,
-/// and [`MAP_SLACK_BYTES`]. The byte ledger charges this per event; `docs/benchmarks.md`
-/// compares it with a counting allocator.
-pub const EVENT_OVERHEAD_BYTES: usize = std::mem::size_of::<EventInner>()
-    + 2 * std::mem::size_of::<usize>()
-    + std::mem::size_of::<(EventId, Event)>()
-    + MAP_SLACK_BYTES;
-
-/// The persistent map's share per event beyond the entry itself (partly filled B-tree
-/// nodes, the `Bytes` header), calibrated with the counting-allocator bench
-/// (`cargo bench -p sb-benches --bench memory`) on 27-event chains.
-pub const MAP_SLACK_BYTES: usize = 48;
+/// Fixed heap cost of one resident event beyond its payload: the allocation's reference
+/// count, header and slice length (the allocation is then rounded up to 8 bytes).
+/// [`Event::resident_bytes`] is exact; `docs/benchmarks.md` checks it against a counting
+/// allocator.
+pub const EVENT_OVERHEAD_BYTES: usize =
+    std::mem::size_of::<usize>() + std::mem::size_of::<triomphe::HeaderWithLength<Header>>();
 
 impl Event {
     /// The deepest nesting of arrays and objects a payload may have: serde_json's default
@@ -256,34 +272,19 @@ impl Event {
     pub const MAX_DEPTH: usize = 128;
 
     /// Decodes one WAL payload, keeping a copy of the bytes verbatim.
-    ///
-    /// Use [`Event::from_json_bytes`] to keep a `Bytes` you already own without copying.
     pub fn from_json(payload: &[u8]) -> Result<Event, EventError> {
-        Self::from_json_bytes(Bytes::copy_from_slice(payload))
-    }
-
-    /// Decodes one WAL payload that is already a [`Bytes`], sharing it (no copy).
-    ///
-    /// Rules (docs/domain.md): `event_id` and `execution_id` must be JSON
-    /// integers in the `i64` range (a *string* id in either is an error); `prev_event_id`
-    /// absent, `null`, a string, a boolean, an object, an array or a non-integer number
-    /// makes the event a chain root, as today; `event_type` that is absent or not a string
-    /// reads as the empty string. A payload today's consumers could not parse is an error
-    /// too: a lone surrogate escape ([`EventError::LoneSurrogate`]) or nesting deeper than
-    /// [`Event::MAX_DEPTH`] ([`EventError::TooDeep`]).
-    pub fn from_json_bytes(payload: Bytes) -> Result<Event, EventError> {
         let first = payload.iter().copied().find(|b| !b.is_ascii_whitespace());
         if first != Some(b'{') {
             // Validate first so truncated or garbage input reports as JSON, then name the kind.
             let value: &RawValue =
-                serde_json::from_slice(&payload).map_err(|e| EventError::Json(e.to_string()))?;
+                serde_json::from_slice(payload).map_err(|e| EventError::Json(e.to_string()))?;
             return Err(EventError::NotAnObject {
                 found: json_kind(value.get()),
             });
         }
         // Validate UTF-8 up front: serde_json skips unknown fields without checking their
         // strings, and the payload is handed back verbatim to consumers that will.
-        let text = std::str::from_utf8(&payload).map_err(|e| EventError::Json(e.to_string()))?;
+        let text = std::str::from_utf8(payload).map_err(|e| EventError::Json(e.to_string()))?;
         let env: Envelope<'_> =
             serde_json::from_str(text).map_err(|e| EventError::Json(e.to_string()))?;
         let id = required_id(env.event_id, Field::EventId)?;
@@ -295,14 +296,45 @@ impl Event {
             // make a payload unchainable.
             Some(raw) => parse_id(raw, Field::PrevEventId).ok(),
         };
-        consumer_readable(&payload)?;
-        let event_type: Box<str> = match env.event_type {
-            Some(raw) if raw.get().starts_with('"') => serde_json::from_str::<String>(raw.get())
-                .map_err(|e| EventError::Json(e.to_string()))?
-                .into_boxed_str(),
-            _ => Box::from(""),
+        consumer_readable(payload)?;
+        let event_type = match env.event_type {
+            Some(raw) if raw.get().starts_with('"') => {
+                let quoted = raw.get();
+                let inner = &quoted[1..quoted.len() - 1];
+                if inner.contains('\\') {
+                    EventType::Owned(
+                        serde_json::from_str::<String>(quoted)
+                            .map_err(|e| EventError::Json(e.to_string()))?,
+                    )
+                } else {
+                    // `raw` borrows from `text`, so its offset in the payload is exact.
+                    let start = inner.as_ptr() as usize - text.as_ptr() as usize;
+                    EventType::InPayload {
+                        start,
+                        len: inner.len(),
+                    }
+                }
+            }
+            _ => EventType::InPayload { start: 0, len: 0 },
         };
         Ok(Self::assemble(id, execution_id, prev, event_type, payload))
+    }
+
+    /// Decodes one WAL payload received as a [`Bytes`].
+    ///
+    /// The bytes are copied once into the event's own allocation (see the type's
+    /// documentation) and `payload` can be dropped: a receive buffer is never pinned by an
+    /// indexed event.
+    ///
+    /// Rules (docs/domain.md): `event_id` and `execution_id` must be JSON
+    /// integers in the `i64` range (a *string* id in either is an error); `prev_event_id`
+    /// absent, `null`, a string, a boolean, an object, an array or a non-integer number
+    /// makes the event a chain root, as today; `event_type` that is absent or not a string
+    /// reads as the empty string. A payload today's consumers could not parse is an error
+    /// too: a lone surrogate escape ([`EventError::LoneSurrogate`]) or nesting deeper than
+    /// [`Event::MAX_DEPTH`] ([`EventError::TooDeep`]).
+    pub fn from_json_bytes(payload: Bytes) -> Result<Event, EventError> {
+        Self::from_json(&payload)
     }
 
     /// Builds an event from already-decoded parts.
@@ -315,9 +347,17 @@ impl Event {
         execution_id: ExecutionId,
         prev: Option<EventId>,
         event_type: &str,
-        payload: Bytes,
+        payload: impl AsRef<[u8]>,
     ) -> Event {
-        Self::assemble(id, execution_id, prev, event_type.into(), payload)
+        let payload = payload.as_ref();
+        let event_type = match find(payload, event_type.as_bytes()) {
+            Some(start) => EventType::InPayload {
+                start,
+                len: event_type.len(),
+            },
+            None => EventType::Owned(event_type.to_owned()),
+        };
+        Self::assemble(id, execution_id, prev, event_type, payload)
     }
 
     /// Builds an event whose payload is the minimal envelope of its four fields.
@@ -338,7 +378,7 @@ impl Event {
             "prev_event_id": prev,
             "event_type": event_type,
         });
-        let bytes = Bytes::from(serde_json::to_vec(&payload).unwrap_or_default());
+        let bytes = serde_json::to_vec(&payload).unwrap_or_default();
         Self::from_parts(id, execution_id, prev, event_type, bytes)
     }
 
@@ -346,17 +386,57 @@ impl Event {
         id: EventId,
         execution_id: ExecutionId,
         prev: Option<EventId>,
-        event_type: Box<str>,
-        payload: Bytes,
+        event_type: EventType,
+        payload: &[u8],
     ) -> Event {
-        Event(Arc::new(EventInner {
+        // A type inside the payload whose length does not fit the header is stored owned.
+        let event_type = match event_type {
+            EventType::InPayload { start, len }
+                if u16::try_from(len).is_err() || u32::try_from(start).is_err() =>
+            {
+                EventType::Owned(String::from_utf8_lossy(&payload[start..start + len]).into_owned())
+            }
+            other => other,
+        };
+        let (type_text, mut flags): (&[u8], u8) = match &event_type {
+            EventType::InPayload { start, len } => (&payload[*start..*start + *len], 0),
+            EventType::Owned(text) => (text.as_bytes(), TYPE_OWNED),
+        };
+        flags |= match TypeClass::of(std::str::from_utf8(type_text).unwrap_or("")) {
+            TypeClass::Genesis => GENESIS,
+            TypeClass::Terminal => TERMINAL,
+            TypeClass::Other => 0,
+        };
+        if prev.is_some() {
+            flags |= HAS_PREV;
+        }
+        let (type_start, type_len) = match &event_type {
+            // Both fit: checked above.
+            EventType::InPayload { start, len } => (*start as u32, *len as u16),
+            // An owned type runs from the end of the payload to the end of the bytes. A
+            // payload of 4 GiB or more cannot be an owned type's prefix; such payloads are
+            // far beyond any WAL message limit, and the type then reads as empty.
+            EventType::Owned(_) => (u32::try_from(payload.len()).unwrap_or(u32::MAX), 0),
+        };
+        let header = Header {
             id,
             execution_id,
-            prev,
-            class: TypeClass::of(&event_type),
-            event_type,
-            payload,
-        }))
+            prev: prev.unwrap_or(0),
+            type_start,
+            type_len,
+            flags,
+        };
+        let arc = match &event_type {
+            EventType::InPayload { .. } => ThinArc::from_header_and_slice(header, payload),
+            EventType::Owned(text) => {
+                ThinArc::from_header_and_slice(header, &[payload, text.as_bytes()].concat())
+            }
+        };
+        Event(arc)
+    }
+
+    fn header(&self) -> &Header {
+        &self.0.header.header
     }
 
     /// This event with its payload reduced to the slim projection ([`SLIM_KEYS`]).
@@ -364,53 +444,101 @@ impl Event {
     /// The decoded fields are unchanged (the chain link survives even though
     /// `prev_event_id` is not a slim key). Key order of the kept keys is preserved.
     pub fn to_slim(&self) -> Event {
-        let kept = slim_payload(&self.0.payload).unwrap_or_else(|| self.0.payload.clone());
-        Event(Arc::new(EventInner {
-            id: self.0.id,
-            execution_id: self.0.execution_id,
-            prev: self.0.prev,
-            class: self.0.class,
-            event_type: self.0.event_type.clone(),
-            payload: kept,
-        }))
+        let Some(kept) = slim_payload(self.payload()) else {
+            return self.clone();
+        };
+        Self::from_parts(
+            self.id(),
+            self.execution_id(),
+            self.prev(),
+            self.event_type(),
+            kept,
+        )
     }
 
     /// The event's id.
     pub fn id(&self) -> EventId {
-        self.0.id
+        self.header().id
     }
     /// The execution this event belongs to.
     pub fn execution_id(&self) -> ExecutionId {
-        self.0.execution_id
+        self.header().execution_id
     }
     /// The previous event in arrival order, or `None` for a chain root.
     pub fn prev(&self) -> Option<EventId> {
-        self.0.prev
+        let header = self.header();
+        (header.flags & HAS_PREV != 0).then_some(header.prev)
     }
     /// The event type (empty when absent or not a string).
     pub fn event_type(&self) -> &str {
-        &self.0.event_type
+        let header = self.header();
+        let bytes = &self.0.slice;
+        let start = (header.type_start as usize).min(bytes.len());
+        let text = if header.flags & TYPE_OWNED != 0 {
+            &bytes[start..]
+        } else {
+            &bytes[start..(start + usize::from(header.type_len)).min(bytes.len())]
+        };
+        // Always valid: the text came from a `&str` or from a UTF-8-checked payload.
+        std::str::from_utf8(text).unwrap_or("")
     }
     /// The payload bytes exactly as they were decoded.
-    pub fn payload(&self) -> &Bytes {
-        &self.0.payload
+    pub fn payload(&self) -> &[u8] {
+        let header = self.header();
+        let bytes = &self.0.slice;
+        if header.flags & TYPE_OWNED != 0 {
+            &bytes[..(header.type_start as usize).min(bytes.len())]
+        } else {
+            bytes
+        }
+    }
+    /// The payload as a [`Bytes`] that shares this event's allocation (no copy; one small
+    /// allocation for the owner handle).
+    pub fn payload_bytes(&self) -> Bytes {
+        let len = self.payload().len();
+        Bytes::from_owner(PayloadOwner(self.clone())).slice(..len)
     }
     /// `event_type == "playbook_started"`.
     pub fn is_genesis(&self) -> bool {
-        self.0.class == TypeClass::Genesis
+        self.header().flags & GENESIS != 0
     }
     /// One of the six terminal spellings ([`TERMINAL_TYPES`]).
     pub fn is_terminal(&self) -> bool {
-        self.0.class == TypeClass::Terminal
+        self.header().flags & TERMINAL != 0
     }
-    /// What the byte ledger charges for keeping this event resident: payload, type string
-    /// and [`EVENT_OVERHEAD_BYTES`].
+    /// What keeping this event resident costs: the exact size of its one allocation
+    /// ([`EVENT_OVERHEAD_BYTES`] plus the payload, plus an owned event type, rounded up to
+    /// 8 bytes). The byte ledger charges this per indexed event.
     pub fn resident_bytes(&self) -> usize {
-        self.0.payload.len() + self.0.event_type.len() + EVENT_OVERHEAD_BYTES
+        (EVENT_OVERHEAD_BYTES + self.0.slice.len()).next_multiple_of(std::mem::align_of::<usize>())
     }
     /// True when both handles point at the same decoded allocation.
     pub fn ptr_eq(&self, other: &Event) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        self.0.ptr() == other.0.ptr()
+    }
+}
+
+/// Where an event's type text comes from, while it is being assembled.
+enum EventType {
+    InPayload { start: usize, len: usize },
+    Owned(String),
+}
+
+/// The first position of `needle` in `haystack` (an empty needle is at 0).
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+struct PayloadOwner(Event);
+
+impl AsRef<[u8]> for PayloadOwner {
+    fn as_ref(&self) -> &[u8] {
+        self.0.payload()
     }
 }
 

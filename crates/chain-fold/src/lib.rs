@@ -44,20 +44,21 @@
 //! `wal-index` crate's job.
 
 mod advance;
+mod append_log;
 mod chain;
 mod event;
 mod fold;
-mod json_arena;
+mod json_array;
 mod spine;
 
 pub use advance::{Advance, AdvanceOutcome, SpineCache, advance};
 pub use chain::{Chain, DEFAULT_WALK_LIMIT, Incomplete};
 pub use event::{
-    EVENT_OVERHEAD_BYTES, Event, EventError, EventId, ExecutionId, Field, GENESIS_TYPE,
-    MAP_SLACK_BYTES, SLIM_KEYS, TERMINAL_TYPES,
+    EVENT_OVERHEAD_BYTES, Event, EventError, EventId, ExecutionId, Field, GENESIS_TYPE, SLIM_KEYS,
+    TERMINAL_TYPES,
 };
 pub use fold::{Fold, FoldCache, fold_all};
-pub use json_arena::JsonArray;
+pub use json_array::{JsonArray, JsonBuf, MAX_SLICES_PER_WRITE};
 pub use spine::{Spine, SpineOrder};
 
 #[cfg(doctest)]

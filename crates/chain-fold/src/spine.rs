@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::append_log::AppendLog;
 use crate::event::{Event, EventId};
-use crate::json_arena::{JsonArray, JsonBody};
+use crate::json_array::JsonArray;
 
 /// How a spine orders its events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -35,16 +36,19 @@ struct SpineInner {
     /// The chain's rewrite generation this spine was built against (see
     /// [`Chain::rewrites`](crate::Chain::rewrites)).
     generation: u64,
-    events: imbl::Vector<Event>,
-    json: JsonBody,
+    events: AppendLog<Event>,
+    /// The payloads' total length (the JSON array is this plus one separator per event
+    /// and the closing bracket).
+    payload_bytes: usize,
 }
 
 /// The events from genesis to one tip, in a [`SpineOrder`].
 ///
 /// Cloning is one reference-count increment. Events are shared with the chain (no payload
-/// is copied), and consecutive versions of a growing spine share both their event list
-/// (a persistent vector) and their JSON bytes (an append-only arena), so producing the
-/// next version costs what was added.
+/// is copied), and consecutive versions of a growing spine share one append-only event list,
+/// so producing the next version costs what was added. The served JSON
+/// ([`Spine::json_array`]) is not stored at all: it is the events' own payload bytes,
+/// handed out as a rope.
 #[derive(Clone)]
 pub struct Spine(Arc<SpineInner>);
 
@@ -65,11 +69,15 @@ impl PartialEq for Spine {
         Arc::ptr_eq(&self.0, &other.0)
             || (self.0.head == other.0.head
                 && self.0.order == other.0.order
-                && self.0.events == other.0.events)
+                && self.as_slice() == other.as_slice())
     }
 }
 
 impl Eq for Spine {}
+
+/// The spine allocation's size: its reference counts and fields.
+const SPINE_HEADER_BYTES: usize =
+    2 * std::mem::size_of::<usize>() + std::mem::size_of::<SpineInner>();
 
 impl Spine {
     /// A spine of `events` already in their final order.
@@ -77,15 +85,20 @@ impl Spine {
         head: EventId,
         order: SpineOrder,
         generation: u64,
-        events: imbl::Vector<Event>,
+        events: Vec<Event>,
     ) -> Spine {
-        let json = JsonBody::of(events.iter().map(Event::payload));
+        let mut log = AppendLog::with_capacity(events.len());
+        let mut payload_bytes = 0;
+        for event in events {
+            payload_bytes += event.payload().len();
+            log.push(event);
+        }
         Spine(Arc::new(SpineInner {
             head,
             order,
             generation,
-            events,
-            json,
+            events: log,
+            payload_bytes,
         }))
     }
 
@@ -94,55 +107,73 @@ impl Spine {
     /// to place a new event before an old one).
     pub(crate) fn grow(&self, head: EventId, tail: Vec<Event>) -> (Spine, bool) {
         let inner = &self.0;
-        let appendable = match inner.order {
-            SpineOrder::Causal => true,
-            SpineOrder::EventId => {
-                let last = inner.events.last().map(Event::id).unwrap_or(EventId::MIN);
-                tail.iter().all(|e| e.id() > last)
-            }
-        };
         let mut tail = tail;
         if inner.order == SpineOrder::EventId {
             tail.sort_by_key(Event::id);
         }
+        let appendable = match inner.order {
+            SpineOrder::Causal => true,
+            SpineOrder::EventId => {
+                let last = self
+                    .as_slice()
+                    .last()
+                    .map(Event::id)
+                    .unwrap_or(EventId::MIN);
+                tail.first().is_none_or(|first| first.id() > last)
+            }
+        };
         if appendable {
-            let json = inner.json.extend(tail.iter().map(Event::payload));
             let mut events = inner.events.clone();
-            events.extend(tail);
+            let mut payload_bytes = inner.payload_bytes;
+            for event in tail {
+                payload_bytes += event.payload().len();
+                events.push(event);
+            }
             let spine = Spine(Arc::new(SpineInner {
                 head,
                 order: inner.order,
                 generation: inner.generation,
                 events,
-                json,
+                payload_bytes,
             }));
             return (spine, true);
         }
-        let mut all: Vec<Event> = inner.events.iter().cloned().chain(tail).collect();
+        let mut all: Vec<Event> = self.as_slice().iter().cloned().chain(tail).collect();
         all.sort_by_key(Event::id);
-        let spine = Spine::assemble(head, inner.order, inner.generation, all.into());
+        let spine = Spine::assemble(head, inner.order, inner.generation, all);
         (spine, false)
     }
 
     /// The spine of `head`, an ancestor of this spine's head found `dropped` events from its
-    /// end, whose payloads hold `dropped_bytes` bytes: the first `len - dropped` events and
-    /// the matching prefix of the JSON, shared with this spine (O(log n), no walk, no copy).
-    /// Causal order only (in event-id order an ancestor's spine is not a prefix).
+    /// end, whose payloads hold `dropped_bytes` bytes: the first `len - dropped` events,
+    /// sharing this spine's list (O(1), no walk, no copy). Causal order only (in event-id
+    /// order an ancestor's spine is not a prefix).
     pub(crate) fn ancestor(&self, head: EventId, dropped: usize, dropped_bytes: usize) -> Spine {
         let inner = &self.0;
         debug_assert_eq!(inner.order, SpineOrder::Causal);
         let keep = inner.events.len() - dropped;
-        // Each dropped payload was preceded by its comma.
-        let json = inner
-            .json
-            .truncated(inner.json.len() - dropped_bytes - dropped);
         Spine(Arc::new(SpineInner {
             head,
             order: inner.order,
             generation: inner.generation,
-            events: inner.events.take(keep),
-            json,
+            events: inner.events.truncated(keep),
+            payload_bytes: inner.payload_bytes - dropped_bytes,
         }))
+    }
+
+    pub(crate) fn as_slice(&self) -> &[Event] {
+        self.0.events.as_slice()
+    }
+
+    pub(crate) fn payload_bytes(&self) -> usize {
+        self.0.payload_bytes
+    }
+
+    /// What keeping this spine cached costs on the heap, beyond its events (which the chain
+    /// owns and charges): the spine's allocation and its event list's buffer. The engine's
+    /// byte ledger charges this for each cached spine; the JSON it serves costs nothing more.
+    pub fn heap_bytes(&self) -> usize {
+        SPINE_HEADER_BYTES + self.0.events.heap_bytes()
     }
 
     pub(crate) fn generation(&self) -> u64 {
@@ -167,27 +198,28 @@ impl Spine {
 
     /// Never true for a spine produced by a walk (it holds at least the genesis event).
     pub fn is_empty(&self) -> bool {
-        self.0.events.is_empty()
+        self.0.events.len() == 0
     }
 
     /// The event ids, in spine order.
     pub fn ids(&self) -> Vec<EventId> {
-        self.0.events.iter().map(Event::id).collect()
+        self.as_slice().iter().map(Event::id).collect()
     }
 
     /// The events, in spine order.
     pub fn events(&self) -> impl DoubleEndedIterator<Item = &Event> + ExactSizeIterator + '_ {
-        self.0.events.iter()
+        self.as_slice().iter()
     }
 
     /// The event at `index` in spine order.
     pub fn get(&self, index: usize) -> Option<&Event> {
-        self.0.events.get(index)
+        self.as_slice().get(index)
     }
 
-    /// The payloads as one JSON array, built incrementally and shared across versions.
+    /// The payloads as one JSON array, `[p1,p2,...]`: a view of the events' own bytes
+    /// (O(1), nothing copied or stored).
     pub fn json_array(&self) -> JsonArray {
-        JsonArray::new(self.0.json.clone())
+        JsonArray::new(self.clone())
     }
 
     /// True when both handles point at the same spine allocation.

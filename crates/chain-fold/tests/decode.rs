@@ -12,7 +12,7 @@ fn a_full_envelope_decodes_and_keeps_its_bytes() {
     let e = Event::from_json(text.as_bytes()).unwrap();
     assert_eq!((e.id(), e.execution_id(), e.prev()), (5, 2, Some(4)));
     assert!(e.is_terminal());
-    assert_eq!(e.payload().as_ref(), text.as_bytes());
+    assert_eq!(e.payload(), text.as_bytes());
 }
 
 #[test]

@@ -139,7 +139,12 @@ proptest! {
             in_order.apply(event(&s.links, &s.pad, i));
         }
         prop_assert_eq!(shuffled.len(), in_order.len());
-        prop_assert_eq!(shuffled.bytes(), in_order.bytes());
+        // The same events in the same id order; what holds them (the ascending log or the
+        // late map) depends on the arrival order, and so does the ledger's share for it.
+        let events = |c: &Chain| c.iter().cloned().collect::<Vec<_>>();
+        prop_assert_eq!(events(&shuffled), events(&in_order));
+        let resident = |c: &Chain| c.iter().map(chain_fold::Event::resident_bytes).sum::<usize>();
+        prop_assert!(shuffled.bytes() > resident(&shuffled));
         prop_assert_eq!(shuffled.rewrites(), 0);
         for &(id, _) in &s.links {
             prop_assert_eq!(shuffled.walk_from(id), in_order.walk_from(id));

@@ -55,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 _ => "step",
             };
             let event = Event::minimal(id, exec, prev, ty);
-            wal.append(event.payload().clone());
+            wal.append(event.payload_bytes());
             // Dispatch the drive as the server would: for the event it just published,
             // often before the drain has indexed it.
             if k < 26 {

@@ -20,7 +20,7 @@ use wal_index::{
 };
 
 fn payload(event: &Event) -> Bytes {
-    event.payload().clone()
+    event.payload_bytes()
 }
 
 /// A budget that ends at once: one build, no wait.
