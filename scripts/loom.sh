@@ -30,6 +30,7 @@ mutations=(
   "finished-after-wake terminal_eviction_vs_a_drive_ends_the_drive"
   "listen-after-build drive_loop_vs_publish_never_misses_the_tip"
   "max-id-after-notify drive_loop_vs_publish_never_misses_the_tip"
+  "spine-publish-ignores-retirement spine_publish_vs_eviction_leaves_the_ledger_exact"
   "room-ignores-residency drive_for_an_unseen_execution_vs_its_first_event"
 )
 escaped=0

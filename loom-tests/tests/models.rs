@@ -100,18 +100,18 @@ fn concurrent_builds_share_the_spine_cache_by_compare_and_swap() {
         let slot = Arc::new(slot_with_genesis(&accounting));
         slot.apply(&mut std::iter::once(ev(2, Some(1))), &accounting, 1)
             .expect("live");
-        let build = |slot: Arc<Slot>| {
+        let build = |slot: Arc<Slot>, accounting: Arc<Accounting>| {
             move || {
                 let seen = slot.cached_spine();
                 let chain = slot.chain();
                 let result = advance(&chain, Option::as_ref(&seen), 2);
                 let spine = result.spine.expect("indexed");
-                slot.publish_spine(&seen, spine.clone());
+                slot.publish_spine(&seen, spine.clone(), &accounting);
                 spine.ids()
             }
         };
-        let a = thread::spawn(build(Arc::clone(&slot)));
-        let b = thread::spawn(build(Arc::clone(&slot)));
+        let a = thread::spawn(build(Arc::clone(&slot), Arc::clone(&accounting)));
+        let b = thread::spawn(build(Arc::clone(&slot), Arc::clone(&accounting)));
         assert_eq!(a.join().expect("a"), vec![1, 2]);
         assert_eq!(b.join().expect("b"), vec![1, 2]);
         let cached = slot.cached_spine();
@@ -169,10 +169,17 @@ fn stats_never_mix_two_states() {
                 Event::minimal(2, k, Some(1), "step"),
             ]
         };
-        // Executions 0 and 1 encode to payloads of the same length.
-        let per_execution: usize = batch(0).iter().map(Event::resident_bytes).sum();
+        // Executions 0 and 1 encode to payloads of the same length, so each costs the
+        // ledger what one of them costs alone.
+        let per_execution = {
+            let alone = accounting();
+            Slot::new(0, SpineOrder::Causal, 0)
+                .apply(&mut batch(0).into_iter(), &alone, 0)
+                .expect("live");
+            alone.get().bytes
+        };
         assert_eq!(
-            per_execution,
+            batch(0).iter().map(Event::resident_bytes).sum::<usize>(),
             batch(1).iter().map(Event::resident_bytes).sum::<usize>()
         );
         let appliers: Vec<_> = (0..2)

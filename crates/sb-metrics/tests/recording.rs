@@ -95,8 +95,11 @@ fn assert_gauges_match<I: StateIndex>(
     snapshotter: &Snapshotter,
     when: &str,
 ) {
-    seen.take(snapshotter);
+    // `stats()` first: the engine's builds change the cached spines' bytes without a lock,
+    // so the bytes gauge catches up at the next transition or `stats()` call, and the
+    // gauges must then describe exactly the state `stats()` returned.
     let stats = index.stats();
+    seen.take(snapshotter);
     assert_eq!(
         (
             seen.get("indexed_executions"),

@@ -81,7 +81,7 @@ pub use chain_fold::{
     AdvanceOutcome, Chain, Event, EventError, EventId, ExecutionId, Incomplete, Spine, SpineOrder,
 };
 pub use config::{DriveBudget, IndexConfig};
-pub use engine::WalIndex;
+pub use engine::{SLOT_FIXED_BYTES, WalIndex};
 pub use flow::{DriveFallbacks, DriveFlow};
 pub use ingest::{Drain, DrainConfig, WalSource};
 pub use observe::IndexObserver;

@@ -123,6 +123,14 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// The ids of resident executions (those holding at least one event), ascending.
     fn execution_ids(&self) -> Vec<ExecutionId>;
 
+    /// What the byte ledger charges for one resident execution (its share of
+    /// [`IndexStats::bytes`]): what evicting it would free. `None` if it is not resident.
+    /// The comparators charge its chain ([`Chain::bytes`]); the engine also charges its
+    /// slot and its cached spine.
+    fn resident_bytes(&self, execution_id: ExecutionId) -> Option<usize> {
+        self.chain(execution_id).map(|chain| chain.bytes())
+    }
+
     /// The deadline loop alone: builds until served, waiting between builds for the
     /// execution to change, until `budget`'s deadline. Runtime-agnostic: it awaits the
     /// index's locks (if any) and its wait list, and times each wait out with its own timer.

@@ -265,7 +265,7 @@ fn recount<I: StateIndex>(index: &I) -> IndexStats {
         let chain = index.chain(exec).unwrap();
         stats.executions += 1;
         stats.events += chain.len();
-        stats.bytes += chain.bytes();
+        stats.bytes += index.resident_bytes(exec).expect("resident");
     }
     stats
 }

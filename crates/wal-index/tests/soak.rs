@@ -162,7 +162,7 @@ fn recount(index: &impl StateIndex) -> IndexStats {
         let chain = index.chain(e).expect("listed executions are resident");
         recount.executions += 1;
         recount.events += chain.len();
-        recount.bytes += chain.bytes();
+        recount.bytes += index.resident_bytes(e).expect("resident");
     }
     recount
 }
@@ -294,7 +294,7 @@ fn soak<I: StateIndex>() {
         let chain = index.chain(e).expect("listed executions are resident");
         recount.executions += 1;
         recount.events += chain.len();
-        recount.bytes += chain.bytes();
+        recount.bytes += index.resident_bytes(e).expect("resident");
         for ev in chain.iter() {
             let id = ev.id();
             let complete = (1..id).all(|k| chain.contains(k));

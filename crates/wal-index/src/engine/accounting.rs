@@ -8,11 +8,17 @@
 
 use crate::observe::IndexObserver;
 use crate::report::IndexStats;
-use crate::sync::Mutex;
+use crate::sync::{AtomicI64, Mutex, Ordering};
 
-/// The three resident totals behind one lock, reported to the observer on every change.
+/// The three resident totals behind one lock, reported to the observer on every change,
+/// plus the cached spines' bytes, which builds change without any lock.
 pub struct Accounting {
     totals: Mutex<IndexStats>,
+    /// The heap of every slot's cached spine. Builds add to it when their compare-and-swap
+    /// publishes a spine and evictors subtract what they take out, so it is a sum of
+    /// commuting deltas: it may be momentarily negative between a build's publish and its
+    /// add, never once both are done.
+    cached_spines: AtomicI64,
     observer: std::sync::Arc<dyn IndexObserver>,
 }
 
@@ -21,6 +27,7 @@ impl Accounting {
     pub fn new(observer: std::sync::Arc<dyn IndexObserver>) -> Accounting {
         Accounting {
             totals: Mutex::new(IndexStats::default()),
+            cached_spines: AtomicI64::new(0),
             observer,
         }
     }
@@ -30,12 +37,32 @@ impl Accounting {
     pub fn change(&self, transition: impl FnOnce(&mut IndexStats)) {
         let mut totals = self.totals.lock();
         transition(&mut totals);
-        self.observer.residency(*totals);
+        self.observer.residency(self.with_spines(*totals));
     }
 
-    /// The current totals.
+    /// A cached spine's heap changed by `delta` bytes (a build published one, an evictor or
+    /// applier took one out).
+    pub fn cached_spines_changed(&self, delta: i64) {
+        // Relaxed: a sum of commuting deltas; no other data is published through it.
+        self.cached_spines.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    fn with_spines(&self, mut totals: IndexStats) -> IndexStats {
+        // Relaxed: see `cached_spines_changed`.
+        let spines = self.cached_spines.load(Ordering::Relaxed).max(0);
+        totals.bytes += usize::try_from(spines).unwrap_or(0);
+        totals
+    }
+
+    /// The current totals, the cached spines' bytes included. Also reports them, so the
+    /// gauges never lag what `stats()` says (builds change the spines' bytes without the
+    /// lock, and so without reporting).
     pub fn get(&self) -> IndexStats {
-        *self.totals.lock()
+        let totals = self.totals.lock();
+        let current = self.with_spines(*totals);
+        self.observer.residency(current);
+        drop(totals);
+        current
     }
 
     /// The observer.

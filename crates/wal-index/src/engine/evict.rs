@@ -171,7 +171,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
                 execution_id: slot.execution_id,
                 last_used,
                 events: chain.len(),
-                bytes: chain.bytes(),
+                bytes: slot.resident_bytes(&chain),
                 gated: sink_gate && slot.is_pending_sink(),
             };
             judged.insert(

@@ -13,6 +13,7 @@ pub(crate) mod accounting;
 mod evict;
 mod read;
 pub(crate) mod slot;
+pub use slot::SLOT_FIXED_BYTES;
 mod write;
 
 use std::time::Instant;
@@ -343,6 +344,12 @@ impl StateIndex for WalIndex {
     /// O(1); the snapshot stays valid whatever happens next.
     fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
         read::chain(self, execution_id)
+    }
+
+    fn resident_bytes(&self, execution_id: ExecutionId) -> Option<usize> {
+        let slot = self.lookup(execution_id)?;
+        let chain = slot.chain();
+        (!chain.is_empty()).then(|| slot.resident_bytes(&chain))
     }
 
     fn execution_ids(&self) -> Vec<ExecutionId> {

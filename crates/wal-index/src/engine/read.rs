@@ -56,7 +56,7 @@ pub(super) fn build(
     if let Some(spine) = &result.spine
         && result.replaces_cache
     {
-        slot.publish_spine(&cached, spine.clone());
+        slot.publish_spine(&cached, spine.clone(), &index.accounting);
     }
     // Every build of a resident execution refreshes its recency, served or not (as today):
     // a drive that keeps missing must not age its execution into a TTL or LRU eviction.

@@ -77,6 +77,29 @@ pub struct Slot {
     pending_sink: AtomicBool,
 }
 
+/// What the byte ledger charges per resident execution beyond its chain and cached spine:
+/// the slot (and its `Arc`), its published chain snapshot's and spine cache's allocations,
+/// and its share of the directory (a persistent hash map: the entry and a calibrated share
+/// of its nodes, measured with the counting-allocator bench,
+/// `cargo bench -p sb-benches --bench memory`).
+pub const SLOT_FIXED_BYTES: usize = 2 * std::mem::size_of::<usize>()
+    + std::mem::size_of::<Slot>()
+    + 2 * std::mem::size_of::<usize>()
+    + std::mem::size_of::<Chain>()
+    + 2 * std::mem::size_of::<usize>()
+    + std::mem::size_of::<Option<Spine>>()
+    + DIRECTORY_ENTRY_BYTES;
+
+/// The directory's cost per slot (see [`SLOT_FIXED_BYTES`]).
+const DIRECTORY_ENTRY_BYTES: usize = 48;
+
+/// The heap a cached spine keeps alive beyond its events (see [`Spine::heap_bytes`]).
+fn spine_heap(cached: &Option<Spine>) -> i64 {
+    cached.as_ref().map_or(0, |spine| {
+        i64::try_from(spine.heap_bytes()).unwrap_or(i64::MAX)
+    })
+}
+
 impl Slot {
     /// An empty slot, last used at `now`.
     pub fn new(execution_id: ExecutionId, order: SpineOrder, now: u64) -> Slot {
@@ -120,10 +143,53 @@ impl Slot {
         sync::load(&self.spine)
     }
 
-    /// Publishes `spine` if the cache still holds `seen`; a concurrent build that published
-    /// first wins and this one's result is simply not cached. Never blocks.
-    pub fn publish_spine(&self, seen: &Arc<Option<Spine>>, spine: Spine) -> bool {
-        sync::compare_and_swap(&self.spine, seen, Arc::new(Some(spine)))
+    /// Publishes `spine` if the cache still holds `seen` and the slot is not retired; a
+    /// concurrent build that published first wins and this one's result is simply not
+    /// cached. Never blocks. The winner charges the ledger the difference between the spine
+    /// it published and the one it replaced.
+    ///
+    /// A retired slot takes no spine: its evictor already took the cache out and
+    /// subtracted it, and nobody would subtract a later one. The check is sound because
+    /// the caller loaded `seen` before calling: if that load saw the evictor's swap, it
+    /// also sees the retirement stored before it; if it did not, the evictor's swap makes
+    /// the compare-and-swap fail, or comes after it and takes (and subtracts) this spine.
+    pub fn publish_spine(
+        &self,
+        seen: &Arc<Option<Spine>>,
+        spine: Spine,
+        accounting: &Accounting,
+    ) -> bool {
+        // SeqCst pairs with the SeqCst store in `evict_if`, which precedes its swap of the
+        // cache (arc-swap's swap is SeqCst).
+        #[cfg(not(feature = "mutation-spine-publish-ignores-retirement"))]
+        if self.retired.load(Ordering::SeqCst) {
+            return false;
+        }
+        let added = spine_heap(&Some(spine.clone()));
+        if !sync::compare_and_swap(&self.spine, seen, Arc::new(Some(spine))) {
+            return false;
+        }
+        accounting.cached_spines_changed(added - spine_heap(seen));
+        true
+    }
+
+    /// Empties the spine cache and takes its bytes out of the ledger.
+    fn drop_cached_spine(&self, accounting: &Accounting) {
+        let taken = sync::swap(&self.spine, Arc::new(None));
+        accounting.cached_spines_changed(-spine_heap(&taken));
+    }
+
+    /// What evicting this slot would free, as the ledger charges it: its chain, its cached
+    /// spine and the slot itself.
+    pub fn resident_bytes(&self, chain: &Chain) -> usize {
+        let spine = usize::try_from(spine_heap(&self.cached_spine())).unwrap_or(0);
+        chain.bytes()
+            + spine
+            + if chain.is_empty() {
+                0
+            } else {
+                SLOT_FIXED_BYTES
+            }
     }
 
     /// Registers a waiter, or `None` if the slot is retired (being evicted or gone): the
@@ -190,7 +256,8 @@ impl Slot {
         drop(evicted);
         let current = self.chain();
         let mut chain = Chain::clone(&current);
-        let (len_before, bytes_before) = (chain.len(), chain.bytes());
+        let (len_before, bytes_before, rewrites_before) =
+            (chain.len(), chain.bytes(), chain.rewrites());
         let mut done = SlotApplied::default();
         for event in events {
             done.terminal |= event.is_terminal();
@@ -203,10 +270,12 @@ impl Slot {
         accounting.change(|t| {
             if len_before == 0 && !chain.is_empty() {
                 t.executions += 1;
+                t.bytes += SLOT_FIXED_BYTES;
             }
             t.events += chain.len() - len_before;
             t.bytes = t.bytes + chain.bytes() - bytes_before;
         });
+        let rewritten = chain.rewrites() != rewrites_before;
         // The largest id is stored before the chain: a reader that sees the new chain (an
         // acquire load) then sees this id too, so a build after `chain()` showed the tip
         // never reports it absent. A build that sees the new id but the old chain looks in
@@ -225,6 +294,11 @@ impl Slot {
         // acquire load in `chain()`, so a build that sees the new chain sees every event in
         // it fully constructed.
         sync::store(&self.chain, Arc::new(chain));
+        if rewritten {
+            // A spine built before a rewrite is never served again (its generation is
+            // stale), so it would only keep the replaced payloads alive.
+            self.drop_cached_spine(accounting);
+        }
         self.touch(now);
         #[cfg(not(feature = "mutation-unserialized-apply"))]
         drop(evicted);
@@ -270,11 +344,14 @@ impl Slot {
             return SlotEviction::NoLongerJustified;
         }
         *evicted = true;
-        // SeqCst: pairs with the load after `listen` (see there), before `wake_all`.
+        // SeqCst: pairs with the load after `listen` (see there), before `wake_all`, and
+        // with the load in `publish_spine`, before the cache is taken out below.
         self.retired.store(true, Ordering::SeqCst);
+        self.drop_cached_spine(accounting);
         accounting.change(|t| {
             if !chain.is_empty() {
                 t.executions -= 1;
+                t.bytes -= SLOT_FIXED_BYTES;
             }
             t.events -= chain.len();
             t.bytes -= chain.bytes();

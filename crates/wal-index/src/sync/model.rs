@@ -159,6 +159,19 @@ pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
         .push(old);
 }
 
+pub(crate) fn swap<T>(swap: &Swap<T>, value: Arc<T>) -> Arc<T> {
+    let fresh = Tracked::publishable(value);
+    let old = swap.current.swap(fresh, PUBLISH);
+    // SAFETY: `old` was installed, so it is freed only when the cell drops (it is retired
+    // here, not freed).
+    let previous = Arc::clone(unsafe { &(*old).value });
+    swap.retired
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(old);
+    previous
+}
+
 pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>) -> bool {
     let seen = swap.current.load(Ordering::Acquire);
     // SAFETY: as in `load_tracked`.

@@ -39,6 +39,11 @@ pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
     swap.store(value);
 }
 
+/// Publishes `value` and returns what it replaced (SeqCst, as arc-swap's swap is).
+pub(crate) fn swap<T>(swap: &Swap<T>, value: Arc<T>) -> Arc<T> {
+    swap.swap(value)
+}
+
 /// Replaces `current` with `new` only if `current` is still published; returns whether
 /// it did. Pointer identity, as arc-swap compares.
 pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>) -> bool {
