@@ -5,9 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use bytes::Bytes;
 use chain_fold::Event;
-use sb_benches::{interleaved, payload};
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::{IndexConfig, StateIndex, WalIndex};
 
@@ -46,20 +44,92 @@ fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
 }
 
-fn measure<I: StateIndex>(payload_bytes: usize, executions: i64) {
-    let shared = payload(payload_bytes);
-    let before = live();
-    let index = I::with_config(IndexConfig::default());
-    // Every event owns its payload, as a drain's decoded events do.
-    let events: Vec<Event> = interleaved(executions, 27, 50, &shared)
-        .into_iter()
-        .filter(|e| !e.is_terminal())
-        .map(|e| {
-            let owned = Bytes::copy_from_slice(e.payload());
-            Event::from_parts(e.id(), e.execution_id(), e.prev(), e.event_type(), owned)
-        })
-        .collect();
-    let n = events.len() as f64;
+/// One WAL envelope of about `size` bytes: the four chain fields, the slim keys a consumer
+/// reads (`status`, `result`), and a `trace` the slim projection drops (a third of it).
+fn envelope(id: i64, execution: i64, prev: Option<i64>, ty: &str, size: usize) -> Vec<u8> {
+    let prev = prev.map_or("null".to_string(), |p| p.to_string());
+    let head = format!(
+        r#"{{"event_id":{id},"execution_id":{execution},"prev_event_id":{prev},"event_type":"{ty}","status":"ok","result":{{"data":""#
+    );
+    let fill = size.saturating_sub(head.len() + 30);
+    let (result, trace) = (fill - fill / 3, fill / 3);
+    format!(
+        r#"{head}{}"}},"trace":{{"pad":"{}"}}}}"#,
+        "r".repeat(result),
+        "t".repeat(trace)
+    )
+    .into_bytes()
+}
+
+/// Executions of 27 events, interleaved 50 at a time as a busy WAL delivers them, decoded
+/// from their envelopes as a drain does (the event is the only copy of its payload).
+fn wal(executions: i64, size: usize) -> Vec<Event> {
+    let mut out = Vec::new();
+    for group in 0..executions.div_ceil(50) {
+        for k in 0..27i64 {
+            for exec in group * 50..(group * 50 + 50).min(executions) {
+                let id = exec * 27 + k + 1;
+                let ty = if k == 0 { "playbook_started" } else { "step" };
+                let prev = (k > 0).then_some(id - 1);
+                let bytes = envelope(id, exec, prev, ty, size);
+                out.push(Event::from_json(&bytes).expect("a valid envelope"));
+            }
+        }
+    }
+    out
+}
+
+/// One measured state of one index.
+struct Row {
+    heap: isize,
+    ledger: usize,
+    events: usize,
+    payload: usize,
+}
+
+fn state<I: StateIndex>(index: &I, base: isize, executions: i64) -> Row {
+    let heap = live() - base;
+    let ledger = index.stats().bytes;
+    let (mut events, mut payload) = (0, 0);
+    for exec in 0..executions {
+        if let Some(chain) = index.chain(exec) {
+            events += chain.len();
+            payload += chain.iter().map(|e| e.payload().len()).sum::<usize>();
+        }
+    }
+    Row {
+        heap,
+        ledger,
+        events,
+        payload,
+    }
+}
+
+fn print(name: &str, slim: bool, size: usize, label: &str, row: &Row) {
+    let n = row.events as f64;
+    let heap = row.heap as f64;
+    println!(
+        "{:<9} {:>4} {:>5} {:<15} {:>7} {:>9.0} {:>9.0} {:>8.0} {:>9.0} {:>8.1}%",
+        name,
+        if slim { "slim" } else { "full" },
+        size,
+        label,
+        row.events,
+        row.payload as f64 / n,
+        heap / n,
+        heap / n - row.payload as f64 / n,
+        row.ledger as f64 / n,
+        100.0 * (row.ledger as f64 - heap) / heap,
+    );
+}
+
+fn measure<I: StateIndex>(size: usize, slim: bool, executions: i64) {
+    let events = wal(executions, size);
+    let base = live();
+    let index = I::with_config(IndexConfig {
+        slim,
+        ..IndexConfig::default()
+    });
     let mut batch = Vec::with_capacity(200);
     for event in events {
         batch.push(event);
@@ -68,43 +138,51 @@ fn measure<I: StateIndex>(payload_bytes: usize, executions: i64) {
         }
     }
     index.apply_batch(batch);
-    let heap = (live() - before) as f64;
-    let ledger = index.stats().bytes as f64;
+    print(I::NAME, slim, size, "applied", &state(&index, base, executions));
     for exec in 0..executions {
         let tip = index.chain(exec).and_then(|c| c.max_id());
         index.build(exec, tip);
     }
-    let with_spines = (live() - before) as f64;
-    println!(
-        "{:<9} {:>8} {:>8} {:>14.0} {:>14.0} {:>16.0} {:>16.0} {:>12.1}%",
-        I::NAME,
-        payload_bytes,
-        n,
-        heap / n,
-        heap / n - shared.len() as f64,
-        ledger / n,
-        (with_spines - heap) / n,
-        100.0 * (ledger - heap) / heap,
-    );
+    print(I::NAME, slim, size, "+ cached spine", &state(&index, base, executions));
+    // Redeliveries: every 9th event again as it was, and every 27th (the tip) rewritten.
+    let mut again = Vec::new();
+    for exec in 0..executions {
+        for k in (0..27i64).step_by(9) {
+            let id = exec * 27 + k + 1;
+            let ty = if k == 0 { "playbook_started" } else { "step" };
+            let prev = (k > 0).then_some(id - 1);
+            again.push(Event::from_json(&envelope(id, exec, prev, ty, size)).expect("valid"));
+        }
+        let tip = exec * 27 + 27;
+        let mut rewritten = envelope(tip, exec, Some(tip - 1), "step", size);
+        let at = rewritten.len() - 4;
+        rewritten[at] = b'T';
+        again.push(Event::from_json(&rewritten).expect("valid"));
+    }
+    index.apply_batch(again);
+    for exec in 0..executions {
+        let tip = index.chain(exec).and_then(|c| c.max_id());
+        index.build(exec, tip);
+    }
+    print(I::NAME, slim, size, "redelivered", &state(&index, base, executions));
+    for exec in (0..executions).step_by(2) {
+        index.evict(exec);
+    }
+    print(I::NAME, slim, size, "half evicted", &state(&index, base, executions));
     drop(index);
 }
 
 fn main() {
-    println!("memory per resident event (27-event executions, no terminal events)");
     println!(
-        "{:<9} {:>8} {:>8} {:>14} {:>14} {:>16} {:>16} {:>13}",
-        "engine",
-        "payload",
-        "events",
-        "heap per event",
-        "beyond payload",
-        "ledger per event",
-        "+ cached spine",
-        "ledger error"
+        "memory per resident event: 2,000 executions of 27 events, interleaved 50 at a time"
     );
-    for payload_bytes in [64usize, 1024] {
-        measure::<WalIndex>(payload_bytes, 2_000);
-        measure::<ShardedMutexIndex>(payload_bytes, 2_000);
-        measure::<MutexIndex>(payload_bytes, 2_000);
+    println!(
+        "{:<9} {:>4} {:>5} {:<15} {:>7} {:>9} {:>9} {:>8} {:>9} {:>9}",
+        "engine", "kind", "size", "state", "events", "payload", "heap/ev", "beyond", "ledger/ev", "error"
+    );
+    for (size, slim) in [(256usize, false), (256, true), (1024, false), (1024, true)] {
+        measure::<WalIndex>(size, slim, 2_000);
+        measure::<ShardedMutexIndex>(size, slim, 2_000);
+        measure::<MutexIndex>(size, slim, 2_000);
     }
 }

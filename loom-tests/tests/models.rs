@@ -172,7 +172,7 @@ fn stats_never_mix_two_states() {
         // Executions 0 and 1 encode to payloads of the same length, so each costs the
         // ledger what one of them costs alone.
         let per_execution = {
-            let alone = accounting();
+            let alone = Accounting::new(StdArc::new(NoopObserver));
             Slot::new(0, SpineOrder::Causal, 0)
                 .apply(&mut batch(0).into_iter(), &alone, 0)
                 .expect("live");
