@@ -65,7 +65,7 @@ fn envelope(id: i64, execution: i64, prev: Option<i64>, ty: &str, size: usize) -
 /// from their envelopes as a drain does (the event is the only copy of its payload).
 fn wal(executions: i64, size: usize) -> Vec<Event> {
     let mut out = Vec::new();
-    for group in 0..executions.div_ceil(50) {
+    for group in 0..(executions + 49) / 50 {
         for k in 0..27i64 {
             for exec in group * 50..(group * 50 + 50).min(executions) {
                 let id = exec * 27 + k + 1;
@@ -124,8 +124,10 @@ fn print(name: &str, slim: bool, size: usize, label: &str, row: &Row) {
 }
 
 fn measure<I: StateIndex>(size: usize, slim: bool, executions: i64) {
-    let events = wal(executions, size);
+    // The events are created after the base: they move into the index, which then holds
+    // their only copy.
     let base = live();
+    let events = wal(executions, size);
     let index = I::with_config(IndexConfig {
         slim,
         ..IndexConfig::default()
@@ -138,12 +140,24 @@ fn measure<I: StateIndex>(size: usize, slim: bool, executions: i64) {
         }
     }
     index.apply_batch(batch);
-    print(I::NAME, slim, size, "applied", &state(&index, base, executions));
+    print(
+        I::NAME,
+        slim,
+        size,
+        "applied",
+        &state(&index, base, executions),
+    );
     for exec in 0..executions {
         let tip = index.chain(exec).and_then(|c| c.max_id());
         index.build(exec, tip);
     }
-    print(I::NAME, slim, size, "+ cached spine", &state(&index, base, executions));
+    print(
+        I::NAME,
+        slim,
+        size,
+        "+ cached spine",
+        &state(&index, base, executions),
+    );
     // Redeliveries: every 9th event again as it was, and every 27th (the tip) rewritten.
     let mut again = Vec::new();
     for exec in 0..executions {
@@ -164,21 +178,40 @@ fn measure<I: StateIndex>(size: usize, slim: bool, executions: i64) {
         let tip = index.chain(exec).and_then(|c| c.max_id());
         index.build(exec, tip);
     }
-    print(I::NAME, slim, size, "redelivered", &state(&index, base, executions));
+    print(
+        I::NAME,
+        slim,
+        size,
+        "redelivered",
+        &state(&index, base, executions),
+    );
     for exec in (0..executions).step_by(2) {
         index.evict(exec);
     }
-    print(I::NAME, slim, size, "half evicted", &state(&index, base, executions));
+    print(
+        I::NAME,
+        slim,
+        size,
+        "half evicted",
+        &state(&index, base, executions),
+    );
     drop(index);
 }
 
 fn main() {
-    println!(
-        "memory per resident event: 2,000 executions of 27 events, interleaved 50 at a time"
-    );
+    println!("memory per resident event: 2,000 executions of 27 events, interleaved 50 at a time");
     println!(
         "{:<9} {:>4} {:>5} {:<15} {:>7} {:>9} {:>9} {:>8} {:>9} {:>9}",
-        "engine", "kind", "size", "state", "events", "payload", "heap/ev", "beyond", "ledger/ev", "error"
+        "engine",
+        "kind",
+        "size",
+        "state",
+        "events",
+        "payload",
+        "heap/ev",
+        "beyond",
+        "ledger/ev",
+        "error"
     );
     for (size, slim) in [(256usize, false), (256, true), (1024, false), (1024, true)] {
         measure::<WalIndex>(size, slim, 2_000);

@@ -65,11 +65,12 @@ pub enum Incomplete {
 #[derive(Clone)]
 pub struct Chain {
     order: SpineOrder,
-    walk_limit: usize,
+    /// Hops, saturated to `u32` (the default is 5,000,000).
+    walk_limit: u32,
     /// Events that arrived above every indexed id, in arrival (= ascending id) order.
     ascending: AppendLog<Event>,
     /// Events that arrived below the largest indexed id.
-    late: imbl::OrdMap<EventId, Event>,
+    late: Late,
     /// The events' resident bytes (their allocations).
     event_bytes: usize,
     rewrites: u64,
@@ -93,6 +94,39 @@ impl Default for Chain {
     }
 }
 
+/// The late map: absent (one null pointer in the chain) until the first late event, then
+/// a persistent map shared between versions.
+#[derive(Clone, Default)]
+struct Late(Option<std::sync::Arc<imbl::OrdMap<EventId, Event>>>);
+
+impl Late {
+    fn get(&self, id: &EventId) -> Option<&Event> {
+        self.0.as_ref()?.get(id)
+    }
+
+    fn contains_key(&self, id: &EventId) -> bool {
+        self.get(id).is_some()
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |map| map.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Inserts, sharing the map's nodes with other versions (O(log n) path copy).
+    fn insert(&mut self, id: EventId, event: Event) {
+        let map = self.0.get_or_insert_with(Default::default);
+        std::sync::Arc::make_mut(map).insert(id, event);
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Event> + '_ {
+        self.0.iter().flat_map(|map| map.values())
+    }
+}
+
 /// The late map's cost per entry beyond the event itself: the entry, and a share of the
 /// persistent B-tree's partly filled nodes (estimated; late events are rare).
 const LATE_ENTRY_BYTES: usize = 2 * std::mem::size_of::<(EventId, Event)>() + 16;
@@ -102,9 +136,9 @@ impl Chain {
     pub fn new(order: SpineOrder) -> Chain {
         Chain {
             order,
-            walk_limit: DEFAULT_WALK_LIMIT,
+            walk_limit: DEFAULT_WALK_LIMIT as u32,
             ascending: AppendLog::default(),
-            late: imbl::OrdMap::new(),
+            late: Late::default(),
             event_bytes: 0,
             rewrites: 0,
         }
@@ -112,7 +146,7 @@ impl Chain {
 
     /// Sets the hop bound of every walk (default [`DEFAULT_WALK_LIMIT`]).
     pub fn with_walk_limit(mut self, hops: usize) -> Chain {
-        self.walk_limit = hops;
+        self.walk_limit = u32::try_from(hops).unwrap_or(u32::MAX);
         self
     }
 
@@ -317,7 +351,7 @@ impl<'c> Walker<'c> {
     /// One hop. `None` while the walk goes on; the walk's result once it ended.
     pub(crate) fn step(&mut self) -> Option<Result<Walk, Incomplete>> {
         let current = self.current?;
-        if self.events.len() >= self.chain.walk_limit {
+        if self.events.len() >= self.chain.walk_limit as usize {
             return Some(Err(Incomplete::WalkLimit));
         }
         if self.events.len() >= self.chain.len() {

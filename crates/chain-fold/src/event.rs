@@ -165,30 +165,36 @@ impl TypeClass {
     }
 }
 
-/// The fixed-size part of an event's allocation. 32 bytes: the three ids, then where the
-/// event type lies in the allocation's bytes, and the flags below.
+/// The fixed-size part of an event's allocation: 24 bytes. The two ids, the link as a
+/// distance back from the id (a `prev` within `i32` of the id: every real chain), where the
+/// event type lies in the payload, and flags. What does not fit (a far `prev`, a type that
+/// is not a short verbatim substring of the payload) is stored after the payload instead
+/// (see [`Event::assemble`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Header {
     id: EventId,
     execution_id: ExecutionId,
-    /// Meaningful only with [`HAS_PREV`] (every `i64` is a valid id, so there is no sentinel).
-    prev: EventId,
-    /// Where the event type starts in the bytes (inside the payload, or right after it).
-    type_start: u32,
-    /// Its length, for a type inside the payload; an owned type runs to the end of the bytes.
-    type_len: u16,
+    /// `id - prev`, with [`HAS_PREV`] and without [`PREV_OWNED`].
+    prev_back: i32,
+    /// Where the event type starts in the payload (an inline type).
+    type_start: u16,
+    /// Its length (an inline type).
+    type_len: u8,
     flags: u8,
 }
 
 /// The event has a `prev_event_id`.
 const HAS_PREV: u8 = 1 << 0;
-/// The event type is not a verbatim substring of the payload (it had escapes, or the
-/// caller supplied it): its text follows the payload in the allocation.
+/// The event type is not a short verbatim substring of the payload (it had escapes, the
+/// caller supplied it, or it lies too far in): its text, then its length as a `u32`,
+/// follow the payload.
 const TYPE_OWNED: u8 = 1 << 1;
 /// The type is `playbook_started`.
 const GENESIS: u8 = 1 << 2;
 /// The type is one of the terminal spellings.
 const TERMINAL: u8 = 1 << 3;
+/// `prev` is too far from `id` for `prev_back`: it is the allocation's last 8 bytes.
+const PREV_OWNED: u8 = 1 << 4;
 
 /// One decoded WAL event.
 ///
@@ -382,6 +388,9 @@ impl Event {
         Self::from_parts(id, execution_id, prev, event_type, bytes)
     }
 
+    /// Lays the event out in one allocation: the header, then
+    /// `payload ++ [owned type ++ its length as u32 LE] ++ [prev as i64 LE]`, the two
+    /// optional parts present only when their flag is set.
     fn assemble(
         id: EventId,
         execution_id: ExecutionId,
@@ -389,54 +398,95 @@ impl Event {
         event_type: EventType,
         payload: &[u8],
     ) -> Event {
-        // A type inside the payload whose length does not fit the header is stored owned.
+        // A type inside the payload that the header cannot point at is stored owned.
         let event_type = match event_type {
             EventType::InPayload { start, len }
-                if u16::try_from(len).is_err() || u32::try_from(start).is_err() =>
+                if u8::try_from(len).is_err() || u16::try_from(start).is_err() =>
             {
                 EventType::Owned(String::from_utf8_lossy(&payload[start..start + len]).into_owned())
             }
             other => other,
         };
-        let (type_text, mut flags): (&[u8], u8) = match &event_type {
-            EventType::InPayload { start, len } => (&payload[*start..*start + *len], 0),
-            EventType::Owned(text) => (text.as_bytes(), TYPE_OWNED),
+        let mut flags = 0;
+        let mut tail: Vec<u8> = Vec::new();
+        let (type_start, type_len, type_text) = match &event_type {
+            // Both fit: checked above.
+            EventType::InPayload { start, len } => {
+                (*start as u16, *len as u8, &payload[*start..*start + *len])
+            }
+            EventType::Owned(text) => {
+                flags |= TYPE_OWNED;
+                tail.extend_from_slice(text.as_bytes());
+                // A type of 4 GiB or more cannot be a WAL envelope's; it reads as empty.
+                let len = u32::try_from(text.len()).unwrap_or(0);
+                if len == 0 {
+                    tail.clear();
+                }
+                tail.extend_from_slice(&len.to_le_bytes());
+                (0, 0, text.as_bytes())
+            }
         };
         flags |= match TypeClass::of(std::str::from_utf8(type_text).unwrap_or("")) {
             TypeClass::Genesis => GENESIS,
             TypeClass::Terminal => TERMINAL,
             TypeClass::Other => 0,
         };
-        if prev.is_some() {
+        let mut prev_back = 0;
+        if let Some(prev) = prev {
             flags |= HAS_PREV;
+            match id
+                .checked_sub(prev)
+                .and_then(|back| i32::try_from(back).ok())
+            {
+                Some(back) => prev_back = back,
+                None => {
+                    flags |= PREV_OWNED;
+                    tail.extend_from_slice(&prev.to_le_bytes());
+                }
+            }
         }
-        let (type_start, type_len) = match &event_type {
-            // Both fit: checked above.
-            EventType::InPayload { start, len } => (*start as u32, *len as u16),
-            // An owned type runs from the end of the payload to the end of the bytes. A
-            // payload of 4 GiB or more cannot be an owned type's prefix; such payloads are
-            // far beyond any WAL message limit, and the type then reads as empty.
-            EventType::Owned(_) => (u32::try_from(payload.len()).unwrap_or(u32::MAX), 0),
-        };
         let header = Header {
             id,
             execution_id,
-            prev: prev.unwrap_or(0),
+            prev_back,
             type_start,
             type_len,
             flags,
         };
-        let arc = match &event_type {
-            EventType::InPayload { .. } => ThinArc::from_header_and_slice(header, payload),
-            EventType::Owned(text) => {
-                ThinArc::from_header_and_slice(header, &[payload, text.as_bytes()].concat())
-            }
+        let arc = if tail.is_empty() {
+            ThinArc::from_header_and_slice(header, payload)
+        } else {
+            ThinArc::from_header_and_slice(header, &[payload, &tail].concat())
         };
         Event(arc)
     }
 
     fn header(&self) -> &Header {
         &self.0.header.header
+    }
+
+    /// The allocation's bytes split into the payload, the owned type (if any) and the
+    /// owned `prev` (if any), parsed from the end.
+    fn parts(&self) -> (&[u8], Option<&[u8]>, Option<EventId>) {
+        let flags = self.header().flags;
+        let mut rest: &[u8] = &self.0.slice;
+        let mut prev = None;
+        if flags & PREV_OWNED != 0 {
+            if let Some((head, last)) = rest.split_last_chunk::<8>() {
+                prev = Some(EventId::from_le_bytes(*last));
+                rest = head;
+            }
+        }
+        let mut owned_type = None;
+        if flags & TYPE_OWNED != 0 {
+            if let Some((head, len)) = rest.split_last_chunk::<4>() {
+                let len = (u32::from_le_bytes(*len) as usize).min(head.len());
+                let (payload, text) = head.split_at(head.len() - len);
+                owned_type = Some(text);
+                rest = payload;
+            }
+        }
+        (rest, owned_type, prev)
     }
 
     /// This event with its payload reduced to the slim projection ([`SLIM_KEYS`]).
@@ -467,16 +517,23 @@ impl Event {
     /// The previous event in arrival order, or `None` for a chain root.
     pub fn prev(&self) -> Option<EventId> {
         let header = self.header();
-        (header.flags & HAS_PREV != 0).then_some(header.prev)
+        if header.flags & HAS_PREV == 0 {
+            None
+        } else if header.flags & PREV_OWNED != 0 {
+            self.parts().2
+        } else {
+            // Cannot overflow: `prev_back` was computed as `id - prev`.
+            Some(header.id.wrapping_sub(EventId::from(header.prev_back)))
+        }
     }
     /// The event type (empty when absent or not a string).
     pub fn event_type(&self) -> &str {
         let header = self.header();
-        let bytes = &self.0.slice;
-        let start = (header.type_start as usize).min(bytes.len());
         let text = if header.flags & TYPE_OWNED != 0 {
-            &bytes[start..]
+            self.parts().1.unwrap_or_default()
         } else {
+            let bytes: &[u8] = &self.0.slice;
+            let start = usize::from(header.type_start).min(bytes.len());
             &bytes[start..(start + usize::from(header.type_len)).min(bytes.len())]
         };
         // Always valid: the text came from a `&str` or from a UTF-8-checked payload.
@@ -484,12 +541,10 @@ impl Event {
     }
     /// The payload bytes exactly as they were decoded.
     pub fn payload(&self) -> &[u8] {
-        let header = self.header();
-        let bytes = &self.0.slice;
-        if header.flags & TYPE_OWNED != 0 {
-            &bytes[..(header.type_start as usize).min(bytes.len())]
+        if self.header().flags & (TYPE_OWNED | PREV_OWNED) == 0 {
+            &self.0.slice
         } else {
-            bytes
+            self.parts().0
         }
     }
     /// The payload as a [`Bytes`] that shares this event's allocation (no copy; one small

@@ -173,3 +173,50 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// An event's one allocation hands back exactly what it was built from, whatever the
+    /// ids (a `prev` far from its id is stored after the payload), the type (one that is
+    /// not a short verbatim substring of the payload is stored owned) and the payload.
+    #[test]
+    fn an_event_hands_back_exactly_its_parts(
+        id in any::<i64>(),
+        execution in any::<i64>(),
+        prev in proptest::option::of(prop_oneof![any::<i64>(), (-5i64..5)]),
+        ty in prop_oneof![
+            Just(String::from("playbook_started")),
+            Just(String::from("playbook.failed")),
+            ".{0,20}",
+            ".{250,300}",
+        ],
+        pad in 0usize..70_000,
+        ty_in_payload in any::<bool>(),
+    ) {
+        let prev = prev.map(|p| if (-5..5).contains(&p) { id.wrapping_add(p) } else { p });
+        let body = if ty_in_payload {
+            format!(
+                "{{\"event_id\":{id},\"execution_id\":{execution},\"pad\":\"{}\",\"event_type\":{}}}",
+                "x".repeat(pad),
+                serde_json::to_string(&ty).unwrap()
+            )
+        } else {
+            format!("{{\"pad\":{pad}}}")
+        };
+        let event = Event::from_parts(id, execution, prev, &ty, body.as_bytes());
+        prop_assert_eq!(event.id(), id);
+        prop_assert_eq!(event.execution_id(), execution);
+        prop_assert_eq!(event.prev(), prev);
+        prop_assert_eq!(event.event_type(), ty.as_str());
+        prop_assert_eq!(event.payload(), body.as_bytes());
+        prop_assert_eq!(event.is_genesis(), ty == "playbook_started");
+        prop_assert_eq!(event.is_terminal(), chain_fold::TERMINAL_TYPES.contains(&ty.as_str()));
+        prop_assert!(event.resident_bytes() >= chain_fold::EVENT_OVERHEAD_BYTES + body.len());
+        if ty_in_payload {
+            // Decoding finds the same type, inline or (escaped, far in) owned.
+            let decoded = Event::from_json(body.as_bytes()).unwrap();
+            prop_assert_eq!(decoded.event_type(), ty.as_str());
+            prop_assert_eq!((decoded.id(), decoded.execution_id()), (id, execution));
+            prop_assert_eq!(decoded.payload(), body.as_bytes());
+        }
+    }
+}
