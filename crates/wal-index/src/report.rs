@@ -58,20 +58,20 @@ pub struct Build {
 }
 
 impl Build {
-    /// Assembles a build that started at `started` and reports it to `observer`: every
+    /// Assembles a build that took `elapsed` and reports it to `observer`: every
     /// index ends each build here, so what the observer hears is what the caller gets.
     pub(crate) fn finish(
         observer: &dyn crate::observe::IndexObserver,
         outcome: AdvanceOutcome,
         spine: Option<Spine>,
         waited: Duration,
-        started: std::time::Instant,
+        elapsed: Duration,
     ) -> Build {
         let build = Build {
             outcome,
             spine,
             waited,
-            elapsed: started.elapsed(),
+            elapsed,
         };
         observer.build(&build.outcome, build.elapsed, build.waited);
         build

@@ -270,7 +270,7 @@ impl MutexIndex {
             entry::serialize(cloned);
             spine
         });
-        Build::finish(self.observer(), outcome, spine, waited, started)
+        Build::finish(self.observer(), outcome, spine, waited, started.elapsed())
     }
 }
 

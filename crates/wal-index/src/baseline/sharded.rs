@@ -246,7 +246,7 @@ impl ShardedMutexIndex {
             entry::serialize(cloned);
             spine
         });
-        Build::finish(self.observer(), outcome, spine, waited, started)
+        Build::finish(self.observer(), outcome, spine, waited, started.elapsed())
     }
 }
 

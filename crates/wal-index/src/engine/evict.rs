@@ -10,7 +10,7 @@ use super::slot::{Slot, SlotEviction};
 use super::{Directory, WalIndex};
 use crate::eviction_plan::{self, Candidate, report_sweep};
 use crate::report::{EvictReason, EvictionStats};
-use crate::sync::{self, Arc};
+use crate::sync::Arc;
 
 /// A bounded memory of terminal-evicted executions (the oldest is forgotten first).
 #[derive(Debug, Default)]
@@ -56,7 +56,7 @@ impl WalIndex {
         reason: EvictReason,
     ) -> SlotEviction {
         let _writer = self.directory_writer.lock();
-        let directory = sync::load(&self.directory);
+        let directory = self.directory.load();
         let Some(slot) = directory.get(&execution_id).cloned() else {
             return SlotEviction::AlreadyGone;
         };
@@ -77,7 +77,7 @@ impl WalIndex {
         still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
     ) -> SlotEviction {
         let _writer = self.directory_writer.lock();
-        let directory = sync::load(&self.directory);
+        let directory = self.directory.load();
         match directory.get(&execution_id) {
             Some(slot) if Arc::ptr_eq(slot, expected) => {}
             _ => return SlotEviction::AlreadyGone,
@@ -107,7 +107,7 @@ impl WalIndex {
                 .iter()
                 .for_each(|slot| finished.insert(slot.execution_id));
         }
-        sync::store(&self.directory, Arc::new(directory));
+        self.directory.store(Arc::new(directory));
         for slot in removed {
             slot.wake_all();
         }
@@ -160,7 +160,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         return EvictionStats::default();
     }
     let sink_gate = index.config.sink_gate;
-    let snapshot = sync::load(&index.directory);
+    let snapshot = index.directory.load();
     let mut judged: HashMap<ExecutionId, Judged> = HashMap::with_capacity(snapshot.len());
     let candidates: Vec<Candidate> = snapshot
         .values()
@@ -199,7 +199,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
     );
 
     let writer = index.directory_writer.lock();
-    let mut directory = Directory::clone(&sync::load(&index.directory));
+    let mut directory = Directory::clone(&index.directory.load());
     let mut removed: Vec<Arc<Slot>> = Vec::new();
     let mut evict = |execution_id: ExecutionId| -> SlotEviction {
         let (Some(seen), Some(current)) = (judged.get(&execution_id), directory.get(&execution_id))

@@ -25,7 +25,7 @@ use crate::drive::DriveHooks;
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
 use crate::state_index::StateIndex;
-use crate::sync::{self, Arc, Clock, Mutex, Swap};
+use crate::sync::{self, Arc, Clock, Mutex};
 use crate::waiting_room::{Registered, WaitingRooms};
 use accounting::Accounting;
 use evict::FinishedExecutions;
@@ -100,7 +100,7 @@ type Directory = imbl::GenericHashMap<
 /// ```
 pub struct WalIndex {
     config: IndexConfig,
-    directory: Swap<Directory>,
+    directory: sync::Published<Directory>,
     /// Serializes directory writers (slot creation and removal). Builds never take it.
     directory_writer: Mutex<()>,
     /// The three resident totals, changed together under one lock by writers only.
@@ -149,13 +149,12 @@ impl WalIndex {
     /// holding only a sink-gate mark. Every slot is counted by `stats()` or held by a mark;
     /// drives never create one.
     pub fn slots(&self) -> usize {
-        sync::load(&self.directory).len()
+        self.directory.load().len()
     }
 
     fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
-        sync::peek(&self.directory, |directory| {
-            directory.get(&execution_id).cloned()
-        })
+        self.directory
+            .peek(|directory| directory.get(&execution_id).cloned())
     }
 
     fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
@@ -163,13 +162,13 @@ impl WalIndex {
             return slot;
         }
         let _writer = self.directory_writer.lock();
-        let directory = sync::load(&self.directory);
+        let directory = self.directory.load();
         if let Some(slot) = directory.get(&execution_id) {
             return Arc::clone(slot);
         }
         let slot = Arc::new(Slot::new(execution_id, self.config.order, self.clock.now()));
         let next = directory.update(execution_id, Arc::clone(&slot));
-        sync::store(&self.directory, Arc::new(next));
+        self.directory.store(Arc::new(next));
         // After the store: a drive registering in the room checks residency under the
         // rooms lock, so it either finds this slot or is in the room this wakes.
         self.rooms.wake(execution_id);
@@ -263,7 +262,7 @@ impl StateIndex for WalIndex {
     fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> Self {
         WalIndex {
             config,
-            directory: sync::new_swap(Arc::new(Directory::default())),
+            directory: sync::Published::new(Arc::new(Directory::default())),
             directory_writer: Mutex::new(()),
             accounting: Accounting::new(observer),
             finished: Mutex::new(FinishedExecutions::default()),

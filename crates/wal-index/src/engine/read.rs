@@ -1,12 +1,12 @@
 //! The engine's reads: builds and snapshots. Nothing here takes a lock or waits.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chain_fold::{AdvanceOutcome, Chain, EventId, ExecutionId, Incomplete, advance};
 
 use super::WalIndex;
 use crate::report::Build;
-use crate::sync::{self, Arc};
+use crate::sync::{Arc, Stopwatch};
 
 /// Builds the spine at `expected_head` from the execution's published snapshot and shared
 /// spine cache, and publishes the result to the cache by compare-and-swap.
@@ -15,18 +15,18 @@ pub(super) fn build(
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
 ) -> Build {
-    let started = Instant::now();
+    let started = Stopwatch::start();
     // The miss path first, decided from the published snapshots while they are borrowed:
     // no reference count is touched, no spine-cache load, no allocation. A drive polling
     // for a tip the drain has not applied yet spends its builds here.
-    let probe = sync::peek(&index.directory, |directory| {
+    let probe = index.directory.peek(|directory| {
         let slot = directory.get(&execution_id)?;
         let missing = expected_head
             .filter(|&tip| !slot.may_hold(tip) || !slot.with_chain(|chain| chain.contains(tip)));
         Some(match missing {
             Some(tip) => {
                 // Every build of a resident execution refreshes its recency (see below).
-                slot.touch(index.nanos(started));
+                slot.touch(index.clock.started(started));
                 Err(tip)
             }
             None => Ok(Arc::clone(slot)),
@@ -60,7 +60,7 @@ pub(super) fn build(
     }
     // Every build of a resident execution refreshes its recency, served or not (as today):
     // a drive that keeps missing must not age its execution into a TTL or LRU eviction.
-    slot.touch(index.nanos(started));
+    slot.touch(index.clock.started(started));
     // Nothing above can block: no lock, no wait loop (see the progress table).
     let observer = index.accounting.observer();
     Build::finish(
@@ -68,18 +68,18 @@ pub(super) fn build(
         result.outcome,
         result.spine,
         Duration::ZERO,
-        started,
+        started.elapsed(),
     )
 }
 
-fn incomplete(index: &WalIndex, why: Incomplete, started: Instant) -> Build {
+fn incomplete(index: &WalIndex, why: Incomplete, started: Stopwatch) -> Build {
     let observer = index.accounting.observer();
     Build::finish(
         observer,
         AdvanceOutcome::Incomplete(why),
         None,
         Duration::ZERO,
-        started,
+        started.elapsed(),
     )
 }
 
@@ -92,7 +92,9 @@ pub(super) fn chain(index: &WalIndex, execution_id: ExecutionId) -> Option<Chain
 
 /// The ids of resident executions (those holding at least one event), ascending.
 pub(super) fn execution_ids(index: &WalIndex) -> Vec<ExecutionId> {
-    let mut ids: Vec<ExecutionId> = sync::load(&index.directory)
+    let mut ids: Vec<ExecutionId> = index
+        .directory
+        .load()
         .values()
         .filter(|slot| !slot.with_chain(Chain::is_empty))
         .map(|slot| slot.execution_id)

@@ -113,6 +113,26 @@ impl<T> Drop for Swap<T> {
     }
 }
 
+/// The directory's cell ([`Swap`]'s model serves: a pointer published with release and
+/// loaded with acquire, replaced values retired until the cell drops, which is the
+/// conservative end of what epoch reclamation guarantees).
+pub(crate) struct Published<T>(Swap<T>);
+
+impl<T> Published<T> {
+    pub(crate) fn new(value: Arc<T>) -> Published<T> {
+        Published(new_swap(value))
+    }
+    pub(crate) fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        peek(&self.0, f)
+    }
+    pub(crate) fn load(&self) -> Arc<T> {
+        load(&self.0)
+    }
+    pub(crate) fn store(&self, value: Arc<T>) {
+        store(&self.0, value)
+    }
+}
+
 pub(crate) fn new_swap<T>(value: Arc<T>) -> Swap<T> {
     Swap {
         current: rt::sync::atomic::AtomicPtr::new(Tracked::publishable(value)),
@@ -322,6 +342,12 @@ impl Clock {
         self.now()
     }
 
+    /// The model's now, whatever the stopwatch says (model time moves only when a model
+    /// advances it).
+    pub(crate) fn started(&self, _stopwatch: Stopwatch) -> u64 {
+        self.now()
+    }
+
     pub fn advance(&self, by: std::time::Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         // Saturating, as the real clock is.
@@ -330,6 +356,20 @@ impl Clock {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
                 Some(t.saturating_add(by))
             });
+    }
+}
+
+/// Times one build (the OS clock: a model does not read durations).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    pub(crate) fn start() -> Stopwatch {
+        Stopwatch(std::time::Instant::now())
+    }
+
+    pub(crate) fn elapsed(&self) -> std::time::Duration {
+        self.0.elapsed()
     }
 }
 

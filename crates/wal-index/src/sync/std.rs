@@ -1,4 +1,5 @@
-//! The shim's production side: `std`, `parking_lot`, `arc-swap` and `event-listener`.
+//! The shim's production side: `std`, `parking_lot`, `arc-swap`, `crossbeam-epoch` and
+//! `event-listener`.
 
 pub(crate) use std::sync::Arc;
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -9,6 +10,107 @@ pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 
 /// An atomically replaceable `Arc<T>`: wait-free loads in the common case.
 pub(crate) type Swap<T> = arc_swap::ArcSwap<T>;
+
+/// A published `Arc<T>` read on every build and replaced rarely (the directory): readers pin
+/// a crossbeam-epoch guard and read one pointer, and a replaced value is dropped once every
+/// reader pinned before the swap has unpinned.
+///
+/// Why not [`Swap`] (arc-swap) here: an arc-swap load claims one of the reader thread's
+/// debt slots, and every store walks all threads' debt slots to pay them, so a drain that
+/// publishes the directory at every slot creation and terminal eviction keeps pulling the
+/// readers' debt slots across cores: a third of an incomplete build under a busy drain was
+/// that. Pinning touches only the reader's own epoch record (a writer reads it only when it
+/// tries to advance the global epoch, every so many pins), so a read costs the same however
+/// often the directory is replaced.
+///
+/// Reclamation stays on the writer's side: crossbeam-epoch runs deferred destructors on
+/// whichever thread happens to collect, often a reader, so the writer keeps its own
+/// reference to each of the last [`WRITER_HELD`] values it replaced. The deferred destructor
+/// then only drops one reference count, and the value's memory is normally freed when the
+/// writer lets go of it (by whichever drop is last, so it is never freed early).
+pub(crate) struct Published<T> {
+    /// On a cache line of its own: the index's other fields (the accounting lock, above
+    /// all) are written on every apply, and a reader's load must miss only when the
+    /// directory itself was replaced.
+    current: crossbeam_utils::CachePadded<crossbeam_epoch::Atomic<Arc<T>>>,
+    /// The writer's references to the values it replaced most recently (writers are
+    /// serialized by the caller's lock; this one is never contended).
+    replaced: Mutex<std::collections::VecDeque<Arc<T>>>,
+}
+
+/// How many replaced values the writer keeps a reference to (see [`Published`]).
+const WRITER_HELD: usize = 16;
+
+impl<T> Published<T> {
+    pub(crate) fn new(value: Arc<T>) -> Published<T> {
+        Published {
+            current: crossbeam_utils::CachePadded::new(crossbeam_epoch::Atomic::new(value)),
+            replaced: Mutex::new(std::collections::VecDeque::with_capacity(WRITER_HELD + 1)),
+        }
+    }
+
+    /// Runs `f` on the current value without touching its reference count.
+    pub(crate) fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        let guard = crossbeam_epoch::pin();
+        // Acquire pairs with the AcqRel swap in `store`: the value was fully built first.
+        let current = self.current.load(Ordering::Acquire, &guard);
+        // SAFETY: the cell is never null (created with a value, and `store` swaps in
+        // another), and the value it pointed at when loaded is destroyed only after every
+        // guard pinned before its replacement is dropped, so `guard` keeps it alive for `f`.
+        f(unsafe { current.deref() })
+    }
+
+    /// The current value as an owned `Arc`.
+    pub(crate) fn load(&self) -> Arc<T> {
+        self.peek_arc(Arc::clone)
+    }
+
+    fn peek_arc<R>(&self, f: impl FnOnce(&Arc<T>) -> R) -> R {
+        let guard = crossbeam_epoch::pin();
+        // Acquire: as in `peek`.
+        let current = self.current.load(Ordering::Acquire, &guard);
+        // SAFETY: as in `peek`.
+        f(unsafe { current.deref() })
+    }
+
+    /// Publishes `value`; the replaced one is dropped once no reader can still see it.
+    pub(crate) fn store(&self, value: Arc<T>) {
+        let mut replaced = self.replaced.lock();
+        let guard = crossbeam_epoch::pin();
+        // AcqRel: the release half publishes `value` to readers' acquire loads; the acquire
+        // half orders this thread's later use of the old value after its publication.
+        let old = self
+            .current
+            .swap(crossbeam_epoch::Owned::new(value), Ordering::AcqRel, &guard);
+        // SAFETY: `old` was installed, so it is not yet destroyed (only this swap unlinks
+        // it, and it is destroyed below, deferred); `guard` keeps it alive here.
+        replaced.push_back(Arc::clone(unsafe { old.deref() }));
+        // SAFETY: `old` is no longer reachable from the cell, so only readers pinned before
+        // this swap can hold it, and `defer_destroy` waits for all of them to unpin.
+        unsafe { guard.defer_destroy(old) };
+        // Hand the deferred destructor to the global queue now, not after 64 more: it then
+        // runs (on whichever thread collects) while the writer still holds the value.
+        guard.flush();
+        drop(guard);
+        if replaced.len() > WRITER_HELD {
+            // Usually the last reference by now: the memory is freed here, by the writer.
+            drop(replaced.pop_front());
+        }
+    }
+}
+
+impl<T> Drop for Published<T> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader can be pinned on this cell any more, so its
+        // current value has no other user.
+        unsafe {
+            let current = self
+                .current
+                .load(Ordering::Relaxed, crossbeam_epoch::unprotected());
+            drop(current.into_owned());
+        }
+    }
+}
 
 /// A wait list: `listen()` registers, `notify(n)` wakes up to `n` registered listeners.
 pub(crate) type Notify = event_listener::Event;
@@ -64,13 +166,41 @@ pub(crate) fn wait_timeout(listener: Listener, cap: std::time::Duration) -> bool
 #[allow(unreachable_pub)]
 pub struct Clock {
     epoch: std::time::Instant,
+    /// The same moment on quanta's clock, which `now` and [`Stopwatch`] read.
+    fast_epoch: quanta::Instant,
+}
+
+/// Times one build: quanta's clock, which reads the CPU's time-stamp counter (an
+/// instruction, ~7 ns) where the OS clock is a vDSO call (~35 ns on the VM the benchmarks
+/// ran on). An incomplete build reads the clock twice and does little else, so this was a
+/// third of its cost. quanta is calibrated against the OS monotonic clock when first used;
+/// the two then agree to within that calibration (parts per million), which is what
+/// recency needs (TTLs and LRU order, compared with the sweep's OS-clock `now`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stopwatch(quanta::Instant);
+
+impl Stopwatch {
+    pub(crate) fn start() -> Stopwatch {
+        Stopwatch(quanta::Instant::now())
+    }
+
+    pub(crate) fn elapsed(&self) -> std::time::Duration {
+        quanta::Instant::now().saturating_duration_since(self.0)
+    }
 }
 
 impl Clock {
     pub(crate) fn new() -> Clock {
         Clock {
+            fast_epoch: quanta::Instant::now(),
             epoch: std::time::Instant::now(),
         }
+    }
+
+    /// When `stopwatch` started, in nanoseconds since the epoch.
+    pub(crate) fn started(&self, stopwatch: Stopwatch) -> u64 {
+        let since = stopwatch.0.saturating_duration_since(self.fast_epoch);
+        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// The instant time 0 stands for.
@@ -78,9 +208,9 @@ impl Clock {
         self.epoch
     }
 
-    /// Now, in nanoseconds since the epoch.
+    /// Now, in nanoseconds since the epoch (quanta's clock, as for builds).
     pub(crate) fn now(&self) -> u64 {
-        self.at(std::time::Instant::now())
+        self.started(Stopwatch::start())
     }
 
     /// `at`, in nanoseconds since the epoch (0 before it, saturating after ~584 years).
