@@ -12,4 +12,9 @@ if ! cargo +nightly miri --version >/dev/null 2>&1; then
 fi
 export MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-many-seeds=0..$SEEDS"
 cargo +nightly miri test -p chain-fold --lib
-cargo +nightly miri test -p wal-index --test miri_smoke
+# Tree Borrows for the engine: crossbeam-epoch (the directory's cell) is known not to fit
+# Stacked Borrows' rules, and crossbeam checks it under Tree Borrows itself
+# (crossbeam-rs/crossbeam#545, #996). Leaks are not checked there: crossbeam-epoch's global
+# collector registers each thread in a list that lives as long as the process (by design),
+# which Miri reports; chain-fold's tests above keep the leak check.
+MIRIFLAGS="$MIRIFLAGS -Zmiri-tree-borrows -Zmiri-ignore-leaks" cargo +nightly miri test -p wal-index --test miri_smoke

@@ -120,7 +120,7 @@ fn concurrent_builds_share_the_spine_cache_by_compare_and_swap() {
 }
 
 /// Eviction vs a reader holding a snapshot, and vs a late applier: the reader's snapshot
-/// stays valid, the totals drop to zero, and an apply after the eviction is refused (so the
+/// stays valid (a reader that reads after the eviction finds the slot emptied), the totals drop to zero, and an apply after the eviction is refused (so the
 /// caller retries on a fresh slot) rather than landing in the orphan.
 #[test]
 fn eviction_leaves_readers_valid_and_refuses_late_appliers() {
@@ -143,7 +143,13 @@ fn eviction_leaves_readers_valid_and_refuses_late_appliers() {
         };
         let evicted = slot.evict(&accounting, false);
         assert!(matches!(evicted, SlotEviction::Evicted { .. }));
-        assert_eq!(reader.join().expect("reader"), Ok(1));
+        // A reader that loaded the chain before the eviction walks it whole; one that loads
+        // it after finds it emptied (the evicted slot keeps no events), as a lookup would.
+        let read = reader.join().expect("reader");
+        assert!(
+            read == Ok(1) || read == Err(chain_fold::Incomplete::TipMissing(1)),
+            "{read:?}"
+        );
         let _applied_before_eviction = applier.join().expect("applier");
         assert_eq!(
             accounting.get(),

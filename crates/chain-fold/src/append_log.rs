@@ -64,11 +64,12 @@ impl<T> Buffer<T> {
         unsafe { std::slice::from_raw_parts(self.cells.as_ptr().cast::<T>(), len) }
     }
 
-    /// Writes `item` into cell `at`, which the caller claimed.
+    /// Writes `item` into cell `at`, which the caller owns: it claimed it, or the buffer is
+    /// still its own (not yet shared).
     fn write_claimed(&self, at: usize, item: T) {
-        // SAFETY: the caller's compare-and-swap moved `claimed` from `at` to `at + 1`, so
-        // this thread is the only one that will ever write this cell, and no version that
-        // covers it exists before this write returns.
+        // SAFETY: the caller's compare-and-swap moved `claimed` from `at` to `at + 1` (or the
+        // buffer is not shared yet), so this thread is the only one that will ever write this
+        // cell, and no version that covers it exists before this write returns.
         unsafe { (*self.cells[at].get()).write(item) };
     }
 }
@@ -148,9 +149,11 @@ impl<T: Clone> AppendLog<T> {
         let fresh = Buffer::with_capacity(MIN_CAPACITY.max(needed.saturating_add(needed / 2)));
         let mut at = 0;
         for item in self.as_slice().iter().cloned().chain(extra) {
-            // Nothing else sees `fresh` yet: claiming is a plain store.
-            fresh.claimed.store(at + 1, Ordering::Relaxed);
+            // Nothing else sees `fresh` yet: the cell is written, then counted as
+            // initialized, so a panic in between (an index past the capacity) leaves
+            // `claimed` covering initialized cells only.
             fresh.write_claimed(at, item);
+            fresh.claimed.store(at + 1, Ordering::Relaxed);
             at += 1;
         }
         self.buffer = Arc::new(fresh);

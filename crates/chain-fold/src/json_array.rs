@@ -101,7 +101,9 @@ impl JsonArray {
     }
 
     /// Writes the array with vectored writes of up to [`MAX_SLICES_PER_WRITE`] pieces
-    /// each, finishing any partial write.
+    /// each, finishing any partial write and retrying interrupted ones (as `write_all`
+    /// does). A non-blocking writer should use [`JsonArray::into_buf`] instead, which keeps
+    /// its position across `WouldBlock`.
     pub fn write_to<W: std::io::Write>(&self, mut w: W) -> std::io::Result<()> {
         let events = self.events();
         let total = pieces(events);
@@ -114,7 +116,12 @@ impl JsonArray {
                 (at + 1..total.min(at + MAX_SLICES_PER_WRITE))
                     .map(|i| IoSlice::new(piece(events, i))),
             );
-            let mut written = w.write_vectored(&slices)?;
+            let mut written = match w.write_vectored(&slices) {
+                Ok(n) => n,
+                // As `write_all` does: an interrupted write wrote nothing, so retry.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
             if written == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }

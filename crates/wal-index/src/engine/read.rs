@@ -41,7 +41,10 @@ pub(super) fn build(
         }
     };
     // The cache is loaded as an owned Arc (its identity is what the compare-and-swap
-    // below compares); the chain is only borrowed for the walk, without touching its
+    // below compares), and *before* the chain: an apply that rewrites an event publishes
+    // its chain, then empties the cache, so a build that read the chain before the rewrite
+    // also read the cache before it was emptied, and its compare-and-swap fails. The chain
+    // is only borrowed for the walk, without touching its
     // reference count, so builds of one hot execution do not contend on it.
     let cached = slot.cached_spine();
     let result = slot.with_chain(|chain| {

@@ -348,6 +348,11 @@ impl Slot {
         // with the load in `publish_spine`, before the cache is taken out below.
         self.retired.store(true, Ordering::SeqCst);
         self.drop_cached_spine(accounting);
+        // The slot itself may outlive the eviction (in a reader's hands, in the directory's
+        // recently replaced versions): its events must not. A reader that already holds the
+        // chain keeps it; one that reads it from now on finds it empty, as a lookup after
+        // the eviction would find nothing.
+        sync::store(&self.chain, Arc::new(Chain::new(chain.order())));
         accounting.change(|t| {
             if !chain.is_empty() {
                 t.executions -= 1;

@@ -41,7 +41,9 @@ pub(crate) struct Published<T> {
 /// How many replaced values the writer keeps a reference to (see [`Published`]).
 const WRITER_HELD: usize = 16;
 
-impl<T> Published<T> {
+// `Send + Sync + 'static`: a replaced value's last reference may be dropped by a deferred
+// destructor on whichever thread collects, at any later time.
+impl<T: Send + Sync + 'static> Published<T> {
     pub(crate) fn new(value: Arc<T>) -> Published<T> {
         Published {
             current: crossbeam_utils::CachePadded::new(crossbeam_epoch::Atomic::new(value)),
@@ -166,41 +168,33 @@ pub(crate) fn wait_timeout(listener: Listener, cap: std::time::Duration) -> bool
 #[allow(unreachable_pub)]
 pub struct Clock {
     epoch: std::time::Instant,
-    /// The same moment on quanta's clock, which `now` and [`Stopwatch`] read.
-    fast_epoch: quanta::Instant,
 }
 
-/// Times one build: quanta's clock, which reads the CPU's time-stamp counter (an
-/// instruction, ~7 ns) where the OS clock is a vDSO call (~35 ns on the VM the benchmarks
-/// ran on). An incomplete build reads the clock twice and does little else, so this was a
-/// third of its cost. quanta is calibrated against the OS monotonic clock when first used;
-/// the two then agree to within that calibration (parts per million), which is what
-/// recency needs (TTLs and LRU order, compared with the sweep's OS-clock `now`).
+/// Times one build (the OS monotonic clock, as recency is: one clock for both, so an
+/// event applied after an instant is never recorded as used before it).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Stopwatch(quanta::Instant);
+pub(crate) struct Stopwatch(std::time::Instant);
 
 impl Stopwatch {
     pub(crate) fn start() -> Stopwatch {
-        Stopwatch(quanta::Instant::now())
+        Stopwatch(std::time::Instant::now())
     }
 
     pub(crate) fn elapsed(&self) -> std::time::Duration {
-        quanta::Instant::now().saturating_duration_since(self.0)
+        self.0.elapsed()
     }
 }
 
 impl Clock {
     pub(crate) fn new() -> Clock {
         Clock {
-            fast_epoch: quanta::Instant::now(),
             epoch: std::time::Instant::now(),
         }
     }
 
     /// When `stopwatch` started, in nanoseconds since the epoch.
     pub(crate) fn started(&self, stopwatch: Stopwatch) -> u64 {
-        let since = stopwatch.0.saturating_duration_since(self.fast_epoch);
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+        self.at(stopwatch.0)
     }
 
     /// The instant time 0 stands for.
@@ -208,9 +202,9 @@ impl Clock {
         self.epoch
     }
 
-    /// Now, in nanoseconds since the epoch (quanta's clock, as for builds).
+    /// Now, in nanoseconds since the epoch.
     pub(crate) fn now(&self) -> u64 {
-        self.started(Stopwatch::start())
+        self.at(std::time::Instant::now())
     }
 
     /// `at`, in nanoseconds since the epoch (0 before it, saturating after ~584 years).
