@@ -10,7 +10,7 @@ use chain_fold::{Event, SpineCache, advance};
 use sb_benches::{chain, linear, payload};
 use wal_index::{IndexConfig, StateIndex, WalIndex};
 
-const OPS: [&str; 7] = [
+const OPS: [&str; 9] = [
     "decode_1k",
     "walk_11",
     "cache_hit_27",
@@ -18,6 +18,8 @@ const OPS: [&str; 7] = [
     "engine_apply",
     "engine_build_incomplete",
     "engine_build_incremental",
+    "engine_batch_200",
+    "json_write_27",
 ];
 
 fn main() {
@@ -76,6 +78,31 @@ fn main() {
             for id in 28..28 + count {
                 index.apply(Event::from_parts(id, 1, Some(id - 1), "step", body.clone()));
                 black_box(index.build(1, Some(id)).outcome);
+            }
+        }
+        "engine_batch_200" => {
+            // The drain's path: 200-event batches over 50 live executions of 27 events,
+            // terminal last, so executions are created and evicted as the WAL cycles. The
+            // WAL is built once (a fixed setup that cancels out) and replayed: a replayed
+            // execution was evicted by its terminal event, so it is created afresh.
+            let index = WalIndex::new(IndexConfig::default());
+            let wal = sb_benches::interleaved(200, 27, 50, &payload(64));
+            let batches: Vec<&[Event]> = wal.chunks(200).filter(|b| b.len() == 200).collect();
+            for round in 0..count as usize {
+                index.apply_batch(batches[round % batches.len()].to_vec());
+            }
+        }
+        "json_write_27" => {
+            // Serving a 27-event spine's JSON: one vectored write into a reused buffer.
+            let spine = chain(27, &body).walk_from(27).ok();
+            let json = spine.map(|s| s.json_array());
+            let mut out = Vec::with_capacity(64 * 1024);
+            for _ in 0..count {
+                out.clear();
+                if let Some(json) = &json {
+                    let _ = json.write_to(&mut out);
+                }
+                black_box(out.len());
             }
         }
         other => {

@@ -193,11 +193,34 @@ impl Chain {
     }
 
     /// Where `id` is in the ascending log.
+    ///
+    /// A galloping search from the end: builds ask for tips, which are the newest events,
+    /// so the last event is checked first and the range doubles back from there. An id
+    /// `d` events from the end costs O(log d) probes (each one reads an event's header,
+    /// likely a cache miss on a long chain), not O(log n).
     fn position(&self, id: EventId) -> Option<usize> {
-        self.ascending
-            .as_slice()
-            .binary_search_by_key(&id, Event::id)
-            .ok()
+        let log = self.ascending.as_slice();
+        let mut low = log.len();
+        let mut step = 1;
+        // Invariant: every event at or past `low` has an id above `id`.
+        while low > 0 {
+            let probe = low.saturating_sub(step);
+            match log[probe].id().cmp(&id) {
+                std::cmp::Ordering::Equal => return Some(probe),
+                std::cmp::Ordering::Less => {
+                    // `id`, if present, lies in (probe, low).
+                    return log[probe + 1..low]
+                        .binary_search_by_key(&id, Event::id)
+                        .ok()
+                        .map(|at| probe + 1 + at);
+                }
+                std::cmp::Ordering::Greater => {
+                    low = probe;
+                    step *= 2;
+                }
+            }
+        }
+        None
     }
 
     /// Is `id` indexed?

@@ -87,7 +87,10 @@ impl Spine {
         generation: u64,
         events: Vec<Event>,
     ) -> Spine {
-        let mut log = AppendLog::with_capacity(events.len());
+        // Room to grow by an eighth (and at least 4) before the first copy: a spine built
+        // cold is usually extended next, and a copy of a long spine's list costs O(len).
+        let room = events.len() / 8 + 4;
+        let mut log = AppendLog::with_capacity(events.len() + room);
         let mut payload_bytes = 0;
         for event in events {
             payload_bytes += event.payload().len();
