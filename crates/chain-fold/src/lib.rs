@@ -31,11 +31,17 @@
 //! | operation | cost |
 //! |---|---|
 //! | [`Event::clone`], [`Spine::clone`], [`Chain::clone`] | O(1): shared, nothing copied |
-//! | [`Chain::apply`] | O(log n); a shared chain copies only the changed path |
+//! | [`Chain::apply`] of an id above every indexed one | O(1) amortized: written in place behind the chain's length |
+//! | [`Chain::apply`] of a late id, or a rewrite | O(log n) (the late map); a rewrite of an in-order event copies the log, O(n) |
+//! | [`Chain::contains`] / [`Chain::get`] | O(1) above the largest id or at it; O(log d) for an id `d` events back |
 //! | [`advance`] cache hit | O(1): one lookup and one id comparison |
-//! | [`advance`] incremental by k | O(k log n) hops, O(bytes of the k payloads) of JSON |
-//! | [`advance`] cold rebuild | O(len · log n) hops, O(bytes of the spine) of JSON |
-//! | [`Spine::json_array`] | O(1): the bytes were written when the spine grew |
+//! | [`advance`] incremental by k | O(k) hops (each the event just before in the log), k handles appended |
+//! | [`advance`] cold rebuild | O(len) hops, a list of `len` handles |
+//! | [`Spine::json_array`] | O(1): a view of the events' own payload bytes |
+//!
+//! Memory: an event is one allocation, 40 bytes beyond its payload
+//! ([`EVENT_OVERHEAD_BYTES`]); a chain adds an 8-byte handle per event (and its buffer's
+//! growth room); a spine another. No payload byte is ever held twice.
 //!
 //! # What this crate does not do
 //!
