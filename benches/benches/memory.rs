@@ -140,24 +140,16 @@ fn measure<I: StateIndex>(size: usize, slim: bool, executions: i64) {
         }
     }
     index.apply_batch(batch);
-    print(
-        I::NAME,
-        slim,
-        size,
-        "applied",
-        &state(&index, base, executions),
-    );
-    for exec in 0..executions {
-        let tip = index.chain(exec).and_then(|c| c.max_id());
-        index.build(exec, tip);
-    }
-    print(
-        I::NAME,
-        slim,
-        size,
-        "+ cached spine",
-        &state(&index, base, executions),
-    );
+    let report = |label: &str| print(I::NAME, slim, size, label, &state(&index, base, executions));
+    let build_every_tip = || {
+        for exec in 0..executions {
+            let tip = index.chain(exec).and_then(|c| c.max_id());
+            index.build(exec, tip);
+        }
+    };
+    report("applied");
+    build_every_tip();
+    report("+ cached spine");
     // Redeliveries: every 9th event again as it was, and every 27th (the tip) rewritten.
     let mut again = Vec::new();
     for exec in 0..executions {
@@ -174,27 +166,12 @@ fn measure<I: StateIndex>(size: usize, slim: bool, executions: i64) {
         again.push(Event::from_json(&rewritten).expect("valid"));
     }
     index.apply_batch(again);
-    for exec in 0..executions {
-        let tip = index.chain(exec).and_then(|c| c.max_id());
-        index.build(exec, tip);
-    }
-    print(
-        I::NAME,
-        slim,
-        size,
-        "redelivered",
-        &state(&index, base, executions),
-    );
+    build_every_tip();
+    report("redelivered");
     for exec in (0..executions).step_by(2) {
         index.evict(exec);
     }
-    print(
-        I::NAME,
-        slim,
-        size,
-        "half evicted",
-        &state(&index, base, executions),
-    );
+    report("half evicted");
     drop(index);
 }
 

@@ -36,3 +36,24 @@ mod model;
 pub use self::model::Listener;
 #[cfg(any(wal_index_loom, wal_index_shuttle))]
 pub(crate) use self::model::*;
+
+/// Times one build, on the OS monotonic clock on both sides: recency is on that clock too
+/// (one clock for both, so an event applied after an instant is never recorded as used
+/// before it), and a model does not read durations.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stopwatch(::std::time::Instant);
+
+impl Stopwatch {
+    pub(crate) fn start() -> Stopwatch {
+        Stopwatch(::std::time::Instant::now())
+    }
+
+    pub(crate) fn elapsed(&self) -> ::std::time::Duration {
+        self.0.elapsed()
+    }
+
+    #[cfg_attr(any(wal_index_loom, wal_index_shuttle), allow(dead_code))]
+    pub(crate) fn started_at(&self) -> ::std::time::Instant {
+        self.0
+    }
+}

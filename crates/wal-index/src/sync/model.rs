@@ -344,7 +344,7 @@ impl Clock {
 
     /// The model's now, whatever the stopwatch says (model time moves only when a model
     /// advances it).
-    pub(crate) fn started(&self, _stopwatch: Stopwatch) -> u64 {
+    pub(crate) fn started(&self, _stopwatch: super::Stopwatch) -> u64 {
         self.now()
     }
 
@@ -356,20 +356,6 @@ impl Clock {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
                 Some(t.saturating_add(by))
             });
-    }
-}
-
-/// Times one build (the OS clock: a model does not read durations).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Stopwatch(std::time::Instant);
-
-impl Stopwatch {
-    pub(crate) fn start() -> Stopwatch {
-        Stopwatch(std::time::Instant::now())
-    }
-
-    pub(crate) fn elapsed(&self) -> std::time::Duration {
-        self.0.elapsed()
     }
 }
 

@@ -170,21 +170,6 @@ pub struct Clock {
     epoch: std::time::Instant,
 }
 
-/// Times one build (the OS monotonic clock, as recency is: one clock for both, so an
-/// event applied after an instant is never recorded as used before it).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Stopwatch(std::time::Instant);
-
-impl Stopwatch {
-    pub(crate) fn start() -> Stopwatch {
-        Stopwatch(std::time::Instant::now())
-    }
-
-    pub(crate) fn elapsed(&self) -> std::time::Duration {
-        self.0.elapsed()
-    }
-}
-
 impl Clock {
     pub(crate) fn new() -> Clock {
         Clock {
@@ -193,8 +178,8 @@ impl Clock {
     }
 
     /// When `stopwatch` started, in nanoseconds since the epoch.
-    pub(crate) fn started(&self, stopwatch: Stopwatch) -> u64 {
-        self.at(stopwatch.0)
+    pub(crate) fn started(&self, stopwatch: super::Stopwatch) -> u64 {
+        self.at(stopwatch.started_at())
     }
 
     /// The instant time 0 stands for.
