@@ -47,17 +47,17 @@ type Directory = imbl::GenericHashMap<
 ///
 /// # Model
 ///
-/// Each execution has a *slot*. Its chain is an immutable, structurally shared
-/// [`Chain`] behind an atomic pointer: appliers build the next version off to the side and
-/// publish it with one pointer store; builds load the pointer and walk a snapshot nobody
-/// will ever mutate. The slot also holds the execution's spine cache (published by
+/// Each execution has a *slot*. Its chain is a [`Chain`] snapshot behind an atomic
+/// pointer: appliers append the batch's events in place behind the published length (a
+/// reader's snapshot is a prefix that never changes) and publish the new version with one
+/// pointer store; builds load the pointer and walk a snapshot nobody will ever mutate. The slot also holds the execution's spine cache (published by
 /// compare-and-swap, so concurrent builds share it without a lock) and its own wait list,
 /// notified only when *its* snapshot changes.
 ///
-/// The directory from execution id to slot is itself an immutable map behind an atomic
-/// pointer: looking an execution up is a load, and only creating or removing a slot
-/// (first event of an execution, eviction) copies the map's O(log n) changed path under a
-/// writers-only lock.
+/// The directory from execution id to slot is itself an immutable map, published through
+/// crossbeam-epoch (the repository's docs/design.md, "The directory"): looking an execution
+/// up is an epoch pin and a load, and only creating or removing a slot (first event of an
+/// execution, eviction) copies the map's O(log n) changed path under a writers-only lock.
 ///
 /// # Progress guarantees
 ///
