@@ -66,6 +66,17 @@ for crate in "${CRATES[@]}"; do
 done
 
 echo "--- 3. cargo publish --dry-run"
+# cargo verifies each package against the others' packages through a temporary registry
+# under target/package, and unpacks them into $CARGO_HOME/registry/src like any registry
+# crate; an earlier dry run from the same path left an unpacked copy of the same name and
+# version there, which cargo reuses as is (stale sources, a false failure). Remove only
+# those copies of this workspace's own crates.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for crate in "${CRATES[@]}"; do
+  version=$(cargo metadata --no-deps --format-version 1 --locked |
+    python3 -c "import json,sys; print(next(p['version'] for p in json.load(sys.stdin)['packages'] if p['name'] == '$crate'))")
+  rm -rf "$cargo_home"/registry/src/*/"$crate-$version"
+done
 args=()
 for crate in "${CRATES[@]}"; do args+=(-p "$crate"); done
 log=$(mktemp)
