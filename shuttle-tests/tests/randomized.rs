@@ -144,7 +144,7 @@ fn workload<I: StateIndex>() {
         let chain = index.chain(e).expect("listed");
         recount.executions += 1;
         recount.events += chain.len();
-        recount.bytes += chain.bytes();
+        recount.bytes += index.resident_bytes(e).expect("listed");
     }
     assert_eq!(
         index.stats(),
