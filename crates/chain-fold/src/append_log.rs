@@ -140,44 +140,48 @@ impl<T: Clone> AppendLog<T> {
             self.len = end;
             return;
         }
-        self.copy_with(std::iter::once(item), end);
+        self.copy_with(item, end);
     }
 
-    /// This version rebuilt into a fresh buffer: its items with `replace(index, item)`
-    /// applied, then `extra` appended. The slow path (a fork, a full buffer, a rewrite).
-    fn copy_with(&mut self, extra: impl Iterator<Item = T>, needed: usize) {
-        let fresh = Buffer::with_capacity(MIN_CAPACITY.max(needed.saturating_add(needed / 2)));
-        let mut at = 0;
-        for item in self.as_slice().iter().cloned().chain(extra) {
-            // Nothing else sees `fresh` yet: the cell is written, then counted as
-            // initialized, so a panic in between (an index past the capacity) leaves
-            // `claimed` covering initialized cells only.
-            fresh.write_claimed(at, item);
-            fresh.claimed.store(at + 1, Ordering::Relaxed);
-            at += 1;
-        }
-        self.buffer = Arc::new(fresh);
-        self.len = at;
+    /// The slow path of `push` (a fork or a full buffer): this version and `item`, copied
+    /// into a fresh buffer half again as large as needed.
+    fn copy_with(&mut self, item: T, needed: usize) {
+        let capacity = MIN_CAPACITY.max(needed.saturating_add(needed / 2));
+        let items = self.as_slice().iter().cloned().chain(std::iter::once(item));
+        *self = AppendLog::filled(capacity, items);
     }
 
     /// This version with the item at `index` replaced: a copy (O(len)) into a buffer of
     /// the same capacity, so the next appends still write in place.
     pub(crate) fn replaced(&self, index: usize, item: T) -> AppendLog<T> {
-        let items = self.as_slice();
-        let mut out = AppendLog::default();
-        let fresh = Buffer::with_capacity(self.buffer.cells.len());
-        for (at, old) in items.iter().enumerate() {
-            let next = if at == index {
+        let items = self.as_slice().iter().enumerate().map(|(at, old)| {
+            if at == index {
                 item.clone()
             } else {
                 old.clone()
-            };
-            fresh.claimed.store(at + 1, Ordering::Relaxed);
-            fresh.write_claimed(at, next);
+            }
+        });
+        AppendLog::filled(self.buffer.cells.len(), items)
+    }
+}
+
+impl<T> AppendLog<T> {
+    /// A fresh buffer of `capacity` cells holding `items` (at most `capacity` of them).
+    fn filled(capacity: usize, items: impl Iterator<Item = T>) -> AppendLog<T> {
+        let fresh = Buffer::with_capacity(capacity);
+        let mut len = 0;
+        for item in items {
+            // Nothing else sees `fresh` yet: the cell is written, then counted as
+            // initialized, so a panic in between (an index past the capacity, a panicking
+            // `Clone` in `items`) leaves `claimed` covering initialized cells only.
+            fresh.write_claimed(len, item);
+            len += 1;
+            fresh.claimed.store(len, Ordering::Relaxed);
         }
-        out.buffer = Arc::new(fresh);
-        out.len = items.len();
-        out
+        AppendLog {
+            buffer: Arc::new(fresh),
+            len,
+        }
     }
 }
 

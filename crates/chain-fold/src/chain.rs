@@ -42,8 +42,9 @@ pub enum Incomplete {
 /// - **the ascending log**: every event whose id was above everything indexed when it
 ///   arrived, in arrival order, which is also ascending id order. It is an append-only list
 ///   whose versions share one buffer, so indexing such an event writes it in place behind
-///   the chain's length and `clone` is O(1). A lookup is a binary search, and a walk's hop to
-///   the event just before it in the log (the common case) is one comparison.
+///   the chain's length and `clone` is O(1). A lookup gallops back from the newest event
+///   (O(1) for the tip), and a walk's hop to the event just before it in the log (the
+///   common case) is one comparison.
 /// - **the late map**: events that arrived below the largest id (fan-out inversions, late
 ///   deliveries), in a persistent map. Empty in the common case, where it costs nothing.
 ///

@@ -94,8 +94,8 @@ pub const SLOT_FIXED_BYTES: usize = 2 * std::mem::size_of::<usize>()
 const DIRECTORY_ENTRY_BYTES: usize = 48;
 
 /// The heap a cached spine keeps alive beyond its events (see [`Spine::heap_bytes`]).
-fn spine_heap(cached: &Option<Spine>) -> i64 {
-    cached.as_ref().map_or(0, |spine| {
+fn spine_heap(cached: Option<&Spine>) -> i64 {
+    cached.map_or(0, |spine| {
         i64::try_from(spine.heap_bytes()).unwrap_or(i64::MAX)
     })
 }
@@ -165,24 +165,24 @@ impl Slot {
         if self.retired.load(Ordering::SeqCst) {
             return false;
         }
-        let added = spine_heap(&Some(spine.clone()));
+        let added = spine_heap(Some(&spine));
         if !sync::compare_and_swap(&self.spine, seen, Arc::new(Some(spine))) {
             return false;
         }
-        accounting.cached_spines_changed(added - spine_heap(seen));
+        accounting.cached_spines_changed(added - spine_heap(Option::as_ref(seen)));
         true
     }
 
     /// Empties the spine cache and takes its bytes out of the ledger.
     fn drop_cached_spine(&self, accounting: &Accounting) {
         let taken = sync::swap(&self.spine, Arc::new(None));
-        accounting.cached_spines_changed(-spine_heap(&taken));
+        accounting.cached_spines_changed(-spine_heap(Option::as_ref(&taken)));
     }
 
     /// What evicting this slot would free, as the ledger charges it: its chain, its cached
     /// spine and the slot itself.
     pub fn resident_bytes(&self, chain: &Chain) -> usize {
-        let spine = usize::try_from(spine_heap(&self.cached_spine())).unwrap_or(0);
+        let spine = Option::as_ref(&self.cached_spine()).map_or(0, Spine::heap_bytes);
         chain.bytes()
             + spine
             + if chain.is_empty() {

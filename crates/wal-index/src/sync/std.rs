@@ -53,25 +53,21 @@ impl<T: Send + Sync + 'static> Published<T> {
 
     /// Runs `f` on the current value without touching its reference count.
     pub(crate) fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.with_current(|current| f(current))
+    }
+
+    /// The current value as an owned `Arc`.
+    pub(crate) fn load(&self) -> Arc<T> {
+        self.with_current(Arc::clone)
+    }
+
+    fn with_current<R>(&self, f: impl FnOnce(&Arc<T>) -> R) -> R {
         let guard = crossbeam_epoch::pin();
         // Acquire pairs with the AcqRel swap in `store`: the value was fully built first.
         let current = self.current.load(Ordering::Acquire, &guard);
         // SAFETY: the cell is never null (created with a value, and `store` swaps in
         // another), and the value it pointed at when loaded is destroyed only after every
         // guard pinned before its replacement is dropped, so `guard` keeps it alive for `f`.
-        f(unsafe { current.deref() })
-    }
-
-    /// The current value as an owned `Arc`.
-    pub(crate) fn load(&self) -> Arc<T> {
-        self.peek_arc(Arc::clone)
-    }
-
-    fn peek_arc<R>(&self, f: impl FnOnce(&Arc<T>) -> R) -> R {
-        let guard = crossbeam_epoch::pin();
-        // Acquire: as in `peek`.
-        let current = self.current.load(Ordering::Acquire, &guard);
-        // SAFETY: as in `peek`.
         f(unsafe { current.deref() })
     }
 
