@@ -46,10 +46,10 @@ sys.exit(1 if failed else 0)
 PY
 
 echo "--- 2. each crate on the toolchain its rust-version names"
-declare -A RUST_VERSION
-while read -r name rv; do RUST_VERSION[$name]=$rv; done < <(
+declare -A RUST_VERSION VERSION
+while read -r name version rv; do RUST_VERSION[$name]=$rv; VERSION[$name]=$version; done < <(
   cargo metadata --format-version 1 --locked --no-deps | python3 -c \
-    "import json,sys; [print(p['name'], p['rust_version']) for p in json.load(sys.stdin)['packages'] if p['rust_version']]")
+    "import json,sys; [print(p['name'], p['version'], p['rust_version']) for p in json.load(sys.stdin)['packages'] if p['rust_version']]")
 for crate in "${CRATES[@]}"; do
   if [[ " ${MSRV_SKIP:-} " == *" $crate "* ]]; then
     echo "  SKIP $crate (MSRV_SKIP)"; continue
@@ -73,9 +73,7 @@ echo "--- 3. cargo publish --dry-run"
 # those copies of this workspace's own crates.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 for crate in "${CRATES[@]}"; do
-  version=$(cargo metadata --no-deps --format-version 1 --locked |
-    python3 -c "import json,sys; print(next(p['version'] for p in json.load(sys.stdin)['packages'] if p['name'] == '$crate'))")
-  rm -rf "$cargo_home"/registry/src/*/"$crate-$version"
+  rm -rf "$cargo_home"/registry/src/*/"$crate-${VERSION[$crate]}"
 done
 args=()
 for crate in "${CRATES[@]}"; do args+=(-p "$crate"); done
