@@ -6,7 +6,8 @@
 #      installed with rustup (minimal profile) when missing; skipped, saying so, only
 #      where rustup cannot fetch it;
 #   3. `cargo publish --dry-run` packages all four and builds each package as published,
-#      against the others' packages (cargo's multi-package publish, Cargo 1.90+).
+#      against the others' packages (cargo's multi-package publish, Cargo 1.90+), in its
+#      own target dir, target/publish, which nothing else reads (CI deletes it after).
 #
 # Usage: scripts/publish-check.sh
 #   MSRV_SKIP="wal-source-nats"   crates whose step 2 is skipped (CI skips wal-source-nats:
@@ -67,7 +68,7 @@ done
 
 echo "--- 3. cargo publish --dry-run"
 # cargo verifies each package against the others' packages through a temporary registry
-# under target/package, and unpacks them into $CARGO_HOME/registry/src like any registry
+# under target/publish/package, and unpacks them into $CARGO_HOME/registry/src like any registry
 # crate; an earlier dry run from the same path left an unpacked copy of the same name and
 # version there, which cargo reuses as is (stale sources, a false failure). Remove only
 # those copies of this workspace's own crates.
@@ -78,7 +79,7 @@ done
 args=()
 for crate in "${CRATES[@]}"; do args+=(-p "$crate"); done
 log=$(mktemp)
-if ! cargo publish --workspace --dry-run --locked --allow-dirty "${args[@]}" >"$log" 2>&1; then
+if ! CARGO_TARGET_DIR=target/publish cargo publish --workspace --dry-run --locked --allow-dirty "${args[@]}" >"$log" 2>&1; then
   cat "$log"; rm -f "$log"
   echo "publish-check: cargo publish --dry-run failed"; exit 1
 fi
