@@ -17,10 +17,9 @@
 //! claim and the write that can panic, so every cell below `claimed` is initialized by the
 //! time the claimer returns the new version.
 
+use crate::sync::{Arc, AtomicUsize, Ordering};
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The smallest buffer allocated.
 const MIN_CAPACITY: usize = 4;
@@ -76,7 +75,7 @@ impl<T> Buffer<T> {
 
 impl<T> Drop for Buffer<T> {
     fn drop(&mut self) {
-        let initialized = *self.claimed.get_mut();
+        let initialized = crate::sync::exclusive_load(&mut self.claimed);
         for cell in &mut self.cells[..initialized] {
             // SAFETY: every cell below `claimed` was written by its claimer (the claim and
             // the write have no panic between them), and the buffer is dropped once.
@@ -129,18 +128,30 @@ impl<T: Clone> AppendLog<T> {
         // Relaxed: the compare-and-swap only decides who owns the cell at `self.len`; the
         // item reaches other threads through whatever publishes the new version (an
         // arc-swap store or a channel), which pairs with that reader's acquire.
-        if end <= self.buffer.cells.len()
-            && self
-                .buffer
-                .claimed
-                .compare_exchange(self.len, end, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if end <= self.buffer.cells.len() && self.claim(end) {
             self.buffer.write_claimed(self.len, item);
             self.len = end;
             return;
         }
         self.copy_with(item, end);
+    }
+
+    /// Claims the cell at this version's length for this version, if nobody has: moves the
+    /// buffer's `claimed` mark from this version's length to `end`.
+    fn claim(&self, end: usize) -> bool {
+        #[cfg(not(feature = "mutation-claim-without-cas"))]
+        return self
+            .buffer
+            .claimed
+            .compare_exchange(self.len, end, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        // The mutation: a check, then a store, which two appends to one version can both
+        // pass (the loom model `two_appends_to_one_version_each_keep_their_own` fails).
+        #[cfg(feature = "mutation-claim-without-cas")]
+        return self.buffer.claimed.load(Ordering::Relaxed) == self.len && {
+            self.buffer.claimed.store(end, Ordering::Relaxed);
+            true
+        };
     }
 
     /// The slow path of `push` (a fork or a full buffer): this version and `item`, copied
@@ -227,7 +238,7 @@ impl<T> AppendLog<T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(chain_fold_loom)))]
 mod tests {
     use super::*;
 
@@ -323,5 +334,120 @@ mod tests {
             assert_eq!(log.as_slice(), &[0, 1, 2, 100 + t, 200 + t]);
         }
         assert_eq!(base.as_slice(), &[0, 1, 2]);
+    }
+}
+
+/// Loom models of the claim, over the log's own code (`--cfg chain_fold_loom`,
+/// `scripts/loom.sh`). Loom explores every interleaving of the claims and the reference
+/// counts; the items count their clones and drops, so a cell written twice (one item lost)
+/// or a cell dropped twice shows as a count that does not balance.
+#[cfg(all(test, chain_fold_loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::atomic::AtomicIsize;
+    use loom::thread;
+
+    /// An item that knows its value and keeps a count of live items.
+    struct Item {
+        value: u32,
+        live: Arc<AtomicIsize>,
+    }
+
+    impl Item {
+        fn new(value: u32, live: &Arc<AtomicIsize>) -> Item {
+            live.fetch_add(1, Ordering::Relaxed);
+            Item {
+                value,
+                live: Arc::clone(live),
+            }
+        }
+    }
+
+    impl Clone for Item {
+        fn clone(&self) -> Item {
+            Item::new(self.value, &self.live)
+        }
+    }
+
+    impl Drop for Item {
+        fn drop(&mut self) {
+            self.live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn values(log: &AppendLog<Item>) -> Vec<u32> {
+        log.as_slice().iter().map(|item| item.value).collect()
+    }
+
+    fn base(live: &Arc<AtomicIsize>, capacity: usize) -> AppendLog<Item> {
+        let mut log = AppendLog::with_capacity(capacity);
+        log.push(Item::new(0, live));
+        log
+    }
+
+    /// Two threads append to the same version at once: at most one writes in place, the
+    /// other copies, each ends with its own item after the shared one, the version they
+    /// started from is unchanged, and every item is dropped exactly once.
+    #[test]
+    fn two_appends_to_one_version_each_keep_their_own() {
+        loom::model(|| {
+            let live = Arc::new(AtomicIsize::new(0));
+            let start = base(&live, 4);
+            let appends: Vec<_> = [1, 2]
+                .map(|value| {
+                    let (mut mine, live) = (start.clone(), Arc::clone(&live));
+                    thread::spawn(move || {
+                        mine.push(Item::new(value, &live));
+                        mine
+                    })
+                })
+                .into_iter()
+                .collect();
+            let ended: Vec<_> = appends.into_iter().map(|t| t.join().unwrap()).collect();
+            assert_eq!(values(&ended[0]), [0, 1]);
+            assert_eq!(values(&ended[1]), [0, 2]);
+            assert_eq!(values(&start), [0]);
+            let in_place = ended
+                .iter()
+                .filter(|v| v.shares_buffer_with(&start))
+                .count();
+            assert!(in_place <= 1, "two versions wrote into one buffer");
+            drop((start, ended));
+            assert_eq!(
+                live.load(Ordering::Relaxed),
+                0,
+                "an item was lost or dropped twice"
+            );
+        });
+    }
+
+    /// One thread appends in place twice (its version is the newest) while another reads
+    /// the version it started from and then appends to it (a fork): the reader's prefix
+    /// never changes, the fork copies, and the counts balance.
+    #[test]
+    fn an_append_in_place_vs_a_reader_and_a_fork_of_its_start() {
+        loom::model(|| {
+            let live = Arc::new(AtomicIsize::new(0));
+            let start = base(&live, 3);
+            let (mut ahead, writer_live) = (start.clone(), Arc::clone(&live));
+            let writer = thread::spawn(move || {
+                ahead.push(Item::new(1, &writer_live));
+                ahead.push(Item::new(2, &writer_live));
+                ahead
+            });
+            let mut fork = start.clone();
+            assert_eq!(values(&fork), [0]);
+            fork.push(Item::new(9, &live));
+            let ahead = writer.join().unwrap();
+            assert_eq!(values(&fork), [0, 9]);
+            assert_eq!(values(&ahead), [0, 1, 2]);
+            assert_eq!(values(&start), [0]);
+            drop((start, fork, ahead));
+            assert_eq!(
+                live.load(Ordering::Relaxed),
+                0,
+                "an item was lost or dropped twice"
+            );
+        });
     }
 }

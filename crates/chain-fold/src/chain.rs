@@ -98,7 +98,7 @@ impl Default for Chain {
 /// The late map: absent (one null pointer in the chain) until the first late event, then
 /// a persistent map shared between versions.
 #[derive(Clone, Default)]
-struct Late(Option<std::sync::Arc<imbl::OrdMap<EventId, Event>>>);
+struct Late(Option<crate::sync::Arc<imbl::OrdMap<EventId, Event>>>);
 
 impl Late {
     fn get(&self, id: &EventId) -> Option<&Event> {
@@ -120,7 +120,7 @@ impl Late {
     /// Inserts, sharing the map's nodes with other versions (O(log n) path copy).
     fn insert(&mut self, id: EventId, event: Event) {
         let map = self.0.get_or_insert_with(Default::default);
-        std::sync::Arc::make_mut(map).insert(id, event);
+        crate::sync::make_mut(map).insert(id, event);
     }
 
     fn values(&self) -> impl Iterator<Item = &Event> + '_ {

@@ -56,6 +56,7 @@ mod event;
 mod fold;
 mod json_array;
 mod spine;
+mod sync;
 
 pub use advance::{Advance, AdvanceOutcome, SpineCache, advance};
 pub use chain::{Chain, DEFAULT_WALK_LIMIT, Incomplete};

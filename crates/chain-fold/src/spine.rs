@@ -1,6 +1,6 @@
 //! The ordered list of events from genesis to one tip, and its served JSON.
 
-use std::sync::Arc;
+use crate::sync::Arc;
 
 use crate::append_log::AppendLog;
 use crate::event::{Event, EventId};
