@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use loom::sync::Arc;
 use loom::thread;
 use wal_index::config::EvictionPolicy;
-use wal_index::model::advance_clock;
+use wal_index::model::{self, advance_clock};
 use wal_index::report::IndexStats;
 use wal_index::{DriveBudget, Event, IndexConfig, StateIndex, WalIndex};
 
@@ -179,6 +179,9 @@ fn spine_publish_vs_eviction_leaves_the_ledger_exact() {
         let served = builder.join().unwrap();
         assert!(served.is_none_or(|ids| ids == vec![1, 2]));
         assert_eq!(index.stats(), IndexStats::default());
+        // `stats()` clamps a negative spine sum to zero, so a double subtraction would
+        // pass the line above: the entry itself must be exactly zero.
+        assert_eq!(model::cached_spine_bytes_unclamped(&index), 0);
     });
 }
 

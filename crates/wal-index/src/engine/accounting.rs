@@ -47,6 +47,14 @@ impl Accounting {
         self.cached_spines.fetch_add(delta, Ordering::Relaxed);
     }
 
+    /// The cached spines' bytes, not clamped at zero (see [`Accounting::get`]).
+    #[cfg(any(wal_index_loom, wal_index_shuttle))]
+    pub fn cached_spines_unclamped(&self) -> i64 {
+        // Relaxed: see `cached_spines_changed`; the models read it after joining every
+        // thread that changed it.
+        self.cached_spines.load(Ordering::Relaxed)
+    }
+
     fn with_spines(&self, mut totals: IndexStats) -> IndexStats {
         // Relaxed: see `cached_spines_changed`.
         let spines = self.cached_spines.load(Ordering::Relaxed).max(0);

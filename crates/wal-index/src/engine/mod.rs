@@ -152,6 +152,14 @@ impl WalIndex {
         self.directory.load().len()
     }
 
+    /// The cached spines' ledger entry as the atomic holds it, before `stats()` clamps a
+    /// momentary negative sum to zero: the models check it is exactly zero once every
+    /// spine is gone, which a double subtraction would not be.
+    #[cfg(any(wal_index_loom, wal_index_shuttle))]
+    pub(crate) fn cached_spine_bytes_unclamped(&self) -> i64 {
+        self.accounting.cached_spines_unclamped()
+    }
+
     fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
         self.directory
             .peek(|directory| directory.get(&execution_id).cloned())
