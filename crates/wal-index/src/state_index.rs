@@ -118,6 +118,13 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         Self: Sized;
 
     /// A snapshot of one execution's chain.
+    ///
+    /// The snapshot shares the index's storage and never changes. Applying events to it
+    /// is allowed and leaves the index untouched, but on the engine it costs the index one
+    /// copy: the snapshot's first append takes the next cell of the buffer the index
+    /// writes in place, so the index's next append to that execution copies its log
+    /// (O(events)) into a buffer of its own. Clone the events into a fresh chain instead
+    /// where a caller keeps applying to snapshots of a live execution.
     fn chain(&self, execution_id: ExecutionId) -> Option<Chain>;
 
     /// The ids of resident executions (those holding at least one event), ascending.
