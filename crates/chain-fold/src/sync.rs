@@ -30,8 +30,15 @@ pub(crate) fn exclusive_load(atomic: &mut AtomicUsize) -> usize {
     return atomic.with_mut(|value| *value);
 }
 
-/// `Arc::make_mut`, which loom's `Arc` lacks: the value itself when this is its only
-/// reference, else a clone of it (replacing `this`).
+/// `Arc::make_mut`: the value itself when this is its only reference, else a clone of it
+/// (replacing `this`).
+#[cfg(not(chain_fold_loom))]
+pub(crate) fn make_mut<T: Clone>(this: &mut Arc<T>) -> &mut T {
+    Arc::make_mut(this)
+}
+
+/// `Arc::make_mut`, which loom's `Arc` lacks, from the `get_mut` it has.
+#[cfg(chain_fold_loom)]
 pub(crate) fn make_mut<T: Clone>(this: &mut Arc<T>) -> &mut T {
     if Arc::get_mut(this).is_none() {
         *this = Arc::new(T::clone(&**this));

@@ -96,13 +96,9 @@ pub use state_index::StateIndex;
 #[doc(hidden)]
 pub mod model {
     pub use crate::engine::accounting::Accounting;
+    pub use crate::engine::cached_spine_bytes_unclamped;
     pub use crate::engine::slot::{Evicted, Slot, SlotApplied, SlotEviction};
     pub use crate::sync::Listener;
-
-    /// The engine's cached-spine ledger entry before `stats()` clamps it at zero.
-    pub fn cached_spine_bytes_unclamped(index: &crate::WalIndex) -> i64 {
-        index.cached_spine_bytes_unclamped()
-    }
 
     /// Moves `index`'s model clock forward by `by` (time stands still otherwise).
     pub fn advance_clock<I: crate::StateIndex>(index: &I, by: std::time::Duration) {

@@ -152,14 +152,6 @@ impl WalIndex {
         self.directory.load().len()
     }
 
-    /// The cached spines' ledger entry as the atomic holds it, before `stats()` clamps a
-    /// momentary negative sum to zero: the models check it is exactly zero once every
-    /// spine is gone, which a double subtraction would not be.
-    #[cfg(any(wal_index_loom, wal_index_shuttle))]
-    pub(crate) fn cached_spine_bytes_unclamped(&self) -> i64 {
-        self.accounting.cached_spines_unclamped()
-    }
-
     fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
         self.directory
             .peek(|directory| directory.get(&execution_id).cloned())
@@ -264,6 +256,14 @@ impl DriveHooks for WalIndex {
 }
 
 /// The engine's surface. Each method's progress guarantee is in the table on [`WalIndex`].
+/// The engine's cached-spine ledger entry as its atomic holds it, before `stats()` clamps
+/// a momentary negative sum to zero: the models check it is exactly zero once every spine
+/// is gone, which a double subtraction would not be (re-exported by `wal_index::model`).
+#[cfg(any(wal_index_loom, wal_index_shuttle))]
+pub fn cached_spine_bytes_unclamped(index: &WalIndex) -> i64 {
+    index.accounting.cached_spines_unclamped()
+}
+
 impl StateIndex for WalIndex {
     const NAME: &'static str = "lockfree";
 
