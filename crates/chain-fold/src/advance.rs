@@ -75,9 +75,16 @@ pub struct Advance {
 /// descendant `d` events ahead costs at most twice its incremental walk. The ancestor's
 /// spine does not replace the cache ([`Advance::replaces_cache`]).
 ///
-/// A cached spine built before a conflicting redelivery rewrote the chain
-/// ([`Chain::rewrites`] moved) is not reused: the build is a cold rebuild (or incomplete),
-/// so a cached spine can never serve a payload or link the chain no longer holds.
+/// An ancestor's prefix is served only if it passes a genesis event: a chain can start with
+/// a root that is not `playbook_started` and meet genesis later, and then a tip below the
+/// genesis is `Incomplete(NoGenesis)`, exactly as its walk reports.
+///
+/// A cached spine is reused only with the chain version it was built on or a later version
+/// of the same chain with no rewrite between them, an O(1) check of the chain's lineage:
+/// a conflicting redelivery ([`Chain::rewrites`] moved), a sibling clone changed another
+/// way, an older snapshot or a re-created execution makes the build a cold rebuild (or
+/// incomplete), so a cached spine can never serve a payload or link the chain does not
+/// hold.
 ///
 /// Engines that share one cache between threads call this and publish `spine` with a
 /// compare-and-swap; single-threaded callers use [`SpineCache`].
@@ -110,8 +117,11 @@ fn advance_with(
     if !chain.contains(target) {
         return incomplete(Incomplete::TipMissing(target));
     }
+    // A cached spine is reused only by the chain version it was built on or a later one of
+    // the same chain with no rewrite between them (see `crate::lineage`): never by a sibling
+    // clone changed another way, an older version, or a re-created execution's chain.
     let cached =
-        cached.filter(|s| s.generation() == chain.rewrites() && s.order() == chain.order());
+        cached.filter(|s| chain.lineage().covers(s.built_on()) && s.order() == chain.order());
     if let Some(spine) = cached.filter(|s| s.head() == target) {
         return Advance {
             outcome: AdvanceOutcome::CacheHit,
@@ -155,7 +165,14 @@ fn advance_with(
             *dropped += 1;
             *dropped_bytes += head_payload;
             if event.id() == target {
-                let spine = base.ancestor(target, *dropped, *dropped_bytes);
+                // The walk from an ancestor is exactly the prefix, so the prefix is served
+                // only if it passes genesis, as the walk's rule requires.
+                let Some(spine) = base.ancestor(target, *dropped, *dropped_bytes) else {
+                    return Advance {
+                        hops,
+                        ..incomplete(Incomplete::NoGenesis)
+                    };
+                };
                 return Advance {
                     outcome: AdvanceOutcome::ColdRebuild(spine.len()),
                     spine: Some(spine),
@@ -171,7 +188,7 @@ fn advance_with(
             let added = walk.events.len();
             let mut tail = walk.events;
             tail.reverse();
-            let (spine, appended) = base.grow(target, tail);
+            let (spine, appended) = base.grow(target, tail, chain.lineage().mark());
             Advance {
                 outcome: AdvanceOutcome::Incremental(added),
                 spine: Some(spine),

@@ -2,6 +2,7 @@
 
 use crate::append_log::AppendLog;
 use crate::event::{Event, EventId};
+use crate::lineage::Lineage;
 use crate::spine::{Spine, SpineOrder};
 
 /// The hop bound of today's walk. The walk also stops at the first revisited event, so this
@@ -75,6 +76,8 @@ pub struct Chain {
     /// The events' resident bytes (their allocations).
     event_bytes: usize,
     rewrites: u64,
+    /// Which cached spines this version may reuse (see [`crate::lineage`]).
+    lineage: Lineage,
 }
 
 impl std::fmt::Debug for Chain {
@@ -142,6 +145,7 @@ impl Chain {
             late: Late::default(),
             event_bytes: 0,
             rewrites: 0,
+            lineage: Lineage::fresh(),
         }
     }
 
@@ -158,13 +162,19 @@ impl Chain {
     /// below it goes to the late map (O(log n)). A redelivery never double counts: the
     /// byte ledger is adjusted by the difference. A redelivery that *differs* from what is
     /// indexed (another payload, type or `prev`) is a rewrite: the last delivery wins, as
-    /// today, and [`Chain::rewrites`] increments so that cached spines built on the old
-    /// version are not reused. An identical redelivery changes nothing.
+    /// today, [`Chain::rewrites`] increments, and no spine built before it is reused. An
+    /// identical redelivery changes nothing.
+    ///
+    /// Each change also moves the chain along its lineage: a spine is reused only by the
+    /// version it was built on or a later version of the same chain with no rewrite between
+    /// them, never by a sibling clone changed another way, an earlier version, or another
+    /// chain of the same execution (see [`advance`](crate::advance)).
     pub fn apply(&mut self, event: Event) -> bool {
         let id = event.id();
         if self.max_id().is_none_or(|max| id > max) {
             self.event_bytes += event.resident_bytes();
             self.ascending.push(event);
+            self.lineage.advance();
             return true;
         }
         if let Some(at) = self.position(id) {
@@ -172,6 +182,7 @@ impl Chain {
             if *old != event {
                 self.event_bytes = self.event_bytes - old.resident_bytes() + event.resident_bytes();
                 self.rewrites += 1;
+                self.lineage.restart();
                 self.ascending = self.ascending.replaced(at, event);
             }
             return false;
@@ -182,12 +193,14 @@ impl Chain {
             Some(old) => {
                 self.event_bytes = self.event_bytes - old.resident_bytes() + added;
                 self.rewrites += 1;
+                self.lineage.restart();
                 self.late.insert(id, event);
                 false
             }
             None => {
                 self.event_bytes += added;
                 self.late.insert(id, event);
+                self.lineage.advance();
                 true
             }
         }
@@ -274,6 +287,11 @@ impl Chain {
         self.rewrites
     }
 
+    /// This version's place in its history, which a spine built on it records.
+    pub(crate) fn lineage(&self) -> &Lineage {
+        &self.lineage
+    }
+
     /// How many indexed events arrived below the largest id (the slow path).
     pub fn late_len(&self) -> usize {
         self.late.len()
@@ -322,7 +340,7 @@ impl Chain {
             SpineOrder::Causal => events.reverse(),
             SpineOrder::EventId => events.sort_by_key(Event::id),
         }
-        Spine::assemble(tip, self.order, self.rewrites, events)
+        Spine::assemble(tip, self.order, self.lineage.mark(), events)
     }
 
     /// Follows `prev` links from `from` until a root, or until `stop_at` is reached (not

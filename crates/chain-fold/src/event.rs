@@ -1,4 +1,4 @@
-//! One WAL event: the four fields the index reads, and the payload it hands back verbatim.
+//! One WAL event: the four fields the index reads, and the payload it hands back in canonical form.
 
 use std::fmt;
 
@@ -77,10 +77,9 @@ impl fmt::Display for Field {
 /// a panic, whatever the input bytes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventError {
-    /// The bytes are not one well-formed JSON value in UTF-8 (truncated, invalid UTF-8,
-    /// trailing garbage, or a duplicate key among the four decoded fields). Deep nesting
-    /// inside other fields is accepted: it is skipped without recursion and handed back
-    /// verbatim.
+    /// The bytes are not one JSON value today's parser reads: truncated, invalid UTF-8,
+    /// trailing garbage, a number beyond `f64`'s range, or nesting at serde_json's
+    /// recursion limit. A repeated key keeps its last value, as serde_json's map does.
     #[error("payload is not valid JSON: {0}")]
     Json(String),
     /// The payload is valid JSON but not an object.
@@ -273,12 +272,87 @@ pub const EVENT_OVERHEAD_BYTES: usize =
     std::mem::size_of::<usize>() + std::mem::size_of::<triomphe::HeaderWithLength<Header>>();
 
 impl Event {
-    /// The deepest nesting of arrays and objects a payload may have: serde_json's default
-    /// recursion limit, which is what today's consumers parse payloads with.
+    /// serde_json's default recursion limit, which is what today's consumers parse payloads
+    /// with: a payload nests arrays and objects fewer than this many levels deep (127 levels
+    /// parse, 128 do not).
     pub const MAX_DEPTH: usize = 128;
 
-    /// Decodes one WAL payload, keeping a copy of the bytes verbatim.
+    /// Decodes one WAL payload, keeping its canonical bytes.
+    ///
+    /// The payload the event keeps, and every spine serves, is the canonical form of the
+    /// payload's JSON value: keys sorted, no whitespace, strings and numbers as serde_json
+    /// writes them. These are the bytes today's index serves (it parses each payload and
+    /// serializes it again), and they depend only on the value: two producers that write
+    /// one event with another key order or spacing give byte-identical events, and so
+    /// byte-identical drive inputs, whichever path (the drain, a tail, a state shard, a
+    /// rehydrate) supplied them.
+    ///
+    /// ```
+    /// use chain_fold::Event;
+    ///
+    /// let a = Event::from_json(br#"{"execution_id":1, "event_id":7, "note":"caf\u00e9"}"#)?;
+    /// let b = Event::from_json(r#"{"note":"café","event_id":7,"execution_id":1}"#.as_bytes())?;
+    /// assert_eq!(a.payload(), r#"{"event_id":7,"execution_id":1,"note":"café"}"#.as_bytes());
+    /// assert_eq!(a, b);
+    /// # Ok::<(), chain_fold::EventError>(())
+    /// ```
     pub fn from_json(payload: &[u8]) -> Result<Event, EventError> {
+        use crate::canonical::{IdField, TypeField};
+        let decoded = match crate::canonical::decode(payload) {
+            Ok(decoded) => decoded,
+            // Name the problem as the field checks do (a lone surrogate, too deep, a
+            // string id); what passes them but does not parse as a JSON value (a number
+            // beyond f64, say) is a JSON error.
+            Err(parse) => return Err(Self::why_unparsed(payload, parse)),
+        };
+        if let Some(found) = decoded.not_an_object {
+            return Err(EventError::NotAnObject { found });
+        }
+        let id_of = |value: IdField, field: Field| match value {
+            IdField::Int(id) => Ok(id),
+            IdField::Missing => Err(EventError::Missing { field }),
+            IdField::Other => Err(Self::why_not_an_id(payload, field)),
+        };
+        let id = id_of(decoded.event_id, Field::EventId)?;
+        let execution_id = id_of(decoded.execution_id, Field::ExecutionId)?;
+        let event_type = match decoded.event_type {
+            TypeField::Empty => EventType::InPayload { start: 0, len: 0 },
+            TypeField::At { start, len } => EventType::InPayload { start, len },
+            TypeField::Owned(text) => EventType::Owned(text),
+        };
+        Ok(Self::assemble(
+            id,
+            execution_id,
+            decoded.prev,
+            event_type,
+            &decoded.bytes,
+        ))
+    }
+
+    /// Why `payload` does not parse: the field checks' typed error where one applies.
+    fn why_unparsed(payload: &[u8], parse: serde_json::Error) -> EventError {
+        match Self::check_fields(payload) {
+            Err(typed) => typed,
+            Ok(_) => EventError::Json(parse.to_string()),
+        }
+    }
+
+    /// Why an id field that parsed is not an `i64`, named from its text.
+    fn why_not_an_id(payload: &[u8], field: Field) -> EventError {
+        match Self::check_fields(payload) {
+            Err(typed) => typed,
+            // The text reads as an i64 but the parsed value is not one (`-0` parses as a
+            // float; a repeated key's last value is not the one the text check read).
+            Ok(_) => EventError::NotAnInteger {
+                field,
+                text: String::from("(not an i64 once parsed)"),
+            },
+        }
+    }
+
+    /// The field checks on the payload's own text, which name each malformed shape
+    /// (only run for a payload that does not decode, to say why).
+    fn check_fields(payload: &[u8]) -> Result<Event, EventError> {
         let first = payload.iter().copied().find(|b| !b.is_ascii_whitespace());
         if first != Some(b'{') {
             // Validate first so truncated or garbage input reports as JSON, then name the kind.
@@ -289,7 +363,7 @@ impl Event {
             });
         }
         // Validate UTF-8 up front: serde_json skips unknown fields without checking their
-        // strings, and the payload is handed back verbatim to consumers that will.
+        // strings (this also runs on text the canonical parse rejected, to name why).
         let text = std::str::from_utf8(payload).map_err(|e| EventError::Json(e.to_string()))?;
         let env: Envelope<'_> =
             serde_json::from_str(text).map_err(|e| EventError::Json(e.to_string()))?;
@@ -385,6 +459,8 @@ impl Event {
             "event_type": event_type,
         });
         let bytes = serde_json::to_vec(&payload).unwrap_or_default();
+        // Canonical whatever serde_json's map order is in this build.
+        let bytes = crate::canonical::canonical_json(&bytes).unwrap_or(bytes);
         Self::from_parts(id, execution_id, prev, event_type, bytes)
     }
 
@@ -688,7 +764,7 @@ fn json_kind(text: &str) -> &'static str {
 
 /// Checks, in one pass over well-formed JSON text, what a consumer that parses the payload
 /// into a JSON value needs beyond well-formedness: no string escape that is half a
-/// surrogate pair, and nesting no deeper than [`Event::MAX_DEPTH`]. Iterative, so a payload
+/// surrogate pair, and nesting less deep than [`Event::MAX_DEPTH`]. Iterative, so a payload
 /// nested far deeper than the limit costs one scan, never the stack.
 fn consumer_readable(json: &[u8]) -> Result<(), EventError> {
     let hex4 = |at: usize| -> Option<u32> {
@@ -730,7 +806,7 @@ fn consumer_readable(json: &[u8]) -> Result<(), EventError> {
             }
             b'{' | b'[' => {
                 depth += 1;
-                if depth > Event::MAX_DEPTH {
+                if depth >= Event::MAX_DEPTH {
                     return Err(EventError::TooDeep {
                         limit: Event::MAX_DEPTH,
                     });

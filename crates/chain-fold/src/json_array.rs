@@ -264,7 +264,12 @@ mod tests {
                 Event::from_parts(i as i64 + 1, 1, prev, ty, p.as_bytes())
             })
             .collect();
-        Spine::assemble(events.len() as i64, SpineOrder::Causal, 0, events)
+        Spine::assemble(
+            events.len() as i64,
+            SpineOrder::Causal,
+            crate::lineage::Lineage::fresh(),
+            events,
+        )
     }
 
     fn joined(a: &JsonArray) -> String {

@@ -51,10 +51,12 @@
 
 mod advance;
 mod append_log;
+mod canonical;
 mod chain;
 mod event;
 mod fold;
 mod json_array;
+mod lineage;
 mod spine;
 mod sync;
 

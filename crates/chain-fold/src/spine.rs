@@ -5,6 +5,7 @@ use crate::sync::Arc;
 use crate::append_log::AppendLog;
 use crate::event::{Event, EventId};
 use crate::json_array::JsonArray;
+use crate::lineage::Lineage;
 
 /// How a spine orders its events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -33,9 +34,12 @@ impl SpineOrder {
 struct SpineInner {
     head: EventId,
     order: SpineOrder,
-    /// The chain's rewrite generation this spine was built against (see
-    /// [`Chain::rewrites`](crate::Chain::rewrites)).
-    generation: u64,
+    /// The chain version this spine was built on: it is reused only by that version or a
+    /// later one of the same chain (see [`crate::lineage`]).
+    built_on: Lineage,
+    /// The position of the first genesis event in spine order (`usize::MAX` if none): a
+    /// prefix of the spine is a complete spine only if it is longer than this.
+    first_genesis: usize,
     events: AppendLog<Event>,
     /// The payloads' total length (the JSON array is this plus one separator per event
     /// and the closing bracket).
@@ -84,7 +88,7 @@ impl Spine {
     pub(crate) fn assemble(
         head: EventId,
         order: SpineOrder,
-        generation: u64,
+        built_on: Lineage,
         events: Vec<Event>,
     ) -> Spine {
         // Room to grow by an eighth (and at least 4) before the first copy: a spine built
@@ -92,6 +96,10 @@ impl Spine {
         let room = events.len() / 8 + 4;
         let mut log = AppendLog::with_capacity(events.len() + room);
         let mut payload_bytes = 0;
+        let first_genesis = events
+            .iter()
+            .position(Event::is_genesis)
+            .unwrap_or(usize::MAX);
         for event in events {
             payload_bytes += event.payload().len();
             log.push(event);
@@ -99,16 +107,18 @@ impl Spine {
         Spine(Arc::new(SpineInner {
             head,
             order,
-            generation,
+            built_on,
+            first_genesis,
             events: log,
             payload_bytes,
         }))
     }
 
-    /// This spine grown to `head` by `tail` (tip last, causal order). Returns the new spine
-    /// and whether it is this one with `tail` appended (false when the event-id order had
-    /// to place a new event before an old one).
-    pub(crate) fn grow(&self, head: EventId, tail: Vec<Event>) -> (Spine, bool) {
+    /// This spine grown to `head` by `tail` (tip last, causal order), on the chain version
+    /// `built_on` that holds `tail`. Returns the new spine and whether it is this one with
+    /// `tail` appended (false when the event-id order had to place a new event before an
+    /// old one).
+    pub(crate) fn grow(&self, head: EventId, tail: Vec<Event>, built_on: Lineage) -> (Spine, bool) {
         let inner = &self.0;
         let mut tail = tail;
         if inner.order == SpineOrder::EventId {
@@ -135,7 +145,8 @@ impl Spine {
             let spine = Spine(Arc::new(SpineInner {
                 head,
                 order: inner.order,
-                generation: inner.generation,
+                built_on,
+                first_genesis: inner.first_genesis,
                 events,
                 payload_bytes,
             }));
@@ -143,7 +154,7 @@ impl Spine {
         }
         let mut all: Vec<Event> = self.as_slice().iter().cloned().chain(tail).collect();
         all.sort_by_key(Event::id);
-        let spine = Spine::assemble(head, inner.order, inner.generation, all);
+        let spine = Spine::assemble(head, inner.order, built_on, all);
         (spine, false)
     }
 
@@ -151,17 +162,30 @@ impl Spine {
     /// end, whose payloads hold `dropped_bytes` bytes: the first `len - dropped` events,
     /// sharing this spine's list (O(1), no walk, no copy). Causal order only (in event-id
     /// order an ancestor's spine is not a prefix).
-    pub(crate) fn ancestor(&self, head: EventId, dropped: usize, dropped_bytes: usize) -> Spine {
+    ///
+    /// `None` when the prefix holds no genesis event: the walk from `head` is exactly the
+    /// prefix, so it reaches the root without passing `playbook_started` and there is no
+    /// spine (a chain may start with a root that is not genesis and meet genesis later).
+    pub(crate) fn ancestor(
+        &self,
+        head: EventId,
+        dropped: usize,
+        dropped_bytes: usize,
+    ) -> Option<Spine> {
         let inner = &self.0;
         debug_assert_eq!(inner.order, SpineOrder::Causal);
         let keep = inner.events.len() - dropped;
-        Spine(Arc::new(SpineInner {
+        if inner.first_genesis >= keep {
+            return None;
+        }
+        Some(Spine(Arc::new(SpineInner {
             head,
             order: inner.order,
-            generation: inner.generation,
+            built_on: inner.built_on.clone(),
+            first_genesis: inner.first_genesis,
             events: inner.events.truncated(keep),
             payload_bytes: inner.payload_bytes - dropped_bytes,
-        }))
+        })))
     }
 
     pub(crate) fn as_slice(&self) -> &[Event] {
@@ -179,8 +203,9 @@ impl Spine {
         SPINE_HEADER_BYTES + self.0.events.heap_bytes()
     }
 
-    pub(crate) fn generation(&self) -> u64 {
-        self.0.generation
+    /// The chain version this spine was built on.
+    pub(crate) fn built_on(&self) -> &Lineage {
+        &self.0.built_on
     }
 
     /// The tip this spine was built for (in event-id order, not necessarily the last

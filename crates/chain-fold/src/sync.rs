@@ -1,8 +1,9 @@
 //! The one place chain-fold's reference counts and atomics come from, so that loom can
 //! replace them (`--cfg chain_fold_loom`, `scripts/loom.sh`).
 //!
-//! The crate's only concurrency protocol is the append-only log's claim of a cell
-//! ([`crate::append_log`]); everything else shares immutable values. Under the loom cfg
+//! The crate's concurrency protocols are two claims: the append-only log's claim of a cell
+//! ([`crate::append_log`]) and a chain's claim of its next version ([`crate::lineage`]);
+//! everything else shares immutable values. Under the loom cfg
 //! only the loom models in `append_log.rs` run: every other test builds its values outside
 //! a loom model, which loom's types do not allow.
 //!
@@ -15,12 +16,12 @@
 #[cfg(not(chain_fold_loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(chain_fold_loom))]
-pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(chain_fold_loom)]
 pub(crate) use loom::sync::Arc;
 #[cfg(chain_fold_loom)]
-pub(crate) use loom::sync::atomic::{AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The value of an atomic nobody else can reach (`&mut`): a plain read.
 pub(crate) fn exclusive_load(atomic: &mut AtomicUsize) -> usize {

@@ -12,7 +12,31 @@ fn a_full_envelope_decodes_and_keeps_its_bytes() {
     let e = Event::from_json(text.as_bytes()).unwrap();
     assert_eq!((e.id(), e.execution_id(), e.prev()), (5, 2, Some(4)));
     assert!(e.is_terminal());
-    assert_eq!(e.payload(), text.as_bytes());
+    // The bytes kept are the canonical form: keys sorted, as today's index serializes them.
+    let canonical = r#"{"context":{"a":[1,2]},"event_id":5,"event_type":"playbook.failed","execution_id":2,"prev_event_id":4}"#;
+    assert_eq!(e.payload(), canonical.as_bytes());
+    let todays: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(e.payload(), serde_json::to_vec(&todays).unwrap());
+}
+
+#[test]
+fn key_order_spacing_and_escapes_do_not_change_the_event() {
+    let a = Event::from_json(br#"{"event_id":5,"execution_id":2,"event_type":"step","r":[1.0,1e2]}"#).unwrap();
+    let b = Event::from_json(
+        br#"{ "r" : [ 1.00 , 100.0 ] ,
+"execution_id":2, "event_type":"step", "event_id":5 }"#,
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.payload(), b.payload());
+    assert_eq!(a.event_type(), "step");
+}
+
+#[test]
+fn a_repeated_key_keeps_its_last_value_as_todays_parser_does() {
+    let e = Event::from_json(br#"{"event_id":1,"event_id":2,"execution_id":1}"#).unwrap();
+    assert_eq!(e.id(), 2);
+    assert_eq!(e.payload(), br#"{"event_id":2,"execution_id":1}"#.as_slice());
 }
 
 #[test]
@@ -154,7 +178,7 @@ fn truncated_invalid_utf8_and_trailing_garbage_are_json_errors() {
         br#"{"event_id":1,"execution_id":1} x"#,
         b"",
         b"   ",
-        br#"{"event_id":1,"event_id":2,"execution_id":1}"#,
+        br#"{"event_id":1,"execution_id":1,"big":1e400}"#,
     ] {
         assert!(
             matches!(Event::from_json(bad), Err(EventError::Json(_))),
@@ -172,12 +196,15 @@ fn nesting_deeper_than_consumers_parse_is_a_typed_error_without_recursion() {
             "]".repeat(depth)
         )
     };
-    // The envelope object is one level: 127 more are the deepest a consumer parses.
-    let deepest = nested(Event::MAX_DEPTH - 1);
+    // The envelope object is one level: 126 more are the deepest a consumer parses
+    // (serde_json stops at 128 levels).
+    let deepest = nested(Event::MAX_DEPTH - 2);
+    assert!(serde_json::from_str::<serde_json::Value>(&deepest).is_ok());
+    assert!(serde_json::from_str::<serde_json::Value>(&nested(Event::MAX_DEPTH - 1)).is_err());
     let e = Event::from_json(deepest.as_bytes()).unwrap();
     assert_eq!(e.payload().len(), deepest.len());
     assert_eq!(e.to_slim().payload().len(), deepest.len());
-    for depth in [Event::MAX_DEPTH, 100_000] {
+    for depth in [Event::MAX_DEPTH - 1, 100_000] {
         assert_eq!(
             Event::from_json(nested(depth).as_bytes()).unwrap_err(),
             EventError::TooDeep {
@@ -224,7 +251,7 @@ fn slim_projection_keeps_only_slim_keys_and_the_link() {
     let slim = Event::from_json(text.as_bytes()).unwrap().to_slim();
     assert_eq!(
         std::str::from_utf8(slim.payload()).unwrap(),
-        r#"{"event_id":3,"execution_id":1,"event_type":"step","result":{"r":1}}"#
+        r#"{"event_id":3,"event_type":"step","execution_id":1,"result":{"r":1}}"#
     );
     assert_eq!(slim.prev(), Some(2));
 }

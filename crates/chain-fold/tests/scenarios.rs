@@ -405,3 +405,135 @@ fn replaying_a_long_chain_with_out_of_order_drives_is_linear() {
         "{steps} steps for {HOPS} builds of a {HOPS}-hop chain"
     );
 }
+
+/// An event with an explicit type and a payload marker, for chains whose root is not
+/// genesis and for two incarnations of one id.
+fn typed(id: i64, prev: Option<i64>, ty: &str, marker: &str) -> Event {
+    let payload = format!(
+        r#"{{"event_id":{id},"execution_id":1,"prev_event_id":{},"event_type":"{ty}","marker":"{marker}"}}"#,
+        prev.map_or("null".to_string(), |p| p.to_string())
+    );
+    Event::from_json(payload.as_bytes()).unwrap()
+}
+
+fn markers(spine: &chain_fold::Spine) -> Vec<String> {
+    spine
+        .events()
+        .map(|e| {
+            let value: serde_json::Value = serde_json::from_slice(e.payload()).unwrap();
+            value["marker"].as_str().unwrap_or("").to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn an_ancestor_below_a_late_genesis_is_no_genesis_whatever_is_cached() {
+    // 1 step (a root) <- 2 step <- 3 playbook_started: the walk from 2 reaches root 1
+    // without passing a genesis, so 2 has no spine, whichever spine is cached.
+    let mut chain = Chain::new(SpineOrder::Causal);
+    chain.apply(typed(1, None, "step", "a"));
+    chain.apply(typed(2, Some(1), "step", "a"));
+    chain.apply(typed(3, Some(2), "playbook_started", "a"));
+    let cached = chain_fold::advance(&chain, None, 3).spine.unwrap();
+    assert_eq!(cached.ids(), vec![1, 2, 3]);
+    assert_eq!(
+        chain_fold::advance(&chain, Some(&cached), 2).outcome,
+        AdvanceOutcome::Incomplete(Incomplete::NoGenesis)
+    );
+    // Five events with the genesis last: every tip below it is NoGenesis, whether the scan
+    // of the cached spine or the walk reaches it first.
+    let mut chain = Chain::new(SpineOrder::Causal);
+    for id in 1..=5 {
+        let ty = if id == 5 { "playbook_started" } else { "step" };
+        chain.apply(typed(id, (id > 1).then(|| id - 1), ty, "a"));
+    }
+    let cached = chain_fold::advance(&chain, None, 5).spine.unwrap();
+    for tip in 1..=4 {
+        assert_eq!(
+            chain_fold::advance(&chain, Some(&cached), tip).outcome,
+            AdvanceOutcome::Incomplete(Incomplete::NoGenesis),
+            "tip {tip}"
+        );
+        assert_eq!(chain.walk_from(tip).unwrap_err(), Incomplete::NoGenesis);
+    }
+    // A genesis in the middle: tips at or above it are served as prefixes.
+    let mut chain = Chain::new(SpineOrder::Causal);
+    for id in 1..=5 {
+        let ty = if id == 3 { "playbook_started" } else { "step" };
+        chain.apply(typed(id, (id > 1).then(|| id - 1), ty, "a"));
+    }
+    let cached = chain_fold::advance(&chain, None, 5).spine.unwrap();
+    for tip in 1..=4 {
+        let served = chain_fold::advance(&chain, Some(&cached), tip);
+        match chain.walk_from(tip) {
+            Ok(walked) => assert_eq!(served.spine.unwrap().ids(), walked.ids(), "tip {tip}"),
+            Err(why) => assert_eq!(served.outcome, AdvanceOutcome::Incomplete(why), "tip {tip}"),
+        }
+    }
+}
+
+#[test]
+fn a_spine_of_an_evicted_incarnation_is_not_served_to_its_successor() {
+    let incarnation = |marker: &str| {
+        let mut chain = Chain::new(SpineOrder::Causal);
+        chain.apply(typed(1, None, "playbook_started", marker));
+        chain.apply(typed(2, Some(1), "step", marker));
+        chain
+    };
+    let mut cache = SpineCache::default();
+    assert_eq!(cache.advance_to(&incarnation("old"), 2), AdvanceOutcome::ColdRebuild(2));
+    // The execution is evicted and re-created under the same id with other events.
+    let outcome = cache.advance_to(&incarnation("new"), 2);
+    assert_eq!(outcome, AdvanceOutcome::ColdRebuild(2));
+    assert_eq!(markers(cache.spine().unwrap()), vec!["new", "new"]);
+}
+
+#[test]
+fn a_spine_built_on_one_sibling_snapshot_is_not_served_to_the_other() {
+    let mut base = Chain::new(SpineOrder::Causal);
+    base.apply(typed(1, None, "playbook_started", "base"));
+    base.apply(typed(2, Some(1), "step", "base"));
+    let (mut left, mut right) = (base.clone(), base.clone());
+    left.apply(typed(3, Some(2), "step", "left"));
+    right.apply(typed(3, Some(2), "step", "right"));
+    let mut cache = SpineCache::default();
+    cache.advance_to(&left, 3);
+    assert_eq!(cache.advance_to(&right, 3), AdvanceOutcome::ColdRebuild(3));
+    assert_eq!(markers(cache.spine().unwrap()), vec!["base", "base", "right"]);
+    // Two siblings with one rewrite each (equal rewrite counts), sharing the tip's
+    // allocation: still no reuse across them.
+    let tip = typed(3, Some(2), "step", "shared");
+    let (mut x, mut y) = (base.clone(), base.clone());
+    x.apply(typed(2, Some(1), "step", "x"));
+    y.apply(typed(1, None, "playbook_started", "y"));
+    x.apply(tip.clone());
+    y.apply(tip);
+    assert_eq!((x.rewrites(), y.rewrites()), (1, 1));
+    let mut cache = SpineCache::default();
+    cache.advance_to(&x, 3);
+    assert_eq!(cache.advance_to(&y, 3), AdvanceOutcome::ColdRebuild(3));
+    assert_eq!(markers(cache.spine().unwrap()), vec!["y", "base", "shared"]);
+}
+
+#[test]
+fn a_spine_of_a_later_snapshot_is_not_served_to_an_earlier_one() {
+    // The earlier snapshot lacks hop 2 (it arrived late); the later one has it.
+    let mut earlier = Chain::new(SpineOrder::Causal);
+    earlier.apply(typed(1, None, "playbook_started", "a"));
+    earlier.apply(typed(3, Some(2), "step", "a"));
+    let mut later = earlier.clone();
+    later.apply(typed(2, Some(1), "step", "a"));
+    let spine = chain_fold::advance(&later, None, 3).spine.unwrap();
+    assert_eq!(spine.ids(), vec![1, 2, 3]);
+    assert_eq!(
+        chain_fold::advance(&earlier, Some(&spine), 3).outcome,
+        AdvanceOutcome::Incomplete(Incomplete::MissingHop(2))
+    );
+    // ...while the later snapshot (and any later one) reuses it.
+    assert_eq!(chain_fold::advance(&later, Some(&spine), 3).outcome, AdvanceOutcome::CacheHit);
+    later.apply(typed(4, Some(3), "step", "a"));
+    assert_eq!(
+        chain_fold::advance(&later, Some(&spine), 4).outcome,
+        AdvanceOutcome::Incremental(1)
+    );
+}
