@@ -44,6 +44,26 @@ fn the_engine_ends_a_drive_for_a_finished_execution_at_once() {
     assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2]);
 }
 
+/// Re-created after its terminal eviction, then evicted explicitly: nothing says it finished
+/// again (only a terminal eviction does), so its drives wait as for any execution.
+#[test]
+fn a_re_created_execution_evicted_explicitly_is_not_finished() {
+    let index = finished_execution::<WalIndex>();
+    index.apply(Event::minimal(1, 7, None, "playbook_started"));
+    assert!(index.evict(7));
+    let drive = index.drive_blocking(7, Some(2), budget());
+    assert!(drive.outcome.spine().is_none());
+    assert_waited_out_its_deadline(&drive);
+    // The same execution finishing again is remembered again.
+    let report = index.apply_batch(vec![
+        Event::minimal(1, 7, None, "playbook_started"),
+        Event::minimal(3, 7, Some(1), "playbook_completed"),
+    ]);
+    assert_eq!(report.terminal_evicted, vec![7]);
+    let drive = index.drive_blocking(7, Some(2), budget());
+    assert_eq!((drive.builds, drive.wakes, drive.timeouts), (1, 0, 0));
+}
+
 #[test]
 fn an_execution_never_seen_still_waits_its_budget() {
     let index = finished_execution::<WalIndex>();

@@ -14,8 +14,10 @@
 //!
 //! On an executor, `MutexIndex`'s async paths (`drive`, `drive_flow`, the drain's
 //! `step_async`) await its mutex; its synchronous methods park the calling thread in the
-//! same queue, so call them from plain threads only: a runtime thread parked there can
-//! hold up the task the fair queue hands the lock to next.
+//! same queue. They finish wherever they are called, a Tokio task included (they run
+//! outside Tokio's cooperative budget, which a blocking call could never refill), but
+//! prefer plain threads for them: a runtime thread parked there can hold up the task the
+//! fair queue hands the lock to next.
 //!
 //! [`WalIndex`]: crate::WalIndex
 //! [`StateIndex`]: crate::StateIndex

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine};
 // The synchronous surface runs the async operation to completion: one body for both, parked
-// in the same fair queue (plain threads only; see `AsyncMutex::lock_blocking`).
-use futures_lite::future::block_on;
+// in the same fair queue, outside Tokio's cooperative budget (see `sync::run_to_completion`).
+use crate::sync::run_to_completion as block_on;
 use serde_json::Value;
 
 use super::entry::{self, BatchTally, Cloned, Entry};

@@ -20,6 +20,14 @@ pub(super) struct FinishedExecutions {
 }
 
 impl FinishedExecutions {
+    /// Forgets `execution_id` (it was re-created). O(capacity) when it was remembered,
+    /// which only a redelivery after a terminal eviction costs; O(1) otherwise.
+    fn forget(&mut self, execution_id: ExecutionId) {
+        if self.ids.remove(&execution_id) {
+            self.order.retain(|id| *id != execution_id);
+        }
+    }
+
     /// How many finished executions are remembered: at production's ~150 finishing per
     /// second, the last couple of minutes (about 0.5 MiB).
     const CAPACITY: usize = 16_384;
@@ -33,6 +41,15 @@ impl FinishedExecutions {
                 self.ids.remove(&oldest);
             }
         }
+    }
+}
+
+/// Forgets that `execution_id` finished: it is being re-created (the caller holds the
+/// directory lock).
+pub(super) fn forget_finished(index: &WalIndex, execution_id: ExecutionId) {
+    let mut finished = index.finished.lock();
+    if !finished.ids.is_empty() {
+        finished.forget(execution_id);
     }
 }
 

@@ -168,6 +168,11 @@ impl WalIndex {
         }
         let slot = Arc::new(Slot::new(execution_id, self.config.order, self.clock.now()));
         let next = directory.update(execution_id, Arc::clone(&slot));
+        // A re-created execution is no longer known to be finished: what arrives for it now
+        // came after its terminal eviction, and only another terminal eviction makes it
+        // finished again (an explicit or policy eviction does not). Under the directory
+        // lock, the order `publish_removal` takes the two locks in.
+        evict::forget_finished(self, execution_id);
         self.directory.store(Arc::new(next));
         // After the store: a drive registering in the room checks residency under the
         // rooms lock, so it either finds this slot or is in the room this wakes.

@@ -81,6 +81,13 @@ impl<T> AsyncMutex<T> {
     }
 }
 
+/// A comparator's async operation run to completion: the model's locks never return
+/// `Pending`, so the first poll finishes it.
+#[cfg(feature = "baselines")]
+pub(crate) fn run_to_completion<F: std::future::Future>(operation: F) -> F::Output {
+    futures_lite::future::block_on(operation)
+}
+
 /// A model of arc-swap's `ArcSwap`: an atomic pointer, published with [`PUBLISH`] and
 /// loaded with acquire. Replaced values are kept until the cell drops (a model needs no
 /// reclamation scheme, and keeping them makes every loaded pointer valid).

@@ -217,8 +217,21 @@ impl<T> AsyncMutex<T> {
     /// the lock to and that is queued behind that very thread, so every async path of the
     /// comparators awaits `lock` instead.
     pub(crate) fn lock_blocking(&self) -> tokio::sync::MutexGuard<'_, T> {
-        futures_lite::future::block_on(self.0.lock())
+        run_to_completion(self.0.lock())
     }
+}
+
+/// Runs a comparator's async operation to completion on the calling thread: its blocking
+/// form, one body for both.
+///
+/// Unconstrained by Tokio's cooperative budget: called from inside a Tokio task, each
+/// acquisition of Tokio's mutex spends that task's budget, and once it is spent the lock
+/// answers `Pending` and wakes itself at once, forever, since a blocking call never yields
+/// back to the scheduler that would refill it. Outside a runtime the wrapper changes
+/// nothing.
+#[cfg(feature = "baselines")]
+pub(crate) fn run_to_completion<F: std::future::Future>(operation: F) -> F::Output {
+    futures_lite::future::block_on(tokio::task::unconstrained(operation))
 }
 
 /// Lets another thread run (a spin-wait's back-off).
