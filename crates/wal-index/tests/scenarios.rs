@@ -308,7 +308,7 @@ fn slim_index_stores_the_projection<I: StateIndex>() {
     let spine = index.build(1, Some(1)).spine.unwrap();
     assert_eq!(
         spine.json_array().to_bytes(),
-        &br#"[{"event_id":1,"execution_id":1,"event_type":"playbook_started"}]"#[..]
+        &br#"[{"event_id":1,"event_type":"playbook_started","execution_id":1}]"#[..]
     );
 }
 
