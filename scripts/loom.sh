@@ -8,9 +8,9 @@
 # 2. Runs the deliberately weakened publication and each mutation (a wal-index feature that
 #    re-introduces one concurrency bug) against the model that guards it, and requires loom
 #    to fail there. A mutation loom does not catch fails this script.
-# 3. Runs chain-fold's own models of its append-only log (`--cfg chain_fold_loom`, next to
-#    the code in crates/chain-fold/src/append_log.rs), then its mutation, which they must
-#    catch. chain-fold's shim switches on its own cfg: under wal_index_loom the engine's
+# 3. Runs chain-fold's own models (`--cfg chain_fold_loom`, next to the code they model):
+#    the append-only log's claim of a cell (src/append_log.rs) and a chain's claim of its
+#    next version (src/lineage.rs), then each one's mutation, which its models must catch. chain-fold's shim switches on its own cfg: under wal_index_loom the engine's
 #    models see chain-fold as plain code, which keeps their state spaces what they were.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,14 +64,19 @@ echo "chain-fold's append-only log (its own cfg and target dir):"
 chain_fold() {
   RUSTFLAGS="${RUSTFLAGS/--cfg wal_index_loom/} --cfg chain_fold_loom" \
     CARGO_TARGET_DIR="$CARGO_TARGET_DIR-chain-fold" \
-    cargo test --locked -q -p chain-fold --lib "$@" append_log::loom_models
+    cargo test --locked -q -p chain-fold --lib "$@"
 }
-chain_fold
-log=$(mktemp)
-chain_fold --features mutation-claim-without-cas --no-run 2>"$log" \
-  || { cat "$log"; echo "mutation claim-without-cas does not build"; exit 1; }
-if chain_fold --features mutation-claim-without-cas >"$log" 2>&1; then
-  rm -f "$log"; echo "ESCAPED mutation-claim-without-cas: the append-only log's models passed"; exit 1
-fi
-echo "caught  mutation-claim-without-cas by $(grep -m1 -oE "append_log::loom_models::[a-z_]+" "$log")"
-rm -f "$log"
+chain_fold append_log::loom_models
+chain_fold lineage::loom_models
+# mutation -> the models that must fail with it
+for entry in "claim-without-cas append_log::loom_models" "lineage-claim-without-cas lineage::loom_models"; do
+  read -r mutation models <<<"$entry"
+  log=$(mktemp)
+  chain_fold --features "mutation-$mutation" --no-run 2>"$log" \
+    || { cat "$log"; echo "mutation $mutation does not build"; exit 1; }
+  if chain_fold --features "mutation-$mutation" "$models" >"$log" 2>&1; then
+    rm -f "$log"; echo "ESCAPED mutation-$mutation: $models passed"; exit 1
+  fi
+  echo "caught  mutation-$mutation by $(grep -m1 -oE "$models::[a-z_]+" "$log")"
+  rm -f "$log"
+done

@@ -31,7 +31,11 @@ text = re.sub(r"members = \[[^\]]*\]", "members = [" + sys.argv[1].rstrip(", ") 
 open("Cargo.toml", "w").write(text)
 EOF
 # The profile overrides name packages that are no longer in the graph; cargo warns only.
-cargo +nightly update -Z direct-minimal-versions 2>&1 | grep -v "^\s*\(Locking\|Adding\|Downgrading\)" || true
+if ! cargo +nightly update -Z direct-minimal-versions >"$work/update.log" 2>&1; then
+  cat "$work/update.log"
+  echo "the floors do not resolve: raise the floor the error names"
+  exit 1
+fi
 echo "direct dependencies resolved to their floors:"
 for lib in "${libs[@]}"; do
   cargo tree --locked -p "$lib" -e normal,dev --depth 1 --prefix none 2>/dev/null | tail -n +2

@@ -8,14 +8,14 @@ mod model;
 
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use model::{EXECUTIONS, HEADS, Op, check_every_index};
+use model::{EXECUTIONS, HEADS, Op, POOL, check_every_index};
 
 fn exec(u: &mut Unstructured<'_>) -> Result<i64> {
     u.int_in_range(0..=EXECUTIONS - 1)
 }
 
 fn event(u: &mut Unstructured<'_>) -> Result<(i64, u8)> {
-    Ok((exec(u)?, u.int_in_range(0..=9)?))
+    Ok((exec(u)?, u.int_in_range(0..=POOL - 1)?))
 }
 
 fn events(u: &mut Unstructured<'_>, max: usize) -> Result<Vec<(i64, u8)>> {
@@ -25,8 +25,8 @@ fn events(u: &mut Unstructured<'_>, max: usize) -> Result<Vec<(i64, u8)>> {
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
     let head = |u: &mut Unstructured<'_>| u.int_in_range(0..=HEADS.len() - 1);
-    Ok(match u.int_in_range(0..=9u8)? {
-        0 => Op::Apply(exec(u)?, u.int_in_range(0..=9)?),
+    Ok(match u.int_in_range(0..=10u8)? {
+        0 => Op::Apply(exec(u)?, u.int_in_range(0..=POOL - 1)?),
         1 => Op::Batch(events(u, 8)?),
         2 => Op::Build(exec(u)?, if u.arbitrary()? { Some(head(u)?) } else { None }),
         3 => Op::Drive(exec(u)?, head(u)?),
@@ -35,7 +35,8 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         6 => Op::Mark(exec(u)?),
         7 => Op::Release(exec(u)?),
         8 => Op::Confirm(exec(u)?),
-        _ => Op::Rehydrate(exec(u)?, events(u, 6)?),
+        9 => Op::Rehydrate(exec(u)?, events(u, 6)?),
+        _ => Op::SnapshotBuild(exec(u)?, head(u)?),
     })
 }
 

@@ -313,7 +313,10 @@ mod tests {
     fn rejects_what_todays_parser_rejects() {
         for json in [r#"{"a":1e400}"#, r#"{"a":"\ud800"}"#, "[1,]", "{\"a\":1} x"] {
             assert!(canonical_json(json.as_bytes()).is_err(), "{json}");
-            assert!(serde_json::from_str::<serde_json::Value>(json).is_err(), "{json}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(json).is_err(),
+                "{json}"
+            );
         }
     }
 }

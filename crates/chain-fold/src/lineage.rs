@@ -64,15 +64,24 @@ impl Lineage {
         // that read-modify-writes of one location are totally ordered, so at most one
         // compare-and-swap from `version` succeeds; no other memory is read on the strength
         // of it (a spine's check compares the pointer and the plain `version` it holds).
-        let claimed = self
-            .line
-            .compare_exchange(
-                self.version,
-                self.version + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_ok();
+        let claimed = if cfg!(feature = "mutation-lineage-claim-without-cas") {
+            // The mutation: a check, then a store, which two siblings of one version can
+            // both pass (`scripts/loom.sh` requires the model below to catch it).
+            let free = self.line.load(Ordering::Relaxed) == self.version;
+            if free {
+                self.line.store(self.version + 1, Ordering::Relaxed);
+            }
+            free
+        } else {
+            self.line
+                .compare_exchange(
+                    self.version,
+                    self.version + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        };
         if claimed {
             self.version += 1;
         } else {
@@ -129,5 +138,39 @@ mod tests {
         chain.restart();
         assert!(!chain.covers(&before));
         assert!(!Lineage::fresh().covers(&before));
+    }
+}
+
+/// The claim under loom (`--cfg chain_fold_loom`, run by `scripts/loom.sh`): two siblings of
+/// one version that both change can never both stay on the line, so a spine built on one is
+/// never reused by the other.
+#[cfg(chain_fold_loom)]
+mod loom_models {
+    use super::Lineage;
+    use loom::thread;
+
+    #[test]
+    fn two_siblings_never_claim_the_same_version() {
+        loom::model(|| {
+            let base = Lineage::fresh();
+            let mut left = base.clone();
+            let racer = thread::spawn(move || {
+                left.advance();
+                left
+            });
+            let mut right = base.clone();
+            right.advance();
+            let left = racer.join().unwrap();
+            assert!(
+                !(left.covers(&right.mark()) && right.covers(&left.mark())),
+                "two siblings claimed one version: each would reuse the other's spines"
+            );
+            assert!(!left.covers(&right.mark()) || !right.covers(&base));
+            // Exactly one of them is still on the base's line.
+            assert_eq!(
+                usize::from(left.covers(&base)) + usize::from(right.covers(&base)),
+                1
+            );
+        });
     }
 }

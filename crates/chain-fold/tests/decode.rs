@@ -21,7 +21,9 @@ fn a_full_envelope_decodes_and_keeps_its_bytes() {
 
 #[test]
 fn key_order_spacing_and_escapes_do_not_change_the_event() {
-    let a = Event::from_json(br#"{"event_id":5,"execution_id":2,"event_type":"step","r":[1.0,1e2]}"#).unwrap();
+    let a =
+        Event::from_json(br#"{"event_id":5,"execution_id":2,"event_type":"step","r":[1.0,1e2]}"#)
+            .unwrap();
     let b = Event::from_json(
         br#"{ "r" : [ 1.00 , 100.0 ] ,
 "execution_id":2, "event_type":"step", "event_id":5 }"#,
@@ -36,7 +38,10 @@ fn key_order_spacing_and_escapes_do_not_change_the_event() {
 fn a_repeated_key_keeps_its_last_value_as_todays_parser_does() {
     let e = Event::from_json(br#"{"event_id":1,"event_id":2,"execution_id":1}"#).unwrap();
     assert_eq!(e.id(), 2);
-    assert_eq!(e.payload(), br#"{"event_id":2,"execution_id":1}"#.as_slice());
+    assert_eq!(
+        e.payload(),
+        br#"{"event_id":2,"execution_id":1}"#.as_slice()
+    );
 }
 
 #[test]

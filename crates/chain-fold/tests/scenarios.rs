@@ -481,7 +481,10 @@ fn a_spine_of_an_evicted_incarnation_is_not_served_to_its_successor() {
         chain
     };
     let mut cache = SpineCache::default();
-    assert_eq!(cache.advance_to(&incarnation("old"), 2), AdvanceOutcome::ColdRebuild(2));
+    assert_eq!(
+        cache.advance_to(&incarnation("old"), 2),
+        AdvanceOutcome::ColdRebuild(2)
+    );
     // The execution is evicted and re-created under the same id with other events.
     let outcome = cache.advance_to(&incarnation("new"), 2);
     assert_eq!(outcome, AdvanceOutcome::ColdRebuild(2));
@@ -499,7 +502,10 @@ fn a_spine_built_on_one_sibling_snapshot_is_not_served_to_the_other() {
     let mut cache = SpineCache::default();
     cache.advance_to(&left, 3);
     assert_eq!(cache.advance_to(&right, 3), AdvanceOutcome::ColdRebuild(3));
-    assert_eq!(markers(cache.spine().unwrap()), vec!["base", "base", "right"]);
+    assert_eq!(
+        markers(cache.spine().unwrap()),
+        vec!["base", "base", "right"]
+    );
     // Two siblings with one rewrite each (equal rewrite counts), sharing the tip's
     // allocation: still no reuse across them.
     let tip = typed(3, Some(2), "step", "shared");
@@ -530,7 +536,10 @@ fn a_spine_of_a_later_snapshot_is_not_served_to_an_earlier_one() {
         AdvanceOutcome::Incomplete(Incomplete::MissingHop(2))
     );
     // ...while the later snapshot (and any later one) reuses it.
-    assert_eq!(chain_fold::advance(&later, Some(&spine), 3).outcome, AdvanceOutcome::CacheHit);
+    assert_eq!(
+        chain_fold::advance(&later, Some(&spine), 3).outcome,
+        AdvanceOutcome::CacheHit
+    );
     later.apply(typed(4, Some(3), "step", "a"));
     assert_eq!(
         chain_fold::advance(&later, Some(&spine), 4).outcome,

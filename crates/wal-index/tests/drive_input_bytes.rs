@@ -22,7 +22,11 @@ fn spelled(id: EventId, tidy: bool) -> Bytes {
         1 => "playbook_started",
         _ => "step",
     };
-    let prev = if id == 1 { "null".to_string() } else { (id - 1).to_string() };
+    let prev = if id == 1 {
+        "null".to_string()
+    } else {
+        (id - 1).to_string()
+    };
     let text = if tidy {
         format!(
             r#"{{"event_id":{id},"execution_id":{EXECUTION},"prev_event_id":{prev},"event_type":"{ty}","result":{{"ok":true,"n":100,"f":0.5}},"note":"café/x"}}"#
@@ -64,7 +68,12 @@ impl DriveFallbacks for Sources {
 }
 
 fn served_bytes(drive: &wal_index::Drive) -> String {
-    let bytes = drive.outcome.spine().expect("served").json_array().to_bytes();
+    let bytes = drive
+        .outcome
+        .spine()
+        .expect("served")
+        .json_array()
+        .to_bytes();
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
@@ -97,7 +106,11 @@ fn one_function_of_the_events_on_every_path<I: StateIndex>() {
         &DriveFlow::new(no_wait).tail_events(tail),
     );
     assert_eq!(served_bytes(&drive), today, "tail over the drain");
-    assert_eq!(index.chain(EXECUTION).unwrap().rewrites(), 0, "not a rewrite");
+    assert_eq!(
+        index.chain(EXECUTION).unwrap().rewrites(),
+        0,
+        "not a rewrite"
+    );
     // The state shard, the other spelling, over a drained index: no mismatch either.
     let index = I::with_config(IndexConfig::default());
     index.apply_batch(decoded(true)[..2].to_vec());
@@ -122,7 +135,9 @@ fn one_function_of_the_events_on_every_path<I: StateIndex>() {
     let drive = index.drive_flow_blocking(
         EXECUTION,
         Some(3),
-        &DriveFlow::new(no_wait).fallbacks(&sources).rehydrate_gate(&gate),
+        &DriveFlow::new(no_wait)
+            .fallbacks(&sources)
+            .rehydrate_gate(&gate),
     );
     assert_eq!(drive.label, DriveLabel::ServedRehydrated);
     assert_eq!(served_bytes(&drive), today, "rehydrate");
@@ -145,7 +160,11 @@ fn one_function_of_the_events_on_every_path<I: StateIndex>() {
             )
         })
         .collect();
-    assert_eq!(served_bytes(&drive), serde_json::to_string(&slim_today).unwrap(), "slim");
+    assert_eq!(
+        served_bytes(&drive),
+        serde_json::to_string(&slim_today).unwrap(),
+        "slim"
+    );
 }
 
 for_each_engine!(one_function_of_the_events_on_every_path);

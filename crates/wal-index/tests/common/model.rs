@@ -17,11 +17,20 @@ use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
 
 pub const EXECUTIONS: i64 = 3;
 
-/// The event pool: per execution a chain 1..=7 with an inversion (6 <- 5 is stamped with
-/// a lower id than 5? no: ids 1,2,3,50,4 in arrival order), a terminal 8, a fork, a
-/// self-loop and a dangling hop.
-pub fn pool_event(exec: ExecutionId, k: u8) -> Event {
-    let (id, prev, ty) = match k % 10 {
+/// How many kinds of event the pool has (`pool_event(exec, k)` reads `k % POOL`).
+pub const POOL: u8 = 16;
+
+/// The event pool, per execution, as producers write it (`pool_text`):
+///
+/// - a chain `1 playbook_started <- 2 <- 3 <- 50 <- 4` (an inversion: 4 arrived after 50),
+///   a terminal 8, a fork 9 off 2, a self-loop 10 and a dangling hop 11;
+/// - the odd chains: a root 60 that is not genesis, `60 <- 61 <- 62 playbook_started <- 63`
+///   (a genesis in the middle: tips 60 and 61 have no spine, 62 and 63 do);
+/// - redeliveries: 2 with another type (a rewrite), 3 with its `prev_event_id` moved to 1
+///   (a rewrite of a link), and 4 written with its keys in another order and spacing (the
+///   same value: an identical redelivery).
+pub fn pool_text(exec: ExecutionId, k: u8) -> String {
+    let (id, prev, ty) = match k % POOL {
         0 => (1, None, "playbook_started"),
         1 => (2, Some(1), "step"),
         2 => (3, Some(2), "step"),
@@ -31,12 +40,86 @@ pub fn pool_event(exec: ExecutionId, k: u8) -> Event {
         6 => (9, Some(2), "fork"),
         7 => (10, Some(10), "loop"),
         8 => (11, Some(20), "dangling"),
-        _ => (2, Some(1), "rewritten"), // a conflicting redelivery of 2
+        9 => (2, Some(1), "rewritten"),
+        10 => (60, None, "step"),
+        11 => (61, Some(60), "step"),
+        12 => (62, Some(61), "playbook_started"),
+        13 => (63, Some(62), "step"),
+        14 => (3, Some(1), "step"),
+        _ => {
+            return format!(
+                "{{ \"execution_id\" : {exec},\n \"event_type\": \"step\", \"prev_event_id\":50, \"event_id\" : 4 }}"
+            );
+        }
     };
-    Event::minimal(id, exec, prev, ty)
+    let prev = prev.map_or("null".to_string(), |p: i64| p.to_string());
+    format!(
+        r#"{{"prev_event_id":{prev},"event_type":"{ty}","execution_id":{exec},"event_id":{id}}}"#
+    )
 }
 
-pub const HEADS: [i64; 8] = [1, 2, 3, 50, 4, 8, 9, 10];
+/// `pool_text(exec, k)`, decoded.
+pub fn pool_event(exec: ExecutionId, k: u8) -> Event {
+    Event::from_json(pool_text(exec, k).as_bytes()).expect("the pool decodes")
+}
+
+/// Every id the pool has, as build targets.
+pub const HEADS: [i64; 13] = [1, 2, 3, 50, 4, 8, 9, 10, 11, 60, 61, 62, 63];
+
+/// The reference walk (docs/domain.md, "Chains and spines"), written from the domain alone:
+/// over the last text delivered of each id, from the tip along `prev_event_id` to a root;
+/// no spine if the tip or a hop is absent, if no `playbook_started` was passed or if an
+/// event repeats. The served bytes are today's: each payload parsed into a
+/// `serde_json::Value`, the spine's values serialized as one array.
+pub fn reference_walk(
+    texts: &BTreeMap<i64, String>,
+    tip: i64,
+    order: SpineOrder,
+) -> Result<Vec<u8>, Incomplete> {
+    let value = |id: &i64| -> Option<serde_json::Value> {
+        texts
+            .get(id)
+            .map(|t| serde_json::from_str(t).expect("the pool parses"))
+    };
+    let mut walked: Vec<(i64, serde_json::Value)> = Vec::new();
+    let mut at = tip;
+    let mut current = value(&at).ok_or(Incomplete::TipMissing(tip))?;
+    loop {
+        if walked.iter().any(|(id, _)| *id == at) {
+            // Which event of the loop a walk names depends on where it entered it.
+            return Err(Incomplete::Cycle(0));
+        }
+        let prev = current["prev_event_id"].as_i64();
+        walked.push((at, current));
+        match prev {
+            None => break,
+            Some(prev) => {
+                current = value(&prev).ok_or(Incomplete::MissingHop(prev))?;
+                at = prev;
+            }
+        }
+    }
+    if !walked
+        .iter()
+        .any(|(_, v)| v["event_type"] == "playbook_started")
+    {
+        return Err(Incomplete::NoGenesis);
+    }
+    match order {
+        SpineOrder::Causal => walked.reverse(),
+        SpineOrder::EventId => walked.sort_by_key(|(id, _)| *id),
+    }
+    let values: Vec<serde_json::Value> = walked.into_iter().map(|(_, v)| v).collect();
+    Ok(serde_json::to_vec(&values).expect("values serialize"))
+}
+
+/// An incomplete reason as the reference can state it (a cycle without its event).
+pub fn comparable(why: &Incomplete) -> Incomplete {
+    match why {
+        Incomplete::Cycle(_) => Incomplete::Cycle(0),
+        other => other.clone(),
+    }
+}
 
 #[derive(Debug, Clone)]
 pub enum Op {
@@ -50,11 +133,16 @@ pub enum Op {
     Release(ExecutionId),
     Confirm(ExecutionId),
     Rehydrate(ExecutionId, Vec<(ExecutionId, u8)>),
+    /// Feed the index's snapshot of the execution (`StateIndex::chain`) to the runner's
+    /// own `SpineCache`, one cache for every execution and incarnation, and build there.
+    SnapshotBuild(ExecutionId, usize),
 }
 
 #[derive(Default)]
 pub struct Entry {
     chain: Chain,
+    /// What the reference walks: the last text delivered of each id.
+    texts: BTreeMap<i64, String>,
     cache: SpineCache,
     /// The engine's cache: `chain_fold::advance`, where an ancestor of the cached head is
     /// served as a prefix and leaves the longer spine cached.
@@ -87,10 +175,12 @@ impl Model {
         })
     }
 
-    /// Applies one event; a rewrite empties the engine's cache, as the engine does (a spine
-    /// of the old generation is never served again).
-    fn apply(&mut self, exec: ExecutionId, event: Event) -> bool {
+    /// Applies pool event `k`; a rewrite empties the engine's cache, as the engine does (a
+    /// spine built before a rewrite is never served again).
+    fn apply(&mut self, exec: ExecutionId, k: u8) -> bool {
+        let event = pool_event(exec, k);
         let entry = self.entry(exec);
+        entry.texts.insert(event.id(), pool_text(exec, k));
         let rewrites = entry.chain.rewrites();
         let new = entry.chain.apply(event);
         if entry.chain.rewrites() != rewrites {
@@ -178,10 +268,17 @@ pub enum Seen {
     Flag(bool),
     Sweep(Vec<ExecutionId>, usize),
     Rehydrate(usize, usize, usize),
+    /// A build's result as the reference states it: the served bytes, or why none.
+    Reference(Result<Vec<u8>, Incomplete>),
     Nothing,
 }
 
-pub fn run_index<I: StateIndex>(index: &I, op: &Op, far: Instant) -> Seen {
+pub fn run_index<I: StateIndex>(
+    index: &I,
+    op: &Op,
+    far: Instant,
+    snapshots: &std::cell::RefCell<SpineCache>,
+) -> Seen {
     let json = |b: wal_index::report::Build| {
         Seen::Build(
             b.outcome,
@@ -228,15 +325,29 @@ pub fn run_index<I: StateIndex>(index: &I, op: &Op, far: Instant) -> Seen {
             let r = index.rehydrate(*e, v.iter().map(|&(x, k)| pool_event(x, k)));
             Seen::Rehydrate(r.applied, r.new, r.other_execution)
         }
+        Op::SnapshotBuild(e, h) => {
+            let snapshot = index
+                .chain(*e)
+                .unwrap_or_else(|| Chain::new(index.config().order));
+            let mut cache = snapshots.borrow_mut();
+            Seen::Reference(match cache.advance_to(&snapshot, HEADS[*h]) {
+                AdvanceOutcome::Incomplete(why) => Err(comparable(&why)),
+                _ => Ok(cache
+                    .spine()
+                    .expect("served")
+                    .json_array()
+                    .to_bytes()
+                    .to_vec()),
+            })
+        }
     }
 }
 
 pub fn run_model(m: &mut Model, op: &Op) -> Seen {
     match op {
         Op::Apply(e, k) => {
-            let ev = pool_event(*e, *k);
-            let terminal = ev.is_terminal();
-            Seen::Applied(m.apply(*e, ev), terminal)
+            let terminal = pool_event(*e, *k).is_terminal();
+            Seen::Applied(m.apply(*e, *k), terminal)
         }
         Op::Batch(v) => {
             let (mut new, mut terminal) = (0, Vec::new());
@@ -245,7 +356,7 @@ pub fn run_model(m: &mut Model, op: &Op) -> Seen {
                 if ev.is_terminal() && !terminal.contains(&e) {
                     terminal.push(e);
                 }
-                new += usize::from(m.apply(e, ev));
+                new += usize::from(m.apply(e, k));
             }
             terminal.sort_unstable();
             let (mut evicted, mut kept) = (Vec::new(), Vec::new());
@@ -302,10 +413,44 @@ pub fn run_model(m: &mut Model, op: &Op) -> Seen {
                     continue;
                 }
                 applied += 1;
-                new += usize::from(m.apply(x, pool_event(x, k)));
+                new += usize::from(m.apply(x, k));
             }
             Seen::Rehydrate(applied, new, other)
         }
+        Op::SnapshotBuild(e, h) => Seen::Reference(m.reference(*e, Some(HEADS[*h]))),
+    }
+}
+
+impl Model {
+    /// The reference walk of `exec` at `head` (the largest id when `None`).
+    pub fn reference(&self, exec: ExecutionId, head: Option<i64>) -> Result<Vec<u8>, Incomplete> {
+        let empty = BTreeMap::new();
+        let texts = self.executions.get(&exec).map_or(&empty, |e| &e.texts);
+        let Some(target) = head.or_else(|| texts.keys().next_back().copied()) else {
+            return Err(Incomplete::NoEvents);
+        };
+        reference_walk(texts, target, self.config.order)
+    }
+}
+
+/// Checks one index's result of a build (or a drive) against the reference walk.
+fn check_reference(seen: &Seen, reference: &Result<Vec<u8>, Incomplete>) -> Result<(), String> {
+    let agrees = match (seen, reference) {
+        (Seen::Build(AdvanceOutcome::Incomplete(why), None), Err(expected)) => {
+            comparable(why) == *expected
+        }
+        (Seen::Build(outcome, Some(json)), Ok(expected)) => {
+            !matches!(outcome, AdvanceOutcome::Incomplete(_)) && json == expected
+        }
+        (Seen::Flag(served), reference) => *served == reference.is_ok(),
+        _ => false,
+    };
+    if agrees {
+        Ok(())
+    } else {
+        Err(format!(
+            "{seen:?} but the reference walk says {reference:?}"
+        ))
     }
 }
 
@@ -342,6 +487,11 @@ pub fn check_all(
         let expected_engine = run_model(&mut engine, op);
         let ids = today.ids();
         assert_eq!(engine.ids(), ids);
+        let reference = match *op {
+            Op::Build(e, h) => Some(today.reference(e, h.map(|i| HEADS[i]))),
+            Op::Drive(e, h) => Some(today.reference(e, Some(HEADS[h]))),
+            _ => None,
+        };
         for (index, policy) in indexes {
             // The two policies hold the same chains, but the engine's ledger also charges
             // its slots and cached spines.
@@ -350,6 +500,10 @@ pub fn check_all(
                 CachePolicy::KeepsLongest => (&expected_engine, engine.stats()),
             };
             let (seen, seen_stats, seen_ids, name) = index(op, far);
+            if let Some(reference) = &reference {
+                check_reference(&seen, reference)
+                    .map_err(|why| format!("{name} at step {step} ({op:?}): {why}"))?;
+            }
             if seen != *expected || seen_stats != stats || seen_ids != ids {
                 return Err(format!(
                     "{name} disagrees at step {step} ({op:?}): {seen:?} vs {expected:?}, {seen_stats:?} vs {stats:?}, {seen_ids:?} vs {ids:?}"
@@ -365,8 +519,9 @@ pub fn observe<I: StateIndex>(
     index: &I,
     op: &Op,
     far: Instant,
+    snapshots: &std::cell::RefCell<SpineCache>,
 ) -> (Seen, IndexStats, Vec<ExecutionId>, &'static str) {
-    let seen = run_index(index, op, far);
+    let seen = run_index(index, op, far, snapshots);
     (seen, index.stats(), index.execution_ids(), I::NAME)
 }
 
@@ -395,16 +550,23 @@ pub fn check_every_index(ops: &[Op], sink_gate: bool, by_id: bool) -> Result<(),
     let lockfree = WalIndex::new(config);
     let mutex = MutexIndex::new(config);
     let sharded = ShardedMutexIndex::new(config);
+    let caches: [std::cell::RefCell<SpineCache>; 3] = Default::default();
     check_all(
         config,
         ops,
         &[
             (
-                &|op, far| observe(&lockfree, op, far),
+                &|op, far| observe(&lockfree, op, far, &caches[0]),
                 CachePolicy::KeepsLongest,
             ),
-            (&|op, far| observe(&mutex, op, far), CachePolicy::Today),
-            (&|op, far| observe(&sharded, op, far), CachePolicy::Today),
+            (
+                &|op, far| observe(&mutex, op, far, &caches[1]),
+                CachePolicy::Today,
+            ),
+            (
+                &|op, far| observe(&sharded, op, far, &caches[2]),
+                CachePolicy::Today,
+            ),
         ],
     )
 }
