@@ -1,5 +1,6 @@
 //! chain-fold: per-hop cost of a cold walk, cost of a cache hit, and an incremental
-//! advance by one event, on chains of growing length.
+//! advance by one event, on chains of growing length; and the decode of one
+//! production-sized envelope beside today's parse and serialization of it.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -130,9 +131,63 @@ fn out_of_order_replay(c: &mut Criterion) {
     group.finish();
 }
 
+/// A production-sized envelope (~73 KB, the production note's average): the envelope's
+/// fields, then most of its bytes in `result.rows`, small objects of strings and numbers.
+fn production_envelope(id: i64) -> Vec<u8> {
+    let mut rows = String::new();
+    let mut n = 0;
+    while rows.len() < 72_000 {
+        if n > 0 {
+            rows.push(',');
+        }
+        rows.push_str(&format!(
+            r#"{{"row":{n},"name":"row-{n}","value":{n}.25,"ok":true,"tags":["a","b"],"note":null}}"#
+        ));
+        n += 1;
+    }
+    format!(
+        concat!(
+            r#"{{"event_id":{id},"execution_id":9,"catalog_id":7,"event_type":"step","#,
+            r#""status":"COMPLETED","created_at":"2026-10-01T12:00:00Z","node_name":"step","#,
+            r#""prev_event_id":{prev},"context":{{"vars":{{"region":"eu","attempt":1}}}},"#,
+            r#""result":{{"status":"ok","rows":[{rows}]}},"meta":{{"attempt":1}},"error":null}}"#
+        ),
+        id = id,
+        prev = id - 1,
+        rows = rows
+    )
+    .into_bytes()
+}
+
+/// Decoding one production-sized envelope: `Event::from_json` (one parse that keeps the
+/// canonical bytes), beside today's consumer's parse into a `serde_json::Value` and its
+/// serialization (what today's index does to every payload, in two steps), and a
+/// validating scan that keeps nothing (serde_json skipping every value: the floor of any
+/// decoder that checks its input).
+fn decode(c: &mut Criterion) {
+    let body = production_envelope(42);
+    let mut group = c.benchmark_group("decode_production_envelope");
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("event_from_json", |b| {
+        b.iter(|| black_box(Event::from_json(black_box(&body)).unwrap()))
+    });
+    group.bench_function("todays_value_parse_and_serialize", |b| {
+        b.iter(|| {
+            let value: serde_json::Value = serde_json::from_slice(black_box(&body)).unwrap();
+            black_box(serde_json::to_vec(&value).unwrap())
+        })
+    });
+    group.bench_function("validating_scan", |b| {
+        b.iter(|| {
+            black_box(serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).unwrap())
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = cold_walk, cache_hit, incremental_by_one, out_of_order_replay
+    targets = cold_walk, cache_hit, incremental_by_one, out_of_order_replay, decode
 }
 criterion_main!(benches);

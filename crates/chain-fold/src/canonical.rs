@@ -40,6 +40,24 @@ enum Node<'a> {
     Object(Vec<(Cow<'a, str>, Node<'a>)>),
 }
 
+/// The map key serde_json's `Value` (with its `raw_value` feature, which this workspace
+/// enables) reads as "the string that follows is raw JSON", substituting or rejecting the
+/// object; whether today's parser does so depends on a feature of its build. An object
+/// whose first key is this token has no single meaning, so it is rejected.
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// Writes `text` as a JSON string, as serde_json does: a run without a byte to escape is
+/// copied as is.
+fn write_str(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+        return Ok(());
+    }
+    serde_json::to_writer(&mut *out, text)
+}
+
 /// A string that borrows from the input when it has no escapes.
 struct Text<'a>(Cow<'a, str>);
 
@@ -111,9 +129,21 @@ impl<'de> Deserialize<'de> for Node<'de> {
                 Ok(Node::Array(items))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-                while let Some((Text(key), value)) = map.next_entry::<Text<'de>, Node<'de>>()? {
-                    entries.push((key, value));
+                let mut entries: Vec<(Cow<'de, str>, Node<'de>)> =
+                    Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+                while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+                    if entries.is_empty() && key == RAW_VALUE_TOKEN {
+                        return Err(serde::de::Error::custom(format_args!(
+                            "the key {RAW_VALUE_TOKEN:?} is reserved by serde_json"
+                        )));
+                    }
+                    entries.push((key, map.next_value()?));
+                }
+                // Ascending key order, sorted once here (a stable sort keeps a repeated
+                // key's values in input order, so the last of each run is the one kept);
+                // already sorted, as a canonical producer writes them, costs one pass.
+                if !entries.windows(2).all(|w| w[0].0.as_bytes() < w[1].0.as_bytes()) {
+                    entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
                 }
                 Ok(Node::Object(entries))
             }
@@ -131,7 +161,7 @@ impl Node<'_> {
             Node::U64(v) => serde_json::to_writer(&mut *out, v)?,
             Node::I64(v) => serde_json::to_writer(&mut *out, v)?,
             Node::F64(v) => serde_json::to_writer(&mut *out, v)?,
-            Node::Str(text) => serde_json::to_writer(&mut *out, text.as_ref())?,
+            Node::Str(text) => write_str(text, out)?,
             Node::Array(items) => {
                 out.push(b'[');
                 for (at, item) in items.iter().enumerate() {
@@ -148,27 +178,25 @@ impl Node<'_> {
     }
 }
 
-/// Writes an object in ascending key order; of a repeated key, the last value (a stable
-/// sort keeps repeats in input order, and the last of each run is written). With
-/// `event_type`, an `event_type` string written without escapes is located in `out`.
+/// Writes an object whose entries the parse sorted by key; of a repeated key, the last
+/// value (the last of each run). With `event_type`, an `event_type` string written without
+/// escapes is located in `out`.
 fn write_object(
     entries: &[(Cow<'_, str>, Node<'_>)],
     out: &mut Vec<u8>,
     mut event_type: Option<&mut TypeField>,
 ) -> serde_json::Result<()> {
-    let mut order: Vec<&(Cow<'_, str>, Node<'_>)> = entries.iter().collect();
-    order.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     out.push(b'{');
     let mut first = true;
-    for (at, (key, value)) in order.iter().map(|e| (&e.0, &e.1)).enumerate() {
-        if order.get(at + 1).is_some_and(|next| next.0 == *key) {
+    for (at, (key, value)) in entries.iter().map(|e| (&e.0, &e.1)).enumerate() {
+        if entries.get(at + 1).is_some_and(|next| next.0 == *key) {
             continue;
         }
         if !first {
             out.push(b',');
         }
         first = false;
-        serde_json::to_writer(&mut *out, key.as_ref())?;
+        write_str(key, out)?;
         out.push(b':');
         let start = out.len();
         value.write(out)?;
@@ -307,6 +335,22 @@ mod tests {
         ] {
             assert_eq!(canonical(json), todays(json), "{json}");
         }
+    }
+
+    #[test]
+    fn the_raw_value_token_of_serde_json_is_rejected_as_a_first_key() {
+        for json in [
+            r#"{"x":{"$serde_json::private::RawValue":"[2, 1]"}}"#,
+            r#"{"$serde_json::private::RawValue":"7","event_id":1}"#,
+            r#"{"x":{"\u0024serde_json::private::RawValue":"nope"}}"#,
+        ] {
+            assert!(canonical_json(json.as_bytes()).is_err(), "{json}");
+        }
+        // Elsewhere it is an ordinary key.
+        assert_eq!(
+            canonical(r#"{"b":{"a":1,"$serde_json::private::RawValue":"x"}}"#),
+            r#"{"b":{"$serde_json::private::RawValue":"x","a":1}}"#
+        );
     }
 
     #[test]

@@ -150,8 +150,10 @@ impl Chain {
     }
 
     /// Sets the hop bound of every walk (default [`DEFAULT_WALK_LIMIT`]).
+    /// The chain starts a fresh lineage: a spine built under another limit is not reused.
     pub fn with_walk_limit(mut self, hops: usize) -> Chain {
         self.walk_limit = u32::try_from(hops).unwrap_or(u32::MAX);
+        self.lineage.restart();
         self
     }
 

@@ -173,7 +173,7 @@ fn check_build(
     target: i64,
 ) -> Result<(), TestCaseError> {
     let expected = reference.walk(target, chain.order());
-    let mut check = |path: &str, outcome: &AdvanceOutcome, spine: Option<&Spine>| {
+    let check = |path: &str, outcome: &AdvanceOutcome, spine: Option<&Spine>| {
         match (&expected, outcome, spine) {
             (Err(why), AdvanceOutcome::Incomplete(got), _) => {
                 prop_assert_eq!(why, &no_spine(got), "{} at {}", path, target);
@@ -236,7 +236,7 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
     let mut chain = Chain::new(order);
     let mut reference = Reference::default();
     let mut caches = Caches::default();
-    let mut deliver = |chain: &mut Chain, reference: &mut Reference, version: Version| {
+    let deliver = |chain: &mut Chain, reference: &mut Reference, version: Version| {
         chain.apply(version.event());
         reference.events.insert(version.id, version);
     };

@@ -295,8 +295,8 @@ impl Slot {
         // it fully constructed.
         sync::store(&self.chain, Arc::new(chain));
         if rewritten {
-            // A spine built before a rewrite is never served again (its generation is
-            // stale), so it would only keep the replaced payloads alive.
+            // A spine built before a rewrite is never served again (the chain started a
+            // fresh lineage), so it would only keep the replaced payloads alive.
             self.drop_cached_spine(accounting);
         }
         self.touch(now);
