@@ -119,12 +119,18 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
 
     /// A snapshot of one execution's chain.
     ///
-    /// The snapshot shares the index's storage and never changes. Applying events to it
-    /// is allowed and leaves the index untouched, but on the engine it costs the index one
-    /// copy: the snapshot's first append takes the next cell of the buffer the index
-    /// writes in place, so the index's next append to that execution copies its log
-    /// (O(events)) into a buffer of its own. Clone the events into a fresh chain instead
-    /// where a caller keeps applying to snapshots of a live execution.
+    /// The snapshot shares the index's storage and never changes. Successive snapshots of
+    /// one execution are versions of one chain, so a `SpineCache` fed them builds
+    /// incrementally, and never reuses a spine across an eviction and re-creation, a
+    /// rewrite, or two snapshots changed different ways (`chain_fold`'s lineage).
+    ///
+    /// Applying events to a snapshot is allowed and leaves the index's events untouched,
+    /// but it costs the index twice: the snapshot's first append takes the next cell of the
+    /// buffer the index writes in place, so the index's next append to that execution
+    /// copies its log (O(events)) into a buffer of its own; and it takes the chain's next
+    /// version, so the index's next apply starts a fresh lineage and its next build of
+    /// that execution is a cold rebuild. Clone the events into a fresh chain instead where
+    /// a caller keeps applying to snapshots of a live execution.
     fn chain(&self, execution_id: ExecutionId) -> Option<Chain>;
 
     /// The ids of resident executions (those holding at least one event), ascending.
