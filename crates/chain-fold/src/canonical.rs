@@ -142,7 +142,10 @@ impl<'de> Deserialize<'de> for Node<'de> {
                 // Ascending key order, sorted once here (a stable sort keeps a repeated
                 // key's values in input order, so the last of each run is the one kept);
                 // already sorted, as a canonical producer writes them, costs one pass.
-                if !entries.windows(2).all(|w| w[0].0.as_bytes() < w[1].0.as_bytes()) {
+                if !entries
+                    .windows(2)
+                    .all(|w| w[0].0.as_bytes() < w[1].0.as_bytes())
+                {
                     entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
                 }
                 Ok(Node::Object(entries))

@@ -135,9 +135,9 @@ pub enum EventError {
         /// Where the escape starts.
         offset: usize,
     },
-    /// Arrays and objects nest deeper than [`Event::MAX_DEPTH`], the recursion limit of the
-    /// JSON parsers today's consumers use.
-    #[error("payload nests deeper than {limit} levels")]
+    /// Arrays and objects nest [`Event::MAX_DEPTH`] levels deep or deeper: the recursion
+    /// limit of the JSON parser today's consumers use.
+    #[error("payload nests {limit} levels deep or deeper")]
     TooDeep {
         /// The limit.
         limit: usize,
@@ -402,17 +402,17 @@ impl Event {
 
     /// Decodes one WAL payload received as a [`Bytes`].
     ///
-    /// The bytes are copied once into the event's own allocation (see the type's
-    /// documentation) and `payload` can be dropped: a receive buffer is never pinned by an
-    /// indexed event.
+    /// The payload's canonical bytes ([`Event::from_json`]) are written once into the
+    /// event's own allocation (see the type's documentation) and `payload` can be dropped:
+    /// a receive buffer is never pinned by an indexed event.
     ///
     /// Rules (docs/domain.md): `event_id` and `execution_id` must be JSON
     /// integers in the `i64` range (a *string* id in either is an error); `prev_event_id`
     /// absent, `null`, a string, a boolean, an object, an array or a non-integer number
     /// makes the event a chain root, as today; `event_type` that is absent or not a string
     /// reads as the empty string. A payload today's consumers could not parse is an error
-    /// too: a lone surrogate escape ([`EventError::LoneSurrogate`]) or nesting deeper than
-    /// [`Event::MAX_DEPTH`] ([`EventError::TooDeep`]).
+    /// too: a lone surrogate escape ([`EventError::LoneSurrogate`]) or nesting
+    /// [`Event::MAX_DEPTH`] levels deep or deeper ([`EventError::TooDeep`]).
     pub fn from_json_bytes(payload: Bytes) -> Result<Event, EventError> {
         Self::from_json(&payload)
     }

@@ -70,10 +70,7 @@ fn an_ancestor_build_keeps_the_engines_longer_cache() {
         Op::Build(0, Some(1)),
         Op::Build(0, Some(2)),
     ];
-    for by_id in [false, true] {
-        let result = check_every_index(&ops, false, by_id);
-        assert!(result.is_ok(), "{}", result.unwrap_err());
-    }
+    agree_in_both_orders(&ops);
 }
 
 /// A chain whose root is not genesis (`60 step <- 61 <- 62 playbook_started <- 63`): with
@@ -96,10 +93,7 @@ fn tips_below_a_late_genesis_are_incomplete_whatever_is_cached() {
         Op::SnapshotBuild(0, 12),
         Op::SnapshotBuild(0, 10),
     ];
-    for by_id in [false, true] {
-        let result = check_every_index(&ops, false, by_id);
-        assert!(result.is_ok(), "{}", result.unwrap_err());
-    }
+    agree_in_both_orders(&ops);
 }
 
 /// A redelivery that moves `prev_event_id` (3 from 2 to 1) is a rewrite: the spine of 4
@@ -119,8 +113,13 @@ fn a_redelivery_that_moves_a_link_rebuilds_every_spine() {
         Op::Apply(0, 15),
         Op::Build(0, Some(4)),
     ];
+    agree_in_both_orders(&ops);
+}
+
+/// Runs `ops` on every index and the model, in causal and in event-id order.
+fn agree_in_both_orders(ops: &[Op]) {
     for by_id in [false, true] {
-        let result = check_every_index(&ops, false, by_id);
+        let result = check_every_index(ops, false, by_id);
         assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }

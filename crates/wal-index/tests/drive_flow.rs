@@ -9,14 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use chain_fold::{Event, ExecutionId};
-use common::{ev, linear};
+use chain_fold::Event;
+use common::{Sources, ev, linear};
 use wal_index::ingest::channel_wal;
 use wal_index::observe::{DriveLabel, RehydrateLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{
-    Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, IndexObserver,
-    StateIndex,
+    Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex,
 };
 
 fn payload(event: &Event) -> Bytes {
@@ -142,21 +141,6 @@ fn a_drive_rebuilds_after_every_wake_until_its_deadline<I: StateIndex>() {
     assert!(drive.wakes >= 2, "woken by the side branch too: {drive:?}");
     assert_eq!(drive.builds, drive.wakes + drive.timeouts + 1);
     assert_eq!(drive.timeouts, 0);
-}
-
-/// The caller's sources after the deadline.
-struct Sources {
-    shard: Option<Vec<Event>>,
-    retained: Option<Vec<Event>>,
-}
-
-impl DriveFallbacks for Sources {
-    fn state_shard(&self, _: ExecutionId) -> Option<Vec<Event>> {
-        self.shard.clone()
-    }
-    fn retained(&self, _: ExecutionId) -> Option<Vec<Event>> {
-        self.retained.clone()
-    }
 }
 
 /// After the deadline the state shard serves; `served_shard_mismatch` when an event the

@@ -7,10 +7,11 @@ mod common;
 
 use bytes::Bytes;
 use chain_fold::{Event, EventId};
+use common::Sources;
 use serde_json::Value;
 use wal_index::observe::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
-use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, StateIndex};
+use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex};
 
 const EXECUTION: i64 = 11;
 
@@ -51,20 +52,6 @@ fn todays_bytes() -> String {
         .map(|id| serde_json::from_slice(&spelled(id, false)).unwrap())
         .collect();
     serde_json::to_string(&values).unwrap()
-}
-
-struct Sources {
-    shard: Option<Vec<Event>>,
-    retained: Option<Vec<Event>>,
-}
-
-impl DriveFallbacks for Sources {
-    fn state_shard(&self, _: i64) -> Option<Vec<Event>> {
-        self.shard.clone()
-    }
-    fn retained(&self, _: i64) -> Option<Vec<Event>> {
-        self.retained.clone()
-    }
 }
 
 fn served_bytes(drive: &wal_index::Drive) -> String {

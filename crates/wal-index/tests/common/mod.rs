@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use chain_fold::{Event, EventId, ExecutionId};
+use wal_index::DriveFallbacks;
 
 /// An event with a minimal envelope; a root is a genesis.
 pub fn ev(execution: ExecutionId, id: EventId, prev: Option<EventId>) -> Event {
@@ -39,4 +40,19 @@ macro_rules! for_each_engine {
             $( #[test] fn $name() { super::$name::<wal_index::baseline::ShardedMutexIndex>() } )*
         }
     };
+}
+
+/// The caller's sources after the deadline.
+pub struct Sources {
+    pub shard: Option<Vec<Event>>,
+    pub retained: Option<Vec<Event>>,
+}
+
+impl DriveFallbacks for Sources {
+    fn state_shard(&self, _: ExecutionId) -> Option<Vec<Event>> {
+        self.shard.clone()
+    }
+    fn retained(&self, _: ExecutionId) -> Option<Vec<Event>> {
+        self.retained.clone()
+    }
 }
