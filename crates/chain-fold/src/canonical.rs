@@ -19,26 +19,16 @@
 //!
 //! The keys are sorted here, not by the map type, so the result does not change when some
 //! other crate in a build enables serde_json's `preserve_order` feature. The parse is
-//! serde_json's own (the same grammar, recursion limit and number parsing as today's), into
-//! a tree that borrows every string it can from the input instead of a `Value`, which
-//! allocates every string and map node.
+//! serde_json's own (the same grammar, recursion limit and number parsing as today's), and
+//! it writes as it parses: no tree, no `Value` (which allocates every string and map node).
+//! An object is written member by member as it arrives; if its keys arrive out of order it
+//! is rewritten once, in sorted order, when it closes (the members are moved, not parsed
+//! again). Objects already sorted, as a canonical producer writes them, cost nothing more.
 
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-
-/// One parsed JSON value, borrowing unescaped strings from the input.
-enum Node<'a> {
-    Null,
-    Bool(bool),
-    U64(u64),
-    I64(i64),
-    F64(f64),
-    Str(Cow<'a, str>),
-    Array(Vec<Node<'a>>),
-    Object(Vec<(Cow<'a, str>, Node<'a>)>),
-}
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// The map key serde_json's `Value` (with its `raw_value` feature, which this workspace
 /// enables) reads as "the string that follows is raw JSON", substituting or rejecting the
@@ -59,9 +49,9 @@ fn write_str(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
 }
 
 /// A string that borrows from the input when it has no escapes.
-struct Text<'a>(Cow<'a, str>);
+struct Text<'de>(Cow<'de, str>);
 
-impl<'de> Deserialize<'de> for Text<'de> {
+impl<'de> serde::Deserialize<'de> for Text<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
@@ -83,138 +73,182 @@ impl<'de> Deserialize<'de> for Text<'de> {
     }
 }
 
-impl<'de> Deserialize<'de> for Node<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Node<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Node::Null)
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-                Ok(Node::Bool(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(Node::U64(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(Node::I64(v))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-                // serde_json's `Value` turns a non-finite float into null; its parser never
-                // produces one (an overflowing number is an error).
-                Ok(if v.is_finite() {
-                    Node::F64(v)
-                } else {
-                    Node::Null
-                })
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Node::Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Node::Str(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Node::Str(Cow::Owned(v)))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-                while let Some(item) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(Node::Array(items))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut entries: Vec<(Cow<'de, str>, Node<'de>)> =
-                    Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-                while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
-                    if entries.is_empty() && key == RAW_VALUE_TOKEN {
-                        return Err(serde::de::Error::custom(format_args!(
-                            "the key {RAW_VALUE_TOKEN:?} is reserved by serde_json"
-                        )));
-                    }
-                    entries.push((key, map.next_value()?));
-                }
-                // Ascending key order, sorted once here (a stable sort keeps a repeated
-                // key's values in input order, so the last of each run is the one kept);
-                // already sorted, as a canonical producer writes them, costs one pass.
-                if !entries
-                    .windows(2)
-                    .all(|w| w[0].0.as_bytes() < w[1].0.as_bytes())
-                {
-                    entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-                }
-                Ok(Node::Object(entries))
-            }
+/// One member of an object being written: its key, and where the member (`"key":value`)
+/// and its value lie in the output.
+struct Member<'de> {
+    key: Cow<'de, str>,
+    start: usize,
+    value: usize,
+    end: usize,
+}
+
+/// What the writers share: the members of every object still open (a stack: an object's
+/// members sit above its parent's), a buffer for rewriting an object in sorted order, and
+/// the top-level object's members once it closed.
+#[derive(Default)]
+struct Scratch<'de> {
+    members: Vec<Member<'de>>,
+    moved: Vec<u8>,
+    top: Vec<Member<'de>>,
+}
+
+/// Parses one JSON value and writes its canonical bytes to `out`.
+struct Writer<'a, 'de> {
+    out: &'a mut Vec<u8>,
+    scratch: &'a mut Scratch<'de>,
+    top: bool,
+}
+
+impl<'a, 'de> Writer<'a, 'de> {
+    fn child(&mut self) -> Writer<'_, 'de> {
+        Writer {
+            out: &mut *self.out,
+            scratch: &mut *self.scratch,
+            top: false,
         }
-        d.deserialize_any(V)
     }
 }
 
-impl Node<'_> {
-    fn write(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
-        match self {
-            Node::Null => out.extend_from_slice(b"null"),
-            Node::Bool(true) => out.extend_from_slice(b"true"),
-            Node::Bool(false) => out.extend_from_slice(b"false"),
-            Node::U64(v) => serde_json::to_writer(&mut *out, v)?,
-            Node::I64(v) => serde_json::to_writer(&mut *out, v)?,
-            Node::F64(v) => serde_json::to_writer(&mut *out, v)?,
-            Node::Str(text) => write_str(text, out)?,
-            Node::Array(items) => {
-                out.push(b'[');
-                for (at, item) in items.iter().enumerate() {
-                    if at > 0 {
-                        out.push(b',');
-                    }
-                    item.write(out)?;
-                }
-                out.push(b']');
+impl<'de> DeserializeSeed<'de> for Writer<'_, 'de> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+fn written<E: serde::de::Error>(result: serde_json::Result<()>) -> Result<(), E> {
+    result.map_err(E::custom)
+}
+
+impl<'de> Visitor<'de> for Writer<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+        self.out
+            .extend_from_slice(if v { b"true".as_slice() } else { b"false" });
+        Ok(())
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        written(serde_json::to_writer(&mut *self.out, &v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        written(serde_json::to_writer(&mut *self.out, &v))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        // serde_json's `Value` turns a non-finite float into null; its parser never
+        // produces one (an overflowing number is an error).
+        if !v.is_finite() {
+            return self.visit_unit();
+        }
+        written(serde_json::to_writer(&mut *self.out, &v))
+    }
+    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<(), E> {
+        written(write_str(v, self.out))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        written(write_str(v, self.out))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        self.out.push(b'[');
+        let mut first = true;
+        loop {
+            let before = self.out.len();
+            if !first {
+                self.out.push(b',');
             }
-            Node::Object(entries) => write_object(entries, out, None)?,
+            if seq.next_element_seed(self.child())?.is_none() {
+                self.out.truncate(before);
+                break;
+            }
+            first = false;
+        }
+        self.out.push(b']');
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let open = self.out.len();
+        self.out.push(b'{');
+        let base = self.scratch.members.len();
+        let mut sorted = true;
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            if self.scratch.members.len() == base && key == RAW_VALUE_TOKEN {
+                return Err(serde::de::Error::custom(format_args!(
+                    "the key {RAW_VALUE_TOKEN:?} is reserved by serde_json"
+                )));
+            }
+            if let Some(last) = self.scratch.members[base..].last() {
+                sorted &= last.key.as_bytes() < key.as_bytes();
+                self.out.push(b',');
+            }
+            let start = self.out.len();
+            written(write_str(&key, self.out))?;
+            self.out.push(b':');
+            let value = self.out.len();
+            map.next_value_seed(self.child())?;
+            let end = self.out.len();
+            self.scratch.members.push(Member {
+                key,
+                start,
+                value,
+                end,
+            });
+        }
+        if !sorted {
+            rewrite_sorted(
+                self.out,
+                open,
+                &mut self.scratch.members[base..],
+                &mut self.scratch.moved,
+            );
+        }
+        self.out.push(b'}');
+        if self.top {
+            self.scratch.top = self.scratch.members.drain(base..).collect();
+        } else {
+            self.scratch.members.truncate(base);
         }
         Ok(())
     }
 }
 
-/// Writes an object whose entries the parse sorted by key; of a repeated key, the last
-/// value (the last of each run). With `event_type`, an `event_type` string written without
-/// escapes is located in `out`.
-fn write_object(
-    entries: &[(Cow<'_, str>, Node<'_>)],
-    out: &mut Vec<u8>,
-    mut event_type: Option<&mut TypeField>,
-) -> serde_json::Result<()> {
-    out.push(b'{');
+/// Rewrites the object opened at `open` (its members written in arrival order) in
+/// ascending key order; of a repeated key, the last value (a stable sort keeps repeats in
+/// arrival order, and the last of each run is kept). Moves the members' bytes once and
+/// updates their positions; a dropped repeat is marked by an empty range.
+fn rewrite_sorted(out: &mut Vec<u8>, open: usize, members: &mut [Member<'_>], moved: &mut Vec<u8>) {
+    let from = open + 1;
+    moved.clear();
+    moved.extend_from_slice(&out[from..]);
+    out.truncate(from);
+    members.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
     let mut first = true;
-    for (at, (key, value)) in entries.iter().map(|e| (&e.0, &e.1)).enumerate() {
-        if entries.get(at + 1).is_some_and(|next| next.0 == *key) {
+    for at in 0..members.len() {
+        let repeated = members
+            .get(at + 1)
+            .is_some_and(|next| next.key == members[at].key);
+        let member = &mut members[at];
+        if repeated {
+            member.start = 0;
+            member.value = 0;
+            member.end = 0;
             continue;
         }
         if !first {
             out.push(b',');
         }
         first = false;
-        write_str(key, out)?;
-        out.push(b':');
         let start = out.len();
-        value.write(out)?;
-        if let (Some(slot), Node::Str(text)) = (event_type.as_deref_mut(), value) {
-            // Written as `"text"`: no byte needed an escape.
-            if key == "event_type" && out.len() - start == text.len() + 2 {
-                *slot = TypeField::At {
-                    start: start + 1,
-                    len: text.len(),
-                };
-            }
-        }
+        out.extend_from_slice(&moved[member.start - from..member.end - from]);
+        member.value = start + (member.value - member.start);
+        member.end = start + (member.end - member.start);
+        member.start = start;
     }
-    out.push(b'}');
-    Ok(())
 }
 
 /// The canonical bytes of the JSON text `json` (see the module documentation), or
@@ -255,18 +289,25 @@ pub(crate) struct Decoded {
     pub(crate) event_type: TypeField,
 }
 
-fn as_id(node: &Node<'_>) -> Option<i64> {
-    match *node {
-        Node::U64(v) => i64::try_from(v).ok(),
-        Node::I64(v) => Some(v),
-        _ => None,
-    }
+/// A value's canonical text read as an `i64`: canonical integers are plain digits (a float
+/// is written with a `.` or an exponent, `-0` as `-0.0`), so this is exactly "the parsed
+/// value is an integer in `i64` range".
+fn as_id(text: &[u8]) -> Option<i64> {
+    std::str::from_utf8(text).ok()?.parse().ok()
 }
 
 /// Parses `json` once into its canonical bytes and the envelope's fields.
 pub(crate) fn decode(json: &[u8]) -> serde_json::Result<Decoded> {
-    let node: Node<'_> = serde_json::from_slice(json)?;
     let mut out = Vec::with_capacity(json.len());
+    let mut scratch = Scratch::default();
+    let mut parser = serde_json::Deserializer::from_slice(json);
+    Writer {
+        out: &mut out,
+        scratch: &mut scratch,
+        top: true,
+    }
+    .deserialize(&mut parser)?;
+    parser.end()?;
     let mut decoded = Decoded {
         bytes: Vec::new(),
         not_an_object: None,
@@ -275,35 +316,37 @@ pub(crate) fn decode(json: &[u8]) -> serde_json::Result<Decoded> {
         prev: None,
         event_type: TypeField::Empty,
     };
-    let Node::Object(entries) = &node else {
-        decoded.not_an_object = Some(match node {
-            Node::Array(_) => "array",
-            Node::Str(_) => "string",
-            Node::Bool(_) => "boolean",
-            Node::Null => "null",
+    if out.first() != Some(&b'{') {
+        decoded.not_an_object = Some(match out.first() {
+            Some(b'[') => "array",
+            Some(b'"') => "string",
+            Some(b't' | b'f') => "boolean",
+            Some(b'n') => "null",
             _ => "number",
         });
-        node.write(&mut out)?;
         decoded.bytes = out;
         return Ok(decoded);
-    };
-    // The fields, last value of a repeated key winning.
-    for (key, value) in entries {
+    }
+    for member in scratch.top.iter().filter(|m| m.end > 0) {
+        let value = &out[member.value..member.end];
         let id = || as_id(value).map_or(IdField::Other, IdField::Int);
-        match key.as_ref() {
+        match member.key.as_ref() {
             "event_id" => decoded.event_id = id(),
             "execution_id" => decoded.execution_id = id(),
             "prev_event_id" => decoded.prev = as_id(value),
-            "event_type" => {
-                decoded.event_type = match value {
-                    Node::Str(text) => TypeField::Owned(text.as_ref().to_owned()),
-                    _ => TypeField::Empty,
-                }
+            "event_type" if value.first() == Some(&b'"') => {
+                decoded.event_type = if value.contains(&b'\\') {
+                    TypeField::Owned(serde_json::from_slice(value)?)
+                } else {
+                    TypeField::At {
+                        start: member.value + 1,
+                        len: value.len() - 2,
+                    }
+                };
             }
             _ => {}
         }
     }
-    write_object(entries, &mut out, Some(&mut decoded.event_type))?;
     decoded.bytes = out;
     Ok(decoded)
 }
@@ -337,6 +380,117 @@ mod tests {
             "{}",
         ] {
             assert_eq!(canonical(json), todays(json), "{json}");
+        }
+    }
+
+    /// JSON text as producers may write it: random whitespace, keys in any order and
+    /// repeated, strings with any escape a producer may choose, numbers in any spelling.
+    fn producer_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let space = prop_oneof![Just(""), Just(""), Just(" "), Just("\n\t ")];
+        let char_text = prop_oneof![
+            any::<char>(),
+            prop_oneof![
+                Just('"'),
+                Just('\\'),
+                Just('/'),
+                Just('\u{1}'),
+                Just('\n'),
+                Just('\u{7f}'),
+                Just('é'),
+                Just('😀')
+            ],
+        ];
+        let string = proptest::collection::vec((char_text, 0u8..4), 0..6).prop_map(|chars| {
+            let mut out = String::from("\"");
+            for (c, how) in chars {
+                match (c, how) {
+                    ('"', _) => out.push_str("\\\""),
+                    ('\\', _) => out.push_str("\\\\"),
+                    (c, _) if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                    ('/', 0) => out.push_str("\\/"),
+                    (c, 1) if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04X}", c as u32)),
+                    (c, 2) if (c as u32) >= 0x10000 => {
+                        let mut units = [0u16; 2];
+                        for unit in c.encode_utf16(&mut units) {
+                            out.push_str(&format!("\\u{unit:04x}"));
+                        }
+                    }
+                    (c, _) => out.push(c),
+                }
+            }
+            out.push('"');
+            out
+        });
+        let number = prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| format!("{f:e}")),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| format!("{f:?}")),
+            Just("-0".to_string()),
+            Just("1E2".to_string()),
+            Just("100000000000000000000".to_string()),
+            Just("0.30000000000000004".to_string()),
+        ];
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            number,
+            string.clone(),
+        ];
+        let key = prop_oneof![
+            Just("\"a\"".to_string()),
+            Just("\"b\"".to_string()),
+            Just("\"\\u0061\"".to_string()),
+            Just("\"aa\"".to_string()),
+            Just("\"A\"".to_string()),
+            Just("\"\"".to_string()),
+            Just("\"é\"".to_string()),
+            string,
+        ];
+        leaf.prop_recursive(4, 48, 5, move |inner| {
+            let space = space.clone();
+            prop_oneof![
+                (
+                    proptest::collection::vec(inner.clone(), 0..5),
+                    space.clone()
+                )
+                    .prop_map(|(items, s)| {
+                        format!("[{s}{}{s}]", items.join(&format!("{s},{s}")))
+                    }),
+                (proptest::collection::vec((key.clone(), inner), 0..5), space).prop_map(
+                    |(members, s)| {
+                        let members: Vec<String> = members
+                            .into_iter()
+                            .map(|(k, v)| format!("{s}{k}{s}:{s}{v}{s}"))
+                            .collect();
+                        format!("{{{}}}", members.join(","))
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// The canonical bytes are today's bytes, whatever the producer wrote.
+        #[test]
+        fn canonical_bytes_are_a_value_round_trip(text in producer_text()) {
+            let todays = serde_json::from_str::<serde_json::Value>(&text)
+                .map(|value| serde_json::to_string(&value).unwrap());
+            let ours = canonical_json(text.as_bytes())
+                .map(|bytes| String::from_utf8(bytes).unwrap());
+            match (todays, ours) {
+                (Ok(todays), Ok(ours)) => proptest::prop_assert_eq!(ours, todays, "{}", text),
+                (Err(_), Err(_)) => {}
+                (todays, ours) => proptest::prop_assert!(false, "{text}: today {todays:?}, ours {ours:?}"),
+            }
         }
     }
 
