@@ -10,13 +10,13 @@
 #  - wal-index's `tests/differential.rs`: random op sequences on WalIndex, MutexIndex,
 #    ShardedMutexIndex and the sequential model, every build checked against the reference
 #    walk and today's bytes.
-# CI runs both with their default case counts (256 and 200) in the test stage. A failing
+# CI runs both with their default case counts (2,000 and 1,000) in the test stage. A failing
 # case stops the script with proptest's minimal failing input. Release build (its own
 # profile, so the debug target CI uses is not touched).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-30}
-per_round=${CASES_PER_ROUND:-2000}
+per_round=${CASES_PER_ROUND:-20000}
 deadline=$((SECONDS + minutes * 60))
 
 cargo test --release --locked -p chain-fold --test reference --no-run -q

@@ -14,7 +14,7 @@
 //! the longer one), and `advance` fed the spine of the previous build whatever chain it was
 //! built on.
 //!
-//! `REFERENCE_CASES` sets the case count (default 256; `scripts/differential-long.sh` runs
+//! `REFERENCE_CASES` sets the case count (default 2,000, about a second; `scripts/differential-long.sh` runs
 //! it for as long as it is given).
 
 use std::collections::HashMap;
@@ -267,7 +267,7 @@ fn cases() -> u32 {
     std::env::var("REFERENCE_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(256)
+        .unwrap_or(2000)
 }
 
 proptest! {

@@ -30,13 +30,13 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// `DIFFERENTIAL_CASES` sets the case count (default 200; `scripts/differential-long.sh`
+/// `DIFFERENTIAL_CASES` sets the case count (default 1,000, a few seconds; `scripts/differential-long.sh`
 /// runs it for as long as it is given).
 fn cases() -> u32 {
     std::env::var("DIFFERENTIAL_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(200)
+        .unwrap_or(1000)
 }
 
 proptest! {
