@@ -36,6 +36,12 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 /// whose first key is this token has no single meaning, so it is rejected.
 const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
+/// The map key serde_json's `arbitrary_precision` feature hands a number to a visitor under,
+/// as a one-entry map. With that feature enabled anywhere in a build, numbers would arrive
+/// as such maps; rejecting the token makes that a loud error instead of wrong bytes (and a
+/// producer's literal use of it is as ambiguous as the raw-value token's).
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
 /// Writes `text` as a JSON string, as serde_json does: a run without a byte to escape is
 /// copied as is.
 fn write_str(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
@@ -177,7 +183,8 @@ impl<'de> Visitor<'de> for Writer<'_, 'de> {
         let base = self.scratch.members.len();
         let mut sorted = true;
         while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
-            if self.scratch.members.len() == base && key == RAW_VALUE_TOKEN {
+            if self.scratch.members.len() == base && (key == RAW_VALUE_TOKEN || key == NUMBER_TOKEN)
+            {
                 return Err(serde::de::Error::custom(format_args!(
                     "the key {RAW_VALUE_TOKEN:?} is reserved by serde_json"
                 )));
@@ -261,8 +268,9 @@ pub(crate) fn canonical_json(json: &[u8]) -> serde_json::Result<Vec<u8>> {
 pub(crate) enum IdField {
     Missing,
     Int(i64),
-    /// Present but not an integer in `i64` range; the caller names why from the text.
-    Other,
+    /// Present but not an integer in `i64` range: its canonical text (at most 64 bytes of
+    /// it), for the caller to name why.
+    Other(String),
 }
 
 /// Where the event type lies, as [`decode`] found it.
@@ -329,7 +337,16 @@ pub(crate) fn decode(json: &[u8]) -> serde_json::Result<Decoded> {
     }
     for member in scratch.top.iter().filter(|m| m.end > 0) {
         let value = &out[member.value..member.end];
-        let id = || as_id(value).map_or(IdField::Other, IdField::Int);
+        let id = || {
+            as_id(value).map_or_else(
+                || {
+                    IdField::Other(
+                        String::from_utf8_lossy(&value[..value.len().min(64)]).into_owned(),
+                    )
+                },
+                IdField::Int,
+            )
+        };
         match member.key.as_ref() {
             "event_id" => decoded.event_id = id(),
             "execution_id" => decoded.execution_id = id(),

@@ -311,7 +311,7 @@ impl Event {
         let id_of = |value: IdField, field: Field| match value {
             IdField::Int(id) => Ok(id),
             IdField::Missing => Err(EventError::Missing { field }),
-            IdField::Other => Err(Self::why_not_an_id(payload, field)),
+            IdField::Other(text) => Err(Self::why_not_an_id(payload, field, &text)),
         };
         let id = id_of(decoded.event_id, Field::EventId)?;
         let execution_id = id_of(decoded.execution_id, Field::ExecutionId)?;
@@ -329,24 +329,32 @@ impl Event {
         ))
     }
 
-    /// Why `payload` does not parse: the field checks' typed error where one applies.
+    /// Why `payload` does not parse: the field checks' typed error where one applies (a
+    /// lone surrogate, too deep, not an object, a string id), else serde_json's message.
     fn why_unparsed(payload: &[u8], parse: serde_json::Error) -> EventError {
         match Self::check_fields(payload) {
+            // A missing field cannot be why text does not parse (the field checks skip what
+            // they do not read, a reserved key included).
+            Ok(_) | Err(EventError::Missing { .. }) => EventError::Json(parse.to_string()),
             Err(typed) => typed,
-            Ok(_) => EventError::Json(parse.to_string()),
         }
     }
 
-    /// Why an id field that parsed is not an `i64`, named from its text.
-    fn why_not_an_id(payload: &[u8], field: Field) -> EventError {
+    /// Why an id field whose parsed value is `canonical` (its canonical text) is not an
+    /// `i64`: named from the payload's own text where the field checks can read it (a huge
+    /// integer is out of range however it parses), else from the parsed value (a repeated
+    /// key, which the field checks reject outright, or `-0`, which parses as a float).
+    fn why_not_an_id(payload: &[u8], field: Field, canonical: &str) -> EventError {
         match Self::check_fields(payload) {
+            Err(EventError::Json(_)) | Ok(_) => {
+                parse_id(canonical, field)
+                    .err()
+                    .unwrap_or(EventError::NotAnInteger {
+                        field,
+                        text: canonical.chars().take(32).collect(),
+                    })
+            }
             Err(typed) => typed,
-            // The text reads as an i64 but the parsed value is not one (`-0` parses as a
-            // float; a repeated key's last value is not the one the text check read).
-            Ok(_) => EventError::NotAnInteger {
-                field,
-                text: String::from("(not an i64 once parsed)"),
-            },
         }
     }
 
@@ -374,7 +382,7 @@ impl Event {
             // Today's rule: anything but an i64 (a string included) makes the event a
             // chain root. It is indexed, never rejected: only the two required ids can
             // make a payload unchainable.
-            Some(raw) => parse_id(raw, Field::PrevEventId).ok(),
+            Some(raw) => parse_id(raw.get(), Field::PrevEventId).ok(),
         };
         consumer_readable(payload)?;
         let event_type = match env.event_type {
@@ -714,12 +722,11 @@ fn slim_payload(payload: &[u8]) -> Option<Bytes> {
 fn required_id(raw: Option<&RawValue>, field: Field) -> Result<EventId, EventError> {
     match raw {
         None => Err(EventError::Missing { field }),
-        Some(raw) => parse_id(raw, field),
+        Some(raw) => parse_id(raw.get(), field),
     }
 }
 
-fn parse_id(raw: &RawValue, field: Field) -> Result<EventId, EventError> {
-    let text = raw.get();
+fn parse_id(text: &str, field: Field) -> Result<EventId, EventError> {
     if let Ok(id) = text.parse::<i64>() {
         return Ok(id);
     }

@@ -35,6 +35,46 @@ fn key_order_spacing_and_escapes_do_not_change_the_event() {
 }
 
 #[test]
+fn an_id_that_is_not_an_i64_once_parsed_is_named_from_its_last_value() {
+    assert!(matches!(
+        err(r#"{"event_id":5,"event_id":"x","execution_id":1}"#),
+        EventError::StringId {
+            field: Field::EventId,
+            ..
+        }
+    ));
+    assert!(matches!(
+        err(r#"{"event_id":5,"event_id":1.5,"execution_id":1}"#),
+        EventError::NotAnInteger {
+            field: Field::EventId,
+            ..
+        }
+    ));
+    // `-0` parses as a float, as today's consumer reads it.
+    assert_eq!(
+        err(r#"{"execution_id":1,"event_id":-0}"#),
+        EventError::NotAnInteger {
+            field: Field::EventId,
+            text: "-0.0".into()
+        }
+    );
+}
+
+#[test]
+fn serde_jsons_private_tokens_are_reserved_keys() {
+    for token in [
+        "$serde_json::private::RawValue",
+        "$serde_json::private::Number",
+    ] {
+        let text = format!(r#"{{"{token}":"{{}}"}}"#);
+        match err(&text) {
+            EventError::Json(why) => assert!(why.contains("reserved"), "{why}"),
+            other => panic!("{token}: {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn a_repeated_key_keeps_its_last_value_as_todays_parser_does() {
     let e = Event::from_json(br#"{"event_id":1,"event_id":2,"execution_id":1}"#).unwrap();
     assert_eq!(e.id(), 2);
