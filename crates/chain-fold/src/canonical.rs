@@ -186,7 +186,7 @@ impl<'de> Visitor<'de> for Writer<'_, 'de> {
             if self.scratch.members.len() == base && (key == RAW_VALUE_TOKEN || key == NUMBER_TOKEN)
             {
                 return Err(serde::de::Error::custom(format_args!(
-                    "the key {RAW_VALUE_TOKEN:?} is reserved by serde_json"
+                    "the key {key:?} is reserved by serde_json"
                 )));
             }
             if let Some(last) = self.scratch.members[base..].last() {

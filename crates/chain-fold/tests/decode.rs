@@ -68,7 +68,9 @@ fn serde_jsons_private_tokens_are_reserved_keys() {
     ] {
         let text = format!(r#"{{"{token}":"{{}}"}}"#);
         match err(&text) {
-            EventError::Json(why) => assert!(why.contains("reserved"), "{why}"),
+            EventError::Json(why) => {
+                assert!(why.contains("reserved") && why.contains(token), "{why}")
+            }
             other => panic!("{token}: {other:?}"),
         }
     }
