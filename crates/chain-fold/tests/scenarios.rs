@@ -426,14 +426,25 @@ fn markers(spine: &chain_fold::Spine) -> Vec<String> {
         .collect()
 }
 
+/// `1 <- 2 <- ... <- len`, 1 a root, every event a step but `genesis`, `playbook_started`.
+fn linear_with_genesis_at(len: i64, genesis: i64) -> Chain {
+    let mut chain = Chain::new(SpineOrder::Causal);
+    for id in 1..=len {
+        let ty = if id == genesis {
+            "playbook_started"
+        } else {
+            "step"
+        };
+        chain.apply(typed(id, (id > 1).then(|| id - 1), ty, "a"));
+    }
+    chain
+}
+
 #[test]
 fn an_ancestor_below_a_late_genesis_is_no_genesis_whatever_is_cached() {
     // 1 step (a root) <- 2 step <- 3 playbook_started: the walk from 2 reaches root 1
     // without passing a genesis, so 2 has no spine, whichever spine is cached.
-    let mut chain = Chain::new(SpineOrder::Causal);
-    chain.apply(typed(1, None, "step", "a"));
-    chain.apply(typed(2, Some(1), "step", "a"));
-    chain.apply(typed(3, Some(2), "playbook_started", "a"));
+    let chain = linear_with_genesis_at(3, 3);
     let cached = chain_fold::advance(&chain, None, 3).spine.unwrap();
     assert_eq!(cached.ids(), vec![1, 2, 3]);
     assert_eq!(
@@ -442,11 +453,7 @@ fn an_ancestor_below_a_late_genesis_is_no_genesis_whatever_is_cached() {
     );
     // Five events with the genesis last: every tip below it is NoGenesis, whether the scan
     // of the cached spine or the walk reaches it first.
-    let mut chain = Chain::new(SpineOrder::Causal);
-    for id in 1..=5 {
-        let ty = if id == 5 { "playbook_started" } else { "step" };
-        chain.apply(typed(id, (id > 1).then(|| id - 1), ty, "a"));
-    }
+    let chain = linear_with_genesis_at(5, 5);
     let cached = chain_fold::advance(&chain, None, 5).spine.unwrap();
     for tip in 1..=4 {
         assert_eq!(
@@ -457,11 +464,7 @@ fn an_ancestor_below_a_late_genesis_is_no_genesis_whatever_is_cached() {
         assert_eq!(chain.walk_from(tip).unwrap_err(), Incomplete::NoGenesis);
     }
     // A genesis in the middle: tips at or above it are served as prefixes.
-    let mut chain = Chain::new(SpineOrder::Causal);
-    for id in 1..=5 {
-        let ty = if id == 3 { "playbook_started" } else { "step" };
-        chain.apply(typed(id, (id > 1).then(|| id - 1), ty, "a"));
-    }
+    let chain = linear_with_genesis_at(5, 3);
     let cached = chain_fold::advance(&chain, None, 5).spine.unwrap();
     for tip in 1..=4 {
         let served = chain_fold::advance(&chain, Some(&cached), tip);
