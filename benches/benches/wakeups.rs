@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use chain_fold::{AdvanceOutcome, Event};
 use sb_benches::{linear, payload};
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
-use wal_index::observe::WaitLabel;
+use wal_index::labels::WaitLabel;
 use wal_index::{DriveBudget, IndexConfig, IndexObserver, StateIndex, WalIndex};
 
 #[derive(Default)]

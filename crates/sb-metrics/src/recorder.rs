@@ -6,8 +6,8 @@ use std::time::Duration;
 use chain_fold::AdvanceOutcome;
 use metrics::{Counter, Gauge, Histogram, Label};
 use wal_index::IndexObserver;
-use wal_index::observe::{DriveLabel, RehydrateLabel, WaitLabel};
-use wal_index::report::{EvictReason, IndexStats};
+use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
+use wal_index::report::IndexStats;
 
 use crate::series::{
     BUILD_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES, EVICTION_REASONS, Kind, REHYDRATE_OUTCOMES,

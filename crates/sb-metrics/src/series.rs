@@ -1,25 +1,24 @@
 //! Every series: name, type, labels, unit and help text, as dashboards already use them.
 
 use metrics::Unit;
-use wal_index::observe::{DriveLabel, RehydrateLabel, WaitLabel};
-use wal_index::report::EvictReason;
+use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
 
 /// The prefix production dashboards use. Note `noetl_worker_`, not `noetl_state_builder_`.
 pub const DEFAULT_PREFIX: &str = "noetl_worker_state_builder_";
 
 /// `builds_total{outcome}` label values (`chain_fold::AdvanceOutcome::label`).
 pub const BUILD_OUTCOMES: [&str; 4] = chain_fold::AdvanceOutcome::LABELS;
-/// `drive_builds_total{outcome}` label values (`wal_index::observe::DriveLabel`), each one
+/// `drive_builds_total{outcome}` label values (`wal_index::labels::DriveLabel`), each one
 /// way the worker's drive flow (`StateIndex::drive_flow`) ends.
 pub const DRIVE_OUTCOMES: [&str; 7] = DriveLabel::LABELS;
-/// `drive_wait_total{outcome}` label values (`wal_index::observe::WaitLabel`).
+/// `drive_wait_total{outcome}` label values (`wal_index::labels::WaitLabel`).
 pub const WAIT_OUTCOMES: [&str; 2] = WaitLabel::LABELS;
 /// `evictions_total{reason}` label values (`terminal` and `explicit` added to today's three).
 pub const EVICTION_REASONS: [&str; 5] = EvictReason::LABELS;
 /// `drive_tail_events_total{outcome}` label values: a dispatch's tail event applied, or
 /// rejected (undecodable, or of another execution).
 pub const TAIL_OUTCOMES: [&str; 2] = ["applied", "rejected"];
-/// `rehydrate_total{outcome}` label values (`wal_index::observe::RehydrateLabel`).
+/// `rehydrate_total{outcome}` label values (`wal_index::labels::RehydrateLabel`).
 pub const REHYDRATE_OUTCOMES: [&str; 4] = RehydrateLabel::LABELS;
 
 /// `build_duration_seconds` buckets.

@@ -221,7 +221,7 @@ fn every_series_moves_as_documented<I: StateIndex>() {
     assert!(drive.outcome.spine().is_none());
     assert_eq!(
         drive.rehydrate,
-        Some(wal_index::observe::RehydrateLabel::Empty)
+        Some(wal_index::labels::RehydrateLabel::Empty)
     );
     let drive = index.drive_flow_blocking(7, Some(3), &flow(&Retained(3)));
     assert_eq!(drive.outcome.spine().map(|s| s.len()), Some(3));

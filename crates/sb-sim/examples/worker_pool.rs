@@ -32,9 +32,10 @@ use clap::Parser;
 use sb_metrics::{StateBuilderMetrics, exporter, series::DEFAULT_PREFIX};
 use sb_sim::wal::{Feed, WalTarget};
 use sb_sim::workload::{Generator, Shape};
-use wal_index::observe::{DriveLabel, RehydrateLabel, WaitLabel};
+use wal_index::labels::EvictReason;
+use wal_index::labels::{DriveLabel, RehydrateLabel, WaitLabel};
 use wal_index::rehydrate::RehydrateGate;
-use wal_index::report::{EvictReason, IndexStats};
+use wal_index::report::IndexStats;
 use wal_index::{
     AdvanceOutcome, Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, Event, ExecutionId,
     IndexConfig, IndexObserver, StateIndex, WalIndex,

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use chain_fold::AdvanceOutcome;
 use wal_index::IndexObserver;
-use wal_index::observe::{DriveLabel, RehydrateLabel, WaitLabel};
-use wal_index::report::{EvictReason, IndexStats};
+use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
+use wal_index::report::IndexStats;
 
 /// Build outcomes in report order.
 pub const OUTCOMES: [&str; 4] = ["incomplete", "incremental", "cold_rebuild", "cache_hit"];

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use wal_index::observe::DriveLabel;
+use wal_index::labels::DriveLabel;
 
 use crate::observer::{LogHistogram, OUTCOMES};
 use crate::run::EngineRun;

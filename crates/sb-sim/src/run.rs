@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
 use wal_index::config::EvictionPolicy;
 use wal_index::ingest::DrainReport;
-use wal_index::observe::DriveLabel;
+use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::report::IndexStats;
 use wal_index::{

@@ -6,8 +6,9 @@ use std::time::Instant;
 use chain_fold::ExecutionId;
 
 use crate::config::EvictionPolicy;
+use crate::labels::EvictReason;
 use crate::observe::IndexObserver;
-use crate::report::{EvictReason, EvictionStats, IndexStats, Victim};
+use crate::report::{EvictionStats, IndexStats, Victim};
 
 /// One resident execution as a sweep sees it.
 #[derive(Debug, Clone, Copy)]

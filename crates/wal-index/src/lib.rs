@@ -60,17 +60,16 @@
 //! way: the engine never imports a comparator, and no module imports the crate root.
 
 pub mod config;
-mod drive;
 #[doc = include_str!("protocol.md")]
 pub mod protocol {}
 mod engine;
 mod eviction_plan;
-pub mod flow;
+mod index;
 pub mod ingest;
+pub mod labels;
 pub mod observe;
 pub mod rehydrate;
 pub mod report;
-mod state_index;
 mod sync;
 mod waiting_room;
 
@@ -82,11 +81,11 @@ pub use chain_fold::{
 };
 pub use config::{DriveBudget, IndexConfig};
 pub use engine::{SLOT_FIXED_BYTES, WalIndex};
-pub use flow::{DriveFallbacks, DriveFlow};
+pub use index::StateIndex;
+pub use index::flow::{self, DriveFallbacks, DriveFlow};
 pub use ingest::{Drain, DrainConfig, WalSource};
 pub use observe::IndexObserver;
 pub use report::{Drive, DriveOutcome};
-pub use state_index::StateIndex;
 
 /// Hooks for the models in `loom-tests/` and `shuttle-tests/`: the slot and accounting
 /// internals, and the model clock of a [`WalIndex`] (whose whole code runs over the model
@@ -102,7 +101,7 @@ pub mod model {
 
     /// Moves `index`'s model clock forward by `by` (time stands still otherwise).
     pub fn advance_clock<I: crate::StateIndex>(index: &I, by: std::time::Duration) {
-        crate::drive::DriveHooks::clock(index).advance(by);
+        crate::index::DriveHooks::clock(index).advance(by);
     }
 }
 

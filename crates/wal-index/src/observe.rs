@@ -5,84 +5,8 @@ use std::time::Duration;
 
 use chain_fold::AdvanceOutcome;
 
-use crate::report::{EvictReason, IndexStats};
-
-/// A metric label enum: a fixed set of values, each with its place in `LABELS`, so a
-/// metrics layer keeps one series per value in an array and indexes it with
-/// [`index`](DriveLabel::index) (no string matching on the hot path).
-macro_rules! label_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $label:literal,)+ }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$vmeta])* $variant,)+
-        }
-
-        impl $name {
-            /// Every value, in the order of [`Self::LABELS`].
-            pub const ALL: [$name; [$($label),+].len()] = [$($name::$variant),+];
-            /// Every label, in the order metrics pre-register them.
-            pub const LABELS: [&'static str; [$($label),+].len()] = [$($label),+];
-
-            /// This value's position in [`Self::LABELS`] and [`Self::ALL`].
-            pub const fn index(self) -> usize {
-                self as usize
-            }
-
-            /// The metrics label.
-            pub const fn label(self) -> &'static str {
-                Self::LABELS[self as usize]
-            }
-        }
-    };
-}
-pub(crate) use label_enum;
-
-label_enum! {
-    /// The final outcome of a drive, as `drive_builds_total{outcome}` labels it: every
-    /// value is one way [`StateIndex::drive_flow`](crate::StateIndex::drive_flow) can end
-    /// (the [`flow`](crate::flow) module's table says which step gives which).
-    DriveLabel {
-        /// Served within the wait budget.
-        Served = "served",
-        /// Served after replaying the execution from the retained WAL.
-        ServedRehydrated = "served_rehydrated",
-        /// Not served: the caller falls back to the server-built state.
-        FallbackIncomplete = "fallback_incomplete",
-        /// Served from the execution's state shard.
-        ServedShard = "served_shard",
-        /// Served from the state shard, whose bytes disagreed with the WAL's.
-        ServedShardMismatch = "served_shard_mismatch",
-        /// Not served on the stateless edge; the caller retries.
-        StatelessRetry = "stateless_retry",
-        /// Not attempted: this worker does not build.
-        FallbackDisabled = "fallback_disabled",
-    }
-}
-
-label_enum! {
-    /// How one wait of a drive ended, as `drive_wait_total{outcome}` labels it.
-    WaitLabel {
-        /// Ended by a notification.
-        Woken = "woken",
-        /// Ended by the per-wait cap.
-        Timeout = "timeout",
-    }
-}
-
-label_enum! {
-    /// How one rehydration attempt ended, as `rehydrate_total{outcome}` labels it.
-    RehydrateLabel {
-        /// The replay made the build complete.
-        Served = "served",
-        /// Replayed, still incomplete.
-        Incomplete = "incomplete",
-        /// The retained WAL had nothing for the execution.
-        Empty = "empty",
-        /// The concurrency cap was reached; nothing was replayed.
-        Throttled = "throttled",
-    }
-}
+use crate::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
+use crate::report::{Build, IndexStats};
 
 /// Receives an index's events. Every method has an empty default, so an observer
 /// implements only what it records. Calls are synchronous and on the hot path: keep them to
@@ -142,3 +66,22 @@ pub trait IndexObserver: Send + Sync + 'static {
 pub struct NoopObserver;
 
 impl IndexObserver for NoopObserver {}
+
+/// Assembles a build that took `elapsed` and reports it to `observer`: every index ends
+/// each build here, so what the observer hears is what the caller gets.
+pub(crate) fn finish_build(
+    observer: &dyn IndexObserver,
+    outcome: AdvanceOutcome,
+    spine: Option<chain_fold::Spine>,
+    waited: Duration,
+    elapsed: Duration,
+) -> Build {
+    let build = Build {
+        outcome,
+        spine,
+        waited,
+        elapsed,
+    };
+    observer.build(&build.outcome, build.elapsed, build.waited);
+    build
+}

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use chain_fold::{AdvanceOutcome, EventError, EventId, ExecutionId, Incomplete, Spine};
 
+use crate::labels::{DriveLabel, EvictReason, RehydrateLabel};
+
 /// The result of applying one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
@@ -57,27 +59,6 @@ pub struct Build {
     pub elapsed: Duration,
 }
 
-impl Build {
-    /// Assembles a build that took `elapsed` and reports it to `observer`: every
-    /// index ends each build here, so what the observer hears is what the caller gets.
-    pub(crate) fn finish(
-        observer: &dyn crate::observe::IndexObserver,
-        outcome: AdvanceOutcome,
-        spine: Option<Spine>,
-        waited: Duration,
-        elapsed: Duration,
-    ) -> Build {
-        let build = Build {
-            outcome,
-            spine,
-            waited,
-            elapsed,
-        };
-        observer.build(&build.outcome, build.elapsed, build.waited);
-        build
-    }
-}
-
 /// How a drive ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DriveOutcome {
@@ -104,7 +85,7 @@ pub struct Drive {
     /// Served or incomplete.
     pub outcome: DriveOutcome,
     /// How it ended, as `drive_builds_total{outcome}` labels it.
-    pub label: crate::observe::DriveLabel,
+    pub label: DriveLabel,
     /// Builds performed (the deadline loop's, and the one after a replay).
     pub builds: u32,
     /// Waits that ended because the execution's snapshot changed (or it was evicted).
@@ -117,25 +98,9 @@ pub struct Drive {
     /// engine knows finished and was evicted (applying them would re-create it).
     pub tail_rejected: u32,
     /// The replay after the deadline, if one was attempted.
-    pub rehydrate: Option<crate::observe::RehydrateLabel>,
+    pub rehydrate: Option<RehydrateLabel>,
     /// From the drive's start to its end.
     pub elapsed: Duration,
-}
-
-crate::observe::label_enum! {
-    /// Why an execution left the index (the `reason` label of `evictions_total`).
-    EvictReason {
-        /// Idle longer than the TTL.
-        Ttl = "ttl",
-        /// Least recently used while over the execution cap.
-        MaxExecutions = "max_executions",
-        /// Least recently used while over the byte ceiling.
-        ByteCeiling = "byte_ceiling",
-        /// Its terminal event was in the last batch.
-        Terminal = "terminal",
-        /// `evict` was called.
-        Explicit = "explicit",
-    }
 }
 
 /// What one `enforce_limits_at` sweep evicted.

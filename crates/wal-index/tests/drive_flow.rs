@@ -12,7 +12,7 @@ use bytes::Bytes;
 use chain_fold::Event;
 use common::{Sources, ev, linear};
 use wal_index::ingest::channel_wal;
-use wal_index::observe::{DriveLabel, RehydrateLabel};
+use wal_index::labels::{DriveLabel, RehydrateLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{
     Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex,

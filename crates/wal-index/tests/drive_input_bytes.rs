@@ -9,7 +9,7 @@ use bytes::Bytes;
 use chain_fold::{Event, EventId};
 use common::Sources;
 use serde_json::Value;
-use wal_index::observe::DriveLabel;
+use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex};
 

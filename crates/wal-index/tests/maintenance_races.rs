@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::ev;
 use wal_index::config::EvictionPolicy;
-use wal_index::report::{EvictReason, IndexStats};
+use wal_index::labels::EvictReason;
+use wal_index::report::IndexStats;
 use wal_index::{DriveBudget, IndexConfig, IndexObserver, StateIndex};
 
 fn with_policy(eviction: EvictionPolicy) -> IndexConfig {

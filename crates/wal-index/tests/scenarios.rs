@@ -240,7 +240,7 @@ fn lru_and_byte_ceiling_evict_least_recently_used<I: StateIndex>() {
             .iter()
             .map(|v| (v.execution_id, v.reason))
             .collect::<Vec<_>>(),
-        vec![(2, wal_index::report::EvictReason::MaxExecutions)]
+        vec![(2, wal_index::labels::EvictReason::MaxExecutions)]
     );
     // What execution 1 costs once built (the engine's ledger charges its cached spine too).
     let _ = index.build(1, Some(2));

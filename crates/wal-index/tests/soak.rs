@@ -14,7 +14,8 @@ use chain_fold::{Event, ExecutionId, Incomplete};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::config::EvictionPolicy;
-use wal_index::report::{EvictReason, IndexStats};
+use wal_index::labels::EvictReason;
+use wal_index::report::IndexStats;
 use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
 
 /// Every acknowledgement and every eviction, in one sequence order, so that at the end each

@@ -12,13 +12,11 @@ use serde_json::Value;
 
 use super::entry::{self, BatchTally, Cloned, Entry};
 use crate::config::IndexConfig;
-use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
+use crate::index::{DriveHooks, StateIndex};
+use crate::labels::EvictReason;
 use crate::observe::IndexObserver;
-use crate::report::{
-    Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
-};
-use crate::state_index::StateIndex;
+use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
 use crate::sync::{self, AsyncMutex, Clock, Notify};
 use crate::waiting_room::Registered;
 
@@ -270,7 +268,7 @@ impl MutexIndex {
             entry::serialize(cloned);
             spine
         });
-        Build::finish(self.observer(), outcome, spine, waited, started.elapsed())
+        crate::observe::finish_build(self.observer(), outcome, spine, waited, started.elapsed())
     }
 }
 
@@ -279,96 +277,9 @@ impl DriveHooks for MutexIndex {
         &self.clock
     }
 
-    /// One sweep under the global mutex; the gauges and evictions are reported after it.
-    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
-        let policy = self.config.eviction;
-        if policy == Default::default() {
-            return EvictionStats::default();
-        }
-        let now = self.nanos(now);
-        let mut inner = self.inner.lock().await;
-        let candidates = inner
-            .executions
-            .iter()
-            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
-            .collect();
-        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
-        for execution_id in idle_empty {
-            inner.evict(execution_id, None, self.config.sink_gate);
-        }
-        for victim in &plan.evicted {
-            inner.evict(victim.execution_id, None, self.config.sink_gate);
-        }
-        let stats = inner.stats;
-        drop(inner);
-        self.observer().residency(stats);
-        report_sweep(self.observer(), &plan);
-        plan
-    }
-
-    async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
-        let inner = self.inner.lock().await;
-        inner.executions.get(&execution_id).map(|e| e.chain.clone())
-    }
-
     /// Today's global signal: every applied event of any execution wakes this waiter.
     fn listen(&self, _execution_id: ExecutionId) -> Registered<'_> {
         Registered::on(self.appended.listen())
-    }
-
-    async fn build_async(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-    ) -> Build {
-        let started = Instant::now();
-        let mut inner = self.inner.lock().await;
-        let waited = started.elapsed();
-        let built = inner.build(execution_id, expected_head, self.nanos(started));
-        drop(inner);
-        self.finish_build(built, waited, started)
-    }
-
-    fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
-        self.build(execution_id, expected_head)
-    }
-
-    async fn apply_async(&self, event: Event) -> Applied {
-        self.apply_one(event).await.0
-    }
-
-    /// Today's drain: each event applied on its own (lock, apply, unlock, wake everyone),
-    /// then the lock once more to evict the batch's terminal executions.
-    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
-        let mut tally = BatchTally::default();
-        // Today's drain holds the whole pulled batch parsed before it applies any of it.
-        let prepared: Vec<Prepared> = events.into_iter().map(|e| self.prepare(e)).collect();
-        for prepared in prepared {
-            let (applied, incarnation) = self.apply_prepared(prepared).await;
-            tally.add(applied, incarnation);
-        }
-        let (mut report, terminal) = tally.finish();
-        let stats = if terminal.is_empty() {
-            None
-        } else {
-            let mut inner = self.inner.lock().await;
-            self.finish_batch(&mut inner, terminal, &mut report);
-            Some(inner.stats)
-        };
-        self.report_batch(stats, &report);
-        report
-    }
-
-    async fn rehydrate_async(
-        &self,
-        execution_id: ExecutionId,
-        events: Vec<Event>,
-    ) -> RehydrateReport {
-        let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
-        for event in mine {
-            report.new += usize::from(self.apply_one(event).await.0.is_new);
-        }
-        report
     }
 }
 
@@ -510,5 +421,88 @@ impl StateIndex for MutexIndex {
             .collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// One sweep under the global mutex; the gauges and evictions are reported after it.
+    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
+        let policy = self.config.eviction;
+        if policy == Default::default() {
+            return EvictionStats::default();
+        }
+        let now = self.nanos(now);
+        let mut inner = self.inner.lock().await;
+        let candidates = inner
+            .executions
+            .iter()
+            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
+            .collect();
+        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
+        for execution_id in idle_empty {
+            inner.evict(execution_id, None, self.config.sink_gate);
+        }
+        for victim in &plan.evicted {
+            inner.evict(victim.execution_id, None, self.config.sink_gate);
+        }
+        let stats = inner.stats;
+        drop(inner);
+        self.observer().residency(stats);
+        report_sweep(self.observer(), &plan);
+        plan
+    }
+
+    async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
+        let inner = self.inner.lock().await;
+        inner.executions.get(&execution_id).map(|e| e.chain.clone())
+    }
+
+    async fn build_async(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+    ) -> Build {
+        let started = Instant::now();
+        let mut inner = self.inner.lock().await;
+        let waited = started.elapsed();
+        let built = inner.build(execution_id, expected_head, self.nanos(started));
+        drop(inner);
+        self.finish_build(built, waited, started)
+    }
+
+    async fn apply_async(&self, event: Event) -> Applied {
+        self.apply_one(event).await.0
+    }
+
+    /// Today's drain: each event applied on its own (lock, apply, unlock, wake everyone),
+    /// then the lock once more to evict the batch's terminal executions.
+    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
+        let mut tally = BatchTally::default();
+        // Today's drain holds the whole pulled batch parsed before it applies any of it.
+        let prepared: Vec<Prepared> = events.into_iter().map(|e| self.prepare(e)).collect();
+        for prepared in prepared {
+            let (applied, incarnation) = self.apply_prepared(prepared).await;
+            tally.add(applied, incarnation);
+        }
+        let (mut report, terminal) = tally.finish();
+        let stats = if terminal.is_empty() {
+            None
+        } else {
+            let mut inner = self.inner.lock().await;
+            self.finish_batch(&mut inner, terminal, &mut report);
+            Some(inner.stats)
+        };
+        self.report_batch(stats, &report);
+        report
+    }
+
+    async fn rehydrate_async(
+        &self,
+        execution_id: ExecutionId,
+        events: Vec<Event>,
+    ) -> RehydrateReport {
+        let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
+        for event in mine {
+            report.new += usize::from(self.apply_one(event).await.0.is_new);
+        }
+        report
     }
 }

@@ -9,13 +9,11 @@ use dashmap::DashMap;
 
 use super::entry::{self, Cloned, Entry, apply_each};
 use crate::config::IndexConfig;
-use crate::drive::DriveHooks;
 use crate::eviction_plan::{self, report_sweep};
+use crate::index::{DriveHooks, StateIndex};
+use crate::labels::EvictReason;
 use crate::observe::IndexObserver;
-use crate::report::{
-    Applied, BatchReport, Build, EvictReason, EvictionStats, IndexStats, RehydrateReport,
-};
-use crate::state_index::StateIndex;
+use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
 use crate::sync::{self, Arc, AtomicBool, Clock, Mutex, Notify, Ordering};
 use crate::waiting_room::{Registered, WaitingRooms};
 
@@ -246,7 +244,7 @@ impl ShardedMutexIndex {
             entry::serialize(cloned);
             spine
         });
-        Build::finish(self.observer(), outcome, spine, waited, started.elapsed())
+        crate::observe::finish_build(self.observer(), outcome, spine, waited, started.elapsed())
     }
 }
 
@@ -254,10 +252,6 @@ impl ShardedMutexIndex {
 type Built = (AdvanceOutcome, Option<(Spine, Cloned)>);
 
 impl DriveHooks for ShardedMutexIndex {
-    // A per-execution lock is held only for one apply or build, never across an await, so
-    // parking on it is bounded: the async forms are the synchronous ones.
-    crate::drive::async_forms_are_the_sync_ones!();
-
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
     }
@@ -284,20 +278,6 @@ impl DriveHooks for ShardedMutexIndex {
                 return Registered::in_room(place);
             }
         }
-    }
-
-    /// The execution's lock is a short blocking one, never held across an await: the
-    /// build takes it inline.
-    async fn build_async(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-    ) -> Build {
-        self.build(execution_id, expected_head)
-    }
-
-    fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
-        self.build(execution_id, expected_head)
     }
 }
 

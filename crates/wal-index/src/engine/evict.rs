@@ -1,5 +1,5 @@
-//! The engine's evictions: explicit, terminal (at a batch boundary) and the policy sweep,
-//! and the memory of executions that finished.
+//! The engine's evictions: explicit, terminal (at a batch boundary) and the policy sweep.
+//! Each one removes slots through the directory's writer (`directory.rs`).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -7,63 +7,12 @@ use std::time::Instant;
 use chain_fold::{Chain, ExecutionId};
 
 use super::slot::{Slot, SlotEviction};
-use super::{Directory, WalIndex};
+use super::WalIndex;
+use super::directory::SlotMap;
 use crate::eviction_plan::{self, Candidate, report_sweep};
-use crate::report::{EvictReason, EvictionStats};
+use crate::labels::EvictReason;
+use crate::report::EvictionStats;
 use crate::sync::Arc;
-
-/// A bounded memory of terminal-evicted executions (the oldest is forgotten first).
-#[derive(Debug, Default)]
-pub(super) struct FinishedExecutions {
-    ids: std::collections::HashSet<ExecutionId>,
-    order: std::collections::VecDeque<ExecutionId>,
-}
-
-impl FinishedExecutions {
-    /// Forgets `execution_id` (it was re-created). O(capacity) when it was remembered,
-    /// which only a redelivery after a terminal eviction costs; O(1) otherwise.
-    fn forget(&mut self, execution_id: ExecutionId) {
-        if self.ids.remove(&execution_id) {
-            self.order.retain(|id| *id != execution_id);
-        }
-    }
-
-    /// How many finished executions are remembered: at production's ~150 finishing per
-    /// second, the last couple of minutes (about 0.5 MiB).
-    const CAPACITY: usize = 16_384;
-
-    pub(super) fn insert(&mut self, execution_id: ExecutionId) {
-        if self.ids.insert(execution_id) {
-            self.order.push_back(execution_id);
-            if self.order.len() > Self::CAPACITY
-                && let Some(oldest) = self.order.pop_front()
-            {
-                self.ids.remove(&oldest);
-            }
-        }
-    }
-}
-
-/// Forgets that `execution_id` finished: it is being re-created (the caller holds the
-/// directory lock).
-pub(super) fn forget_finished(index: &WalIndex, execution_id: ExecutionId) {
-    let mut finished = index.finished.lock();
-    if !finished.ids.is_empty() {
-        finished.forget(execution_id);
-    }
-}
-
-/// True when `execution_id` was evicted after its terminal event and holds no events now:
-/// its drives cannot be served by waiting (a late redelivery that re-creates the execution
-/// makes this false again). Only drives whose build was incomplete ask.
-pub(super) fn finished_and_gone(index: &WalIndex, execution_id: ExecutionId) -> bool {
-    // The wait-free test first: a drive waiting for a tip of an execution that holds
-    // events (the common incomplete build) never touches the lock.
-    index
-        .lookup(execution_id)
-        .is_none_or(|slot| slot.chain().is_empty())
-        && index.finished.lock().ids.contains(&execution_id)
-}
 
 impl WalIndex {
     /// Evicts `execution_id`'s slot (for `reason`).
@@ -72,14 +21,14 @@ impl WalIndex {
         execution_id: ExecutionId,
         reason: EvictReason,
     ) -> SlotEviction {
-        let _writer = self.directory_writer.lock();
-        let directory = self.directory.load();
-        let Some(slot) = directory.get(&execution_id).cloned() else {
+        let writer = self.directory.write();
+        let Some(slot) = writer.map().get(&execution_id).cloned() else {
             return SlotEviction::AlreadyGone;
         };
         let result = slot.evict(&self.accounting, self.config.sink_gate);
         if let SlotEviction::Evicted { .. } = result {
-            self.publish_removal(directory.without(&execution_id), &[slot], reason);
+            let next = writer.map().without(&execution_id);
+            writer.publish_removal(next, &[slot], reason == EvictReason::Terminal);
         }
         result
     }
@@ -93,48 +42,18 @@ impl WalIndex {
         reason: EvictReason,
         still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
     ) -> SlotEviction {
-        let _writer = self.directory_writer.lock();
-        let directory = self.directory.load();
-        match directory.get(&execution_id) {
+        let writer = self.directory.write();
+        match writer.map().get(&execution_id) {
             Some(slot) if Arc::ptr_eq(slot, expected) => {}
             _ => return SlotEviction::AlreadyGone,
         }
         let result = expected.evict_if(&self.accounting, self.config.sink_gate, still_justified);
         if let SlotEviction::Evicted { .. } = result {
             let slot = Arc::clone(expected);
-            self.publish_removal(directory.without(&execution_id), &[slot], reason);
+            let next = writer.map().without(&execution_id);
+            writer.publish_removal(next, &[slot], reason == EvictReason::Terminal);
         }
         result
-    }
-
-    /// The end of every eviction, under `directory_writer`: remember finished executions,
-    /// publish the directory without the `removed` slots, then wake their waiters.
-    ///
-    /// The order is the protocol. A terminal execution enters the finished set *before* its
-    /// waiters are woken, so a woken drive that finds the execution gone also finds it
-    /// finished and ends, instead of waiting a whole cap for a wake nobody will send. Waiters
-    /// are woken *after* the directory no longer holds the slot, so one that looks the
-    /// execution up again cannot find the dead slot (and a registration that raced the
-    /// eviction sees the slot retired and looks again).
-    fn publish_removal(&self, directory: Directory, removed: &[Arc<Slot>], reason: EvictReason) {
-        #[cfg(not(feature = "mutation-finished-after-wake"))]
-        if reason == EvictReason::Terminal {
-            let mut finished = self.finished.lock();
-            removed
-                .iter()
-                .for_each(|slot| finished.insert(slot.execution_id));
-        }
-        self.directory.store(Arc::new(directory));
-        for slot in removed {
-            slot.wake_all();
-        }
-        #[cfg(feature = "mutation-finished-after-wake")]
-        if reason == EvictReason::Terminal {
-            let mut finished = self.finished.lock();
-            removed
-                .iter()
-                .for_each(|slot| finished.insert(slot.execution_id));
-        }
     }
 }
 
@@ -177,7 +96,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         return EvictionStats::default();
     }
     let sink_gate = index.config.sink_gate;
-    let snapshot = index.directory.load();
+    let snapshot = index.directory.snapshot();
     let mut judged: HashMap<ExecutionId, Judged> = HashMap::with_capacity(snapshot.len());
     let candidates: Vec<Candidate> = snapshot
         .values()
@@ -215,8 +134,8 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         index.accounting.get(),
     );
 
-    let writer = index.directory_writer.lock();
-    let mut directory = Directory::clone(&index.directory.load());
+    let writer = index.directory.write();
+    let mut directory = SlotMap::clone(writer.map());
     let mut removed: Vec<Arc<Slot>> = Vec::new();
     let mut evict = |execution_id: ExecutionId| -> SlotEviction {
         let (Some(seen), Some(current)) = (judged.get(&execution_id), directory.get(&execution_id))
@@ -256,8 +175,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         });
     eviction_plan::recount(&mut plan, gated_at_eviction);
     // The reasons differ per victim, but none is terminal, which is all the removal needs.
-    index.publish_removal(directory, &removed, EvictReason::Ttl);
-    drop(writer);
+    writer.publish_removal(directory, &removed, false);
     report_sweep(index.accounting.observer(), &plan);
     plan
 }

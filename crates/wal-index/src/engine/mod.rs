@@ -2,14 +2,16 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `mod.rs` | the index, its directory of slots, and its [`StateIndex`] surface |
+//! | `mod.rs` | the index and its [`StateIndex`] surface |
+//! | `directory` | execution id → slot: lock-free lookups, slot creation and removal, the finished set, the waiting rooms |
 //! | [`slot`] | one execution: its published chain, spine cache, wait list and gate mark |
 //! | [`accounting`] | the three resident totals, changed under one lock |
 //! | [`read`] | builds and snapshots: no lock |
 //! | [`write`] | applies, rehydrate and the sink gate |
-//! | [`evict`] | explicit, terminal and policy eviction, and the finished set |
+//! | [`evict`] | explicit, terminal and policy eviction |
 
 pub(crate) mod accounting;
+mod directory;
 mod evict;
 mod read;
 pub(crate) mod slot;
@@ -21,27 +23,14 @@ use std::time::Instant;
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::config::IndexConfig;
-use crate::drive::DriveHooks;
+use crate::index::{DriveHooks, StateIndex};
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
-use crate::state_index::StateIndex;
-use crate::sync::{self, Arc, Clock, Mutex};
-use crate::waiting_room::{Registered, WaitingRooms};
+use crate::sync::{Arc, Clock};
+use crate::waiting_room::Registered;
 use accounting::Accounting;
-use evict::FinishedExecutions;
+use directory::Directory;
 use slot::{Evicted, Slot, SlotApplied};
-
-/// The directory hashes with foldhash under a fixed seed (`foldhash::fast::FixedState`):
-/// execution ids come from the server, not from an adversary, so HashDoS resistance buys
-/// nothing here, and every build's first step is this hash (SipHash cost about a fifth
-/// of an incomplete build's instructions). A fixed seed keeps instruction counts repeatable
-/// under callgrind (`benches/callgrind.sh`).
-type Directory = imbl::GenericHashMap<
-    ExecutionId,
-    Arc<Slot>,
-    foldhash::fast::FixedState,
-    imbl::shared_ptr::DefaultSharedPtr,
->;
 
 /// The state-builder index: one published snapshot per execution, read without locks.
 ///
@@ -100,16 +89,10 @@ type Directory = imbl::GenericHashMap<
 /// ```
 pub struct WalIndex {
     config: IndexConfig,
-    directory: sync::Published<Directory>,
-    /// Serializes directory writers (slot creation and removal). Builds never take it.
-    directory_writer: Mutex<()>,
+    /// Execution id → slot, the finished set and the waiting rooms (`directory.rs`).
+    directory: Directory,
     /// The three resident totals, changed together under one lock by writers only.
     accounting: Accounting,
-    /// Executions recently evicted after their terminal event: a drive for one of them
-    /// whose slot is empty ends at once instead of waiting for a tip that came and went.
-    finished: Mutex<FinishedExecutions>,
-    /// Drives waiting for executions that have no slot (see `waiting_room`).
-    rooms: WaitingRooms,
     clock: Clock,
 }
 
@@ -142,42 +125,24 @@ impl WalIndex {
     /// room its first event wakes. A room disappears with its last drive, so this is zero
     /// whenever no such drive is in flight.
     pub fn awaited_unknown_executions(&self) -> usize {
-        self.rooms.occupied()
+        self.directory.awaited_unknown()
     }
 
     /// Slots in the directory, resident or not: executions holding events, plus any
     /// holding only a sink-gate mark. Every slot is counted by `stats()` or held by a mark;
     /// drives never create one.
     pub fn slots(&self) -> usize {
-        self.directory.load().len()
+        self.directory.snapshot().len()
     }
 
     fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
-        self.directory
-            .peek(|directory| directory.get(&execution_id).cloned())
+        self.directory.lookup(execution_id)
     }
 
     fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
-        if let Some(slot) = self.lookup(execution_id) {
-            return slot;
-        }
-        let _writer = self.directory_writer.lock();
-        let directory = self.directory.load();
-        if let Some(slot) = directory.get(&execution_id) {
-            return Arc::clone(slot);
-        }
-        let slot = Arc::new(Slot::new(execution_id, self.config.order, self.clock.now()));
-        let next = directory.update(execution_id, Arc::clone(&slot));
-        // A re-created execution is no longer known to be finished: what arrives for it now
-        // came after its terminal eviction, and only another terminal eviction makes it
-        // finished again (an explicit or policy eviction does not). Under the directory
-        // lock, the order `publish_removal` takes the two locks in.
-        evict::forget_finished(self, execution_id);
-        self.directory.store(Arc::new(next));
-        // After the store: a drive registering in the room checks residency under the
-        // rooms lock, so it either finds this slot or is in the room this wakes.
-        self.rooms.wake(execution_id);
-        slot
+        self.directory.get_or_create(execution_id, || {
+            Slot::new(execution_id, self.config.order, self.clock.now())
+        })
     }
 
     /// Applies `events` of one execution through its slot, retrying on a fresh slot if the
@@ -193,11 +158,7 @@ impl WalIndex {
             let slot = self.slot_or_create(execution_id);
             match slot.apply(&mut events, &self.accounting, now) {
                 Ok(done) => return (done, slot),
-                Err(Evicted) => {
-                    // The evictor removes the slot from the directory before it releases the
-                    // directory lock; taking that lock here waits for it, then retries.
-                    drop(self.directory_writer.lock());
-                }
+                Err(Evicted) => self.directory.wait_for_evictor(),
             }
         }
     }
@@ -212,51 +173,18 @@ impl WalIndex {
 }
 
 impl DriveHooks for WalIndex {
-    /// A resident execution: its slot's own wait list (re-looked-up if the slot is being
-    /// evicted). An execution without a slot: a waiting room that its first event wakes and
-    /// that disappears with its last drive, so a drive never leaves state behind.
+    /// A resident execution: its slot's own wait list. An execution without a slot: a
+    /// waiting room that its first event wakes, so a drive never leaves state behind.
     fn listen(&self, execution_id: ExecutionId) -> Registered<'_> {
-        loop {
-            if let Some(slot) = self.lookup(execution_id) {
-                if let Some(listener) = slot.listen() {
-                    return Registered::on(listener);
-                }
-                // Retired: its evictor holds the directory lock until the slot is out of
-                // the directory; wait for that, then look again.
-                drop(self.directory_writer.lock());
-                continue;
-            }
-            if let Some(place) = self
-                .rooms
-                .enter(execution_id, || self.lookup(execution_id).is_some())
-            {
-                return Registered::in_room(place);
-            }
-        }
+        self.directory.register(execution_id)
     }
-
-    async fn build_async(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-    ) -> Build {
-        read::build(self, execution_id, expected_head)
-    }
-
-    fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
-        read::build(self, execution_id, expected_head)
-    }
-
-    // The engine's applies never wait for a build and hold its short writer locks only:
-    // the async forms are the synchronous ones.
-    crate::drive::async_forms_are_the_sync_ones!();
 
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
     }
 
     fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
-        evict::finished_and_gone(self, execution_id)
+        self.directory.finished_and_gone(execution_id)
     }
 }
 
@@ -275,11 +203,8 @@ impl StateIndex for WalIndex {
     fn with_observer(config: IndexConfig, observer: std::sync::Arc<dyn IndexObserver>) -> Self {
         WalIndex {
             config,
-            directory: sync::Published::new(Arc::new(Directory::default())),
-            directory_writer: Mutex::new(()),
+            directory: Directory::new(),
             accounting: Accounting::new(observer),
-            finished: Mutex::new(FinishedExecutions::default()),
-            rooms: WaitingRooms::default(),
             clock: Clock::new(),
         }
     }

@@ -66,7 +66,7 @@ pub(super) fn build(
     slot.touch(index.clock.started(started));
     // Nothing above can block: no lock, no wait loop (see the progress table).
     let observer = index.accounting.observer();
-    Build::finish(
+    crate::observe::finish_build(
         observer,
         result.outcome,
         result.spine,
@@ -77,7 +77,7 @@ pub(super) fn build(
 
 fn incomplete(index: &WalIndex, why: Incomplete, started: Stopwatch) -> Build {
     let observer = index.accounting.observer();
-    Build::finish(
+    crate::observe::finish_build(
         observer,
         AdvanceOutcome::Incomplete(why),
         None,
@@ -97,7 +97,7 @@ pub(super) fn chain(index: &WalIndex, execution_id: ExecutionId) -> Option<Chain
 pub(super) fn execution_ids(index: &WalIndex) -> Vec<ExecutionId> {
     let mut ids: Vec<ExecutionId> = index
         .directory
-        .load()
+        .snapshot()
         .values()
         .filter(|slot| !slot.with_chain(Chain::is_empty))
         .map(|slot| slot.execution_id)

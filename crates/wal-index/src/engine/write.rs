@@ -6,7 +6,8 @@ use chain_fold::{Event, ExecutionId};
 
 use super::WalIndex;
 use super::slot::SlotEviction;
-use crate::report::{Applied, BatchReport, EvictReason, RehydrateReport};
+use crate::labels::EvictReason;
+use crate::report::{Applied, BatchReport, RehydrateReport};
 
 /// Indexes one event, publishes its execution's new snapshot and wakes its waiters.
 pub(super) fn apply(index: &WalIndex, event: Event) -> Applied {
@@ -100,7 +101,7 @@ pub(super) fn mark_pending_sink(index: &WalIndex, execution_id: ExecutionId) {
         {
             return;
         }
-        drop(index.directory_writer.lock());
+        index.directory.wait_for_evictor();
     }
 }
 

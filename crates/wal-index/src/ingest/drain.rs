@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use chain_fold::{Event, EventError};
 
 use super::source::{Pull, WalSource};
+use crate::StateIndex;
 use crate::report::EvictionStats;
-use crate::state_index::StateIndex;
+use crate::sync::{Waiting, run_to_completion};
 
 /// Drain settings. The defaults are production's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,28 +215,11 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         }
     }
 
-    /// One pull-apply-commit step (and a sweep if one is due). Returns false once the
-    /// source is closed; an error only when the source failed and is not retried.
+    /// One pull-apply-commit step (and a sweep if one is due), blocking the calling thread:
+    /// the pull waits up to `idle_wait` for a first record. Returns false once the source is
+    /// closed; an error only when the source failed and is not retried.
     pub fn step(&mut self) -> io::Result<bool> {
-        if let Some(pause) = self.backing_off() {
-            // Sleep in short slices so `run_until`'s stop flag is seen promptly.
-            std::thread::sleep(pause);
-            return Ok(true);
-        }
-        let pulled = self
-            .source
-            .pull(self.config.batch_max, self.config.idle_wait);
-        let events = match self.decode(pulled) {
-            Err(error) => return self.source_failed(error),
-            Ok(Step::Closed) => return self.stepped(false),
-            Ok(Step::Idle) => return self.stepped(true),
-            Ok(Step::Events(events)) => events,
-        };
-        if !events.is_empty() {
-            let batch = self.index.apply_batch(events);
-            self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
-        }
-        self.committed()
+        run_to_completion(self.step_waiting(Waiting::Park))
     }
 
     /// [`Drain::step`] as a task on an executor, as today's drain runs: the pull does not
@@ -245,16 +229,30 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// return at once with a zero wait, but [`JsonLinesSource`](super::JsonLinesSource)
     /// reading a pipe blocks the executor's thread until a line arrives.
     pub async fn step_async(&mut self) -> io::Result<bool> {
+        self.step_waiting(Waiting::Timer).await
+    }
+
+    /// The one body of a step. `waiting` decides only how a pause passes and where an idle
+    /// source's wait happens: inside the pull for a parked thread, on a timer after it for a
+    /// task.
+    async fn step_waiting(&mut self, waiting: Waiting) -> io::Result<bool> {
         if let Some(pause) = self.backing_off() {
-            futures_timer::Delay::new(pause).await;
+            // Short slices, so `run_until`'s stop flag is seen promptly.
+            waiting.sleep(pause).await;
             return Ok(true);
         }
-        let pulled = self.source.pull(self.config.batch_max, Duration::ZERO);
+        let pull_wait = match waiting {
+            Waiting::Park => self.config.idle_wait,
+            Waiting::Timer => Duration::ZERO,
+        };
+        let pulled = self.source.pull(self.config.batch_max, pull_wait);
         let more = match self.decode(pulled) {
             Err(error) => return self.source_failed(error),
             Ok(Step::Closed) => false,
             Ok(Step::Idle) => {
-                futures_timer::Delay::new(self.config.idle_wait).await;
+                if waiting == Waiting::Timer {
+                    waiting.sleep(self.config.idle_wait).await;
+                }
                 true
             }
             Ok(Step::Events(events)) => {
@@ -303,23 +301,6 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 Step::Events(events)
             }
         })
-    }
-
-    /// After a batch was applied: commit, then as after any successful pull.
-    fn committed(&mut self) -> io::Result<bool> {
-        if let Err(error) = self.source.commit() {
-            return self.source_failed(error);
-        }
-        self.stepped(true)
-    }
-
-    /// After a successful pull: healthy, and a sweep if one is due.
-    fn stepped(&mut self, more: bool) -> io::Result<bool> {
-        if self.pulled() {
-            let stats = self.index.enforce_limits_at(self.last_sweep);
-            self.swept(&stats);
-        }
-        Ok(more)
     }
 
     /// The bookkeeping after a successful pull: the source is healthy again. Returns true

@@ -60,3 +60,45 @@ impl Stopwatch {
         self.0
     }
 }
+
+/// How an operation written once as `async` code waits: the blocking forms run it to
+/// completion on the calling thread ([`run_to_completion`]) and park that thread; the async
+/// forms await a timer, so any executor (tokio, smol, a plain `block_on`) can run them. Only
+/// waits differ between the two: builds, applies and pulls are the same calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Parks the calling thread (a model's wait list under loom and shuttle).
+    Park,
+    /// Awaits a `futures-timer` delay: never blocks the executor's thread.
+    Timer,
+}
+
+impl Waiting {
+    /// Waits for `listener` or `cap`, whichever comes first; true if woken.
+    pub(crate) async fn wait(self, listener: Listener, cap: ::std::time::Duration) -> bool {
+        match self {
+            Waiting::Park => wait_timeout(listener, cap),
+            Waiting::Timer => {
+                futures_lite::future::or(
+                    async {
+                        listener.await;
+                        true
+                    },
+                    async {
+                        futures_timer::Delay::new(cap).await;
+                        false
+                    },
+                )
+                .await
+            }
+        }
+    }
+
+    /// Lets `pause` pass.
+    pub(crate) async fn sleep(self, pause: ::std::time::Duration) {
+        match self {
+            Waiting::Park => ::std::thread::sleep(pause),
+            Waiting::Timer => futures_timer::Delay::new(pause).await,
+        }
+    }
+}

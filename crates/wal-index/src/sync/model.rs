@@ -13,6 +13,9 @@ use ::shuttle as rt;
 pub(crate) use rt::sync::Arc;
 pub(crate) use rt::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
+/// What [`Mutex::lock`] returns.
+pub(crate) type MutexGuard<'a, T> = rt::sync::MutexGuard<'a, T>;
+
 /// loom's mutex behind the `parking_lot`-style `lock()` the engine uses.
 pub(crate) struct Mutex<T>(rt::sync::Mutex<T>);
 
@@ -81,9 +84,9 @@ impl<T> AsyncMutex<T> {
     }
 }
 
-/// A comparator's async operation run to completion: the model's locks never return
-/// `Pending`, so the first poll finishes it.
-#[cfg(feature = "baselines")]
+/// An operation written as async code, run to completion: the model's locks and a
+/// [`Waiting::Park`](super::Waiting) wait never return `Pending`, so the first poll finishes
+/// it.
 pub(crate) fn run_to_completion<F: std::future::Future>(operation: F) -> F::Output {
     futures_lite::future::block_on(operation)
 }

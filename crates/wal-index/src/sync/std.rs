@@ -8,6 +8,9 @@ pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 /// if one did, its chain snapshot was never published, so there is nothing to repair).
 pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 
+/// What [`Mutex::lock`] returns.
+pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
 /// An atomically replaceable `Arc<T>`: wait-free loads in the common case.
 pub(crate) type Swap<T> = arc_swap::ArcSwap<T>;
 
@@ -221,17 +224,18 @@ impl<T> AsyncMutex<T> {
     }
 }
 
-/// Runs a comparator's async operation to completion on the calling thread: its blocking
-/// form, one body for both.
+/// Runs an operation written as async code to completion on the calling thread: its
+/// blocking form (the drive, the drain step, a comparator's lock), one body for both.
 ///
-/// Unconstrained by Tokio's cooperative budget: called from inside a Tokio task, each
-/// acquisition of Tokio's mutex spends that task's budget, and once it is spent the lock
-/// answers `Pending` and wakes itself at once, forever, since a blocking call never yields
-/// back to the scheduler that would refill it. Outside a runtime the wrapper changes
-/// nothing.
-#[cfg(feature = "baselines")]
+/// With the comparators built in, unconstrained by Tokio's cooperative budget: called from
+/// inside a Tokio task, each acquisition of Tokio's mutex spends that task's budget, and
+/// once it is spent the lock answers `Pending` and wakes itself at once, forever, since a
+/// blocking call never yields back to the scheduler that would refill it. Outside a runtime
+/// the wrapper changes nothing.
 pub(crate) fn run_to_completion<F: std::future::Future>(operation: F) -> F::Output {
-    futures_lite::future::block_on(tokio::task::unconstrained(operation))
+    #[cfg(feature = "baselines")]
+    let operation = tokio::task::unconstrained(operation);
+    futures_lite::future::block_on(operation)
 }
 
 /// Lets another thread run (a spin-wait's back-off).

@@ -8,132 +8,24 @@
 //! nothing: after every wake the drive builds again, until it is served or the deadline
 //! passes. No wait is longer than `retry` nor runs past the deadline.
 //!
-//! Each index supplies only its [`DriveHooks`] (what to listen on, how to build and apply
-//! without blocking an executor, whether waiting can still help); the loop, the flow, their
-//! counters and their reporting live here. The blocking drive runs the very same `async`
-//! code with waits, builds and applies that complete inside their first poll, so there is
-//! exactly one drive to read, to test and to model-check.
+//! Each index supplies only its [`DriveHooks`](super::DriveHooks) (what to listen on, its
+//! clock, whether waiting can still help) and the async forms of its operations; the loop,
+//! the flow, their counters and their reporting live here, written once as `async` code.
+//! The blocking drive runs that same code to completion on the calling thread: the only
+//! thing that differs is how a wait waits ([`Waiting`]: a parked thread or a timer), so
+//! there is exactly one drive to read, to test and to model-check.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
+use super::StateIndex;
+use super::flow::DriveFlow;
 use crate::config::DriveBudget;
-use crate::flow::DriveFlow;
-use crate::observe::{DriveLabel, RehydrateLabel, WaitLabel};
-use crate::report::{Applied, BatchReport, Build, Drive, DriveOutcome, RehydrateReport};
-use crate::state_index::StateIndex;
-use crate::sync::{self, Listener};
+use crate::labels::{DriveLabel, RehydrateLabel, WaitLabel};
+use crate::report::{Build, Drive, DriveOutcome};
+use crate::sync::Waiting;
 use crate::waiting_room::Registered;
-
-/// What an index supplies to the shared drive. Sealed: it is a supertrait of
-/// [`StateIndex`](crate::StateIndex) in a private module, so only this crate's indexes
-/// implement it.
-// `pub` in a private module is the sealed-trait pattern: nameable here, not outside.
-#[allow(unreachable_pub)]
-pub trait DriveHooks {
-    /// Registers a waiter that any publish of `execution_id` after this call wakes,
-    /// including the publish that makes a non-resident execution resident. Must not create
-    /// state the index keeps after the drive ends.
-    fn listen(&self, execution_id: ExecutionId) -> Registered<'_>;
-
-    /// One build that awaits, rather than blocks on, whatever the index locks.
-    fn build_async(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-    ) -> impl Future<Output = Build> + Send;
-
-    /// One build that may block the calling thread.
-    fn build_blocking(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build;
-
-    /// One apply (a drive's tail event) that awaits, rather than blocks on, the index's
-    /// locks.
-    fn apply_async(&self, event: Event) -> impl Future<Output = Applied> + Send;
-
-    /// A batch, applied as `apply_batch` does, awaiting rather than blocking on the
-    /// index's locks (the drain run as a task on an executor).
-    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send;
-
-    /// A replay, as `rehydrate` does, awaiting rather than blocking on the index's locks.
-    fn rehydrate_async(
-        &self,
-        execution_id: ExecutionId,
-        events: Vec<Event>,
-    ) -> impl Future<Output = RehydrateReport> + Send;
-
-    /// A sweep, as `enforce_limits_at` does, awaiting rather than blocking on the index's
-    /// locks (the drain run as a task).
-    fn enforce_limits_async(
-        &self,
-        now: std::time::Instant,
-    ) -> impl Future<Output = crate::report::EvictionStats> + Send;
-
-    /// A snapshot of one execution's chain, as `chain` returns, awaiting the index's locks.
-    fn chain_async(&self, execution_id: ExecutionId) -> impl Future<Output = Option<Chain>> + Send;
-
-    /// The index's clock (a model advances it; the deadline is measured on it).
-    fn clock(&self) -> &crate::sync::Clock;
-
-    /// Asked after an unserved build: true when no wait can serve the drive (the engine:
-    /// the execution finished and was evicted). Today's design never ends a drive early.
-    fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
-        let _ = execution_id;
-        false
-    }
-}
-
-/// The async hooks of an index whose locks are never held across an await (the engine's
-/// writer locks, the per-execution comparator's entry locks): each is the synchronous
-/// operation, which finishes without parking on anything a task holds.
-macro_rules! async_forms_are_the_sync_ones {
-    () => {
-        async fn apply_async(&self, event: chain_fold::Event) -> crate::report::Applied {
-            self.apply(event)
-        }
-
-        async fn apply_batch_async(
-            &self,
-            events: Vec<chain_fold::Event>,
-        ) -> crate::report::BatchReport {
-            self.apply_batch(events)
-        }
-
-        async fn rehydrate_async(
-            &self,
-            execution_id: chain_fold::ExecutionId,
-            events: Vec<chain_fold::Event>,
-        ) -> crate::report::RehydrateReport {
-            self.rehydrate(execution_id, events)
-        }
-
-        async fn enforce_limits_async(
-            &self,
-            now: std::time::Instant,
-        ) -> crate::report::EvictionStats {
-            self.enforce_limits_at(now)
-        }
-
-        async fn chain_async(
-            &self,
-            execution_id: chain_fold::ExecutionId,
-        ) -> Option<chain_fold::Chain> {
-            self.chain(execution_id)
-        }
-    };
-}
-pub(crate) use async_forms_are_the_sync_ones;
-
-/// How the drive waits, builds and applies: on an executor, or by blocking the thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Awaits builds, applies and waits; the timeout is a `futures-timer` delay, so any
-    /// executor (tokio, smol, a plain `block_on`) can run it.
-    Async,
-    /// Builds, applies and waits block the thread inside their first poll.
-    Blocking,
-}
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -147,7 +39,7 @@ pub(crate) async fn drive_loop<I: StateIndex>(
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     budget: DriveBudget,
-    mode: Mode,
+    waiting: Waiting,
     drive: &mut Drive,
 ) {
     let observer = index.observer();
@@ -159,10 +51,7 @@ pub(crate) async fn drive_loop<I: StateIndex>(
         // after the build, and loom must find the lost wake-up.
         #[cfg(not(feature = "mutation-listen-after-build"))]
         let registered = index.listen(execution_id);
-        let build = match mode {
-            Mode::Async => index.build_async(execution_id, expected_head).await,
-            Mode::Blocking => index.build_blocking(execution_id, expected_head),
-        };
+        let build = index.build_async(execution_id, expected_head).await;
         #[cfg(feature = "mutation-listen-after-build")]
         let registered = index.listen(execution_id);
         if record(drive, build) {
@@ -174,10 +63,7 @@ pub(crate) async fn drive_loop<I: StateIndex>(
         }
         let cap = budget.retry.min(Duration::from_nanos(deadline - now));
         let Registered { listener, ticket } = registered;
-        let woken = match mode {
-            Mode::Async => wait_async(listener, cap).await,
-            Mode::Blocking => sync::wait_timeout(listener, cap),
-        };
+        let woken = waiting.wait(listener, cap).await;
         drop(ticket);
         if woken {
             drive.wakes += 1;
@@ -218,7 +104,7 @@ pub(crate) async fn run_flow<I: StateIndex>(
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     flow: &DriveFlow<'_>,
-    mode: Mode,
+    waiting: Waiting,
 ) -> Drive {
     let started = Instant::now();
     let mut drive = fresh_drive();
@@ -236,10 +122,7 @@ pub(crate) async fn run_flow<I: StateIndex>(
     for payload in flow.tail_events.iter().filter(|_| !finished) {
         match Event::from_json_bytes(payload.clone()) {
             Ok(event) if event.execution_id() == execution_id => {
-                match mode {
-                    Mode::Async => index.apply_async(event).await,
-                    Mode::Blocking => index.apply(event),
-                };
+                index.apply_async(event).await;
                 drive.tail_applied += 1;
             }
             // A tail event of another execution is the dispatcher's mistake: applying it
@@ -261,18 +144,18 @@ pub(crate) async fn run_flow<I: StateIndex>(
         execution_id,
         expected_head,
         flow.budget,
-        mode,
+        waiting,
         &mut drive,
     )
     .await;
     if drive.outcome.spine().is_some() {
         drive.label = DriveLabel::Served;
     } else if let Some(label) =
-        serve_from_shard(index, execution_id, expected_head, flow, mode, &mut drive).await
+        serve_from_shard(index, execution_id, expected_head, flow, &mut drive).await
     {
         drive.label = label;
     } else if let Some(replay) =
-        rehydrate(index, execution_id, expected_head, flow, mode, &mut drive).await
+        rehydrate(index, execution_id, expected_head, flow, &mut drive).await
     {
         index.observer().rehydrate(replay);
         drive.rehydrate = Some(replay);
@@ -300,7 +183,6 @@ async fn serve_from_shard<I: StateIndex>(
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     flow: &DriveFlow<'_>,
-    mode: Mode,
     drive: &mut Drive,
 ) -> Option<DriveLabel> {
     let shard = flow.fallbacks?.state_shard(execution_id)?;
@@ -310,10 +192,7 @@ async fn serve_from_shard<I: StateIndex>(
     }
     let target = expected_head.or_else(|| chain.max_id())?;
     let spine = chain.walk_from(target).ok()?;
-    let resident = match mode {
-        Mode::Async => index.chain_async(execution_id).await,
-        Mode::Blocking => index.chain(execution_id),
-    };
+    let resident = index.chain_async(execution_id).await;
     let mismatch = resident.is_some_and(|resident| {
         spine.events().any(|event| {
             resident
@@ -336,7 +215,6 @@ async fn rehydrate<I: StateIndex>(
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     flow: &DriveFlow<'_>,
-    mode: Mode,
     drive: &mut Drive,
 ) -> Option<RehydrateLabel> {
     let (fallbacks, gate) = (flow.fallbacks?, flow.rehydrate_gate?);
@@ -349,15 +227,9 @@ async fn rehydrate<I: StateIndex>(
     if events.is_empty() {
         return Some(RehydrateLabel::Empty);
     }
-    let _replayed = match mode {
-        Mode::Async => index.rehydrate_async(execution_id, events).await,
-        Mode::Blocking => index.rehydrate(execution_id, events),
-    };
+    let _replayed = index.rehydrate_async(execution_id, events).await;
     drop(permit);
-    let build = match mode {
-        Mode::Async => index.build_async(execution_id, expected_head).await,
-        Mode::Blocking => index.build_blocking(execution_id, expected_head),
-    };
+    let build = index.build_async(execution_id, expected_head).await;
     Some(if record(drive, build) {
         RehydrateLabel::Served
     } else {
@@ -381,26 +253,4 @@ fn record(drive: &mut Drive, build: Build) -> bool {
             false
         }
     }
-}
-
-/// Runs a [`Mode::Blocking`] drive to completion on the calling thread. Its builds, applies
-/// and waits never return `Pending`, so the first poll finishes it; `block_on` is only the
-/// harness that polls it.
-pub(crate) fn run_blocking(drive: impl Future<Output = Drive>) -> Drive {
-    futures_lite::future::block_on(drive)
-}
-
-/// Waits for `listener` or `cap`, whichever comes first; true if woken.
-async fn wait_async(listener: Listener, cap: Duration) -> bool {
-    futures_lite::future::or(
-        async {
-            listener.await;
-            true
-        },
-        async {
-            futures_timer::Delay::new(cap).await;
-            false
-        },
-    )
-    .await
 }

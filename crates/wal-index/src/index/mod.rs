@@ -1,5 +1,14 @@
 //! [`StateIndex`]: the surface every index of this crate offers, so a worker pool, the
-//! simulator, the benches and the tests can hold any of them.
+//! simulator, the benches and the tests can hold any of them, and the one drive they share.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `mod.rs` | the trait, and the sealed hooks an index supplies to the drive |
+//! | `drive.rs` | the drive loop and the worker's flow around it, written once as async code |
+//! | [`flow`] | what a drive is given: its budget, tail events and fallbacks |
+
+mod drive;
+pub mod flow;
 
 use std::future::Future;
 use std::time::Instant;
@@ -7,12 +16,36 @@ use std::time::Instant;
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::config::{DriveBudget, IndexConfig};
-use crate::drive::{DriveHooks, Mode, run_blocking, run_flow};
-use crate::flow::DriveFlow;
 use crate::observe::IndexObserver;
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
 };
+use crate::sync::{Clock, Waiting, run_to_completion};
+use crate::waiting_room::Registered;
+use drive::run_flow;
+use flow::DriveFlow;
+
+/// What an index supplies to the shared drive beyond its [`StateIndex`] operations. Sealed:
+/// a supertrait of [`StateIndex`] in a private module, so only this crate's indexes
+/// implement it.
+// `pub` in a private module is the sealed-trait pattern: nameable here, not outside.
+#[allow(unreachable_pub)]
+pub trait DriveHooks {
+    /// Registers a waiter that any publish of `execution_id` after this call wakes,
+    /// including the publish that makes a non-resident execution resident. Must not create
+    /// state the index keeps after the drive ends.
+    fn listen(&self, execution_id: ExecutionId) -> Registered<'_>;
+
+    /// The index's clock (a model advances it; the deadline is measured on it).
+    fn clock(&self) -> &Clock;
+
+    /// Asked after an unserved build: true when no wait can serve the drive (the engine:
+    /// the execution finished and was evicted). Today's design never ends a drive early.
+    fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
+        let _ = execution_id;
+        false
+    }
+}
 
 /// The state-builder index: apply the WAL, build spines, drive until a tip lands, evict.
 ///
@@ -23,7 +56,11 @@ use crate::report::{
 /// documentation says what each operation may wait for.
 ///
 /// The drive methods are written once, here, over hooks each index supplies (the trait is
-/// sealed for that reason: it cannot be implemented outside this crate).
+/// sealed for that reason: it cannot be implemented outside this crate). Each operation also
+/// has an async form (`build_async`, `apply_batch_async`, ...) for callers on an executor:
+/// it awaits, rather than blocks on, whatever the index locks. Only today's design holds a
+/// lock a task can be made to wait for; the engine's and the per-execution comparator's
+/// async forms are their synchronous operations.
 ///
 /// ```
 /// use wal_index::{DriveBudget, Event, StateIndex, WalIndex};
@@ -159,7 +196,7 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     {
         async move {
             let flow = DriveFlow::new(budget);
-            run_flow(self, execution_id, expected_head, &flow, Mode::Async).await
+            run_flow(self, execution_id, expected_head, &flow, Waiting::Timer).await
         }
     }
 
@@ -174,12 +211,12 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         Self: Sized,
     {
         let flow = DriveFlow::new(budget);
-        run_blocking(run_flow(
+        run_to_completion(run_flow(
             self,
             execution_id,
             expected_head,
             &flow,
-            Mode::Blocking,
+            Waiting::Park,
         ))
     }
 
@@ -190,7 +227,7 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     ///
     /// ```
     /// use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, Event, ExecutionId, StateIndex, WalIndex};
-    /// use wal_index::observe::{DriveLabel, RehydrateLabel};
+    /// use wal_index::labels::{DriveLabel, RehydrateLabel};
     /// use wal_index::rehydrate::RehydrateGate;
     ///
     /// struct RetainedWal;
@@ -223,7 +260,7 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     where
         Self: Sized,
     {
-        run_flow(self, execution_id, expected_head, flow, Mode::Async)
+        run_flow(self, execution_id, expected_head, flow, Waiting::Timer)
     }
 
     /// [`drive_flow`](StateIndex::drive_flow), blocking the calling thread.
@@ -236,12 +273,72 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     where
         Self: Sized,
     {
-        run_blocking(run_flow(
+        run_to_completion(run_flow(
             self,
             execution_id,
             expected_head,
             flow,
-            Mode::Blocking,
+            Waiting::Park,
         ))
+    }
+
+    /// [`build`](StateIndex::build), awaiting rather than blocking on the index's locks.
+    fn build_async(
+        &self,
+        execution_id: ExecutionId,
+        expected_head: Option<EventId>,
+    ) -> impl Future<Output = Build> + Send
+    where
+        Self: Sized,
+    {
+        async move { self.build(execution_id, expected_head) }
+    }
+
+    /// [`apply`](StateIndex::apply), awaiting rather than blocking on the index's locks (a
+    /// drive's tail event).
+    fn apply_async(&self, event: Event) -> impl Future<Output = Applied> + Send
+    where
+        Self: Sized,
+    {
+        async move { self.apply(event) }
+    }
+
+    /// [`apply_batch`](StateIndex::apply_batch), awaiting rather than blocking on the
+    /// index's locks (the drain run as a task).
+    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send
+    where
+        Self: Sized,
+    {
+        async move { self.apply_batch(events) }
+    }
+
+    /// [`rehydrate`](StateIndex::rehydrate), awaiting rather than blocking on the index's
+    /// locks.
+    fn rehydrate_async(
+        &self,
+        execution_id: ExecutionId,
+        events: Vec<Event>,
+    ) -> impl Future<Output = RehydrateReport> + Send
+    where
+        Self: Sized,
+    {
+        async move { self.rehydrate(execution_id, events) }
+    }
+
+    /// [`enforce_limits_at`](StateIndex::enforce_limits_at), awaiting rather than blocking
+    /// on the index's locks (the drain run as a task).
+    fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send
+    where
+        Self: Sized,
+    {
+        async move { self.enforce_limits_at(now) }
+    }
+
+    /// [`chain`](StateIndex::chain), awaiting rather than blocking on the index's locks.
+    fn chain_async(&self, execution_id: ExecutionId) -> impl Future<Output = Option<Chain>> + Send
+    where
+        Self: Sized,
+    {
+        async move { self.chain(execution_id) }
     }
 }

@@ -18,7 +18,7 @@
 //! ```
 //! use bytes::Bytes;
 //! use wal_index::{DriveBudget, DriveFlow, StateIndex, WalIndex};
-//! use wal_index::observe::DriveLabel;
+//! use wal_index::labels::DriveLabel;
 //!
 //! let index = WalIndex::default();
 //! // The dispatch carries the two events the server just published: a warm start without

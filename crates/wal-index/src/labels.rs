@@ -1,0 +1,98 @@
+//! The metric label enums: a fixed set of values each, as the `noetl_worker_state_builder_*`
+//! series label them. A metrics layer keeps one series per value in an array and indexes it
+//! with `index()`, so no hot path matches a string.
+//!
+//! This module imports nothing of the crate: reports, observers and the drive all name
+//! these labels, and none of them is needed to define one.
+
+/// A metric label enum: a fixed set of values, each with its place in `LABELS`, so a
+/// metrics layer keeps one series per value in an array and indexes it with
+/// [`index`](DriveLabel::index) (no string matching on the hot path).
+macro_rules! label_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $label:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in the order of [`Self::LABELS`].
+            pub const ALL: [$name; [$($label),+].len()] = [$($name::$variant),+];
+            /// Every label, in the order metrics pre-register them.
+            pub const LABELS: [&'static str; [$($label),+].len()] = [$($label),+];
+
+            /// This value's position in [`Self::LABELS`] and [`Self::ALL`].
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+
+            /// The metrics label.
+            pub const fn label(self) -> &'static str {
+                Self::LABELS[self as usize]
+            }
+        }
+    };
+}
+
+label_enum! {
+    /// The final outcome of a drive, as `drive_builds_total{outcome}` labels it: every
+    /// value is one way [`StateIndex::drive_flow`](crate::StateIndex::drive_flow) can end
+    /// (the [`flow`](crate::flow) module's table says which step gives which).
+    DriveLabel {
+        /// Served within the wait budget.
+        Served = "served",
+        /// Served after replaying the execution from the retained WAL.
+        ServedRehydrated = "served_rehydrated",
+        /// Not served: the caller falls back to the server-built state.
+        FallbackIncomplete = "fallback_incomplete",
+        /// Served from the execution's state shard.
+        ServedShard = "served_shard",
+        /// Served from the state shard, whose bytes disagreed with the WAL's.
+        ServedShardMismatch = "served_shard_mismatch",
+        /// Not served on the stateless edge; the caller retries.
+        StatelessRetry = "stateless_retry",
+        /// Not attempted: this worker does not build.
+        FallbackDisabled = "fallback_disabled",
+    }
+}
+
+label_enum! {
+    /// How one wait of a drive ended, as `drive_wait_total{outcome}` labels it.
+    WaitLabel {
+        /// Ended by a notification.
+        Woken = "woken",
+        /// Ended by the per-wait cap.
+        Timeout = "timeout",
+    }
+}
+
+label_enum! {
+    /// How one rehydration attempt ended, as `rehydrate_total{outcome}` labels it.
+    RehydrateLabel {
+        /// The replay made the build complete.
+        Served = "served",
+        /// Replayed, still incomplete.
+        Incomplete = "incomplete",
+        /// The retained WAL had nothing for the execution.
+        Empty = "empty",
+        /// The concurrency cap was reached; nothing was replayed.
+        Throttled = "throttled",
+    }
+}
+
+label_enum! {
+    /// Why an execution left the index (the `reason` label of `evictions_total`).
+    EvictReason {
+        /// Idle longer than the TTL.
+        Ttl = "ttl",
+        /// Least recently used while over the execution cap.
+        MaxExecutions = "max_executions",
+        /// Least recently used while over the byte ceiling.
+        ByteCeiling = "byte_ceiling",
+        /// Its terminal event was in the last batch.
+        Terminal = "terminal",
+        /// `evict` was called.
+        Explicit = "explicit",
+    }
+}
