@@ -139,19 +139,18 @@ impl<T: Clone> AppendLog<T> {
     /// Claims the cell at this version's length for this version, if nobody has: moves the
     /// buffer's `claimed` mark from this version's length to `end`.
     fn claim(&self, end: usize) -> bool {
-        #[cfg(not(feature = "mutation-claim-without-cas"))]
-        return self
-            .buffer
-            .claimed
-            .compare_exchange(self.len, end, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok();
         // The mutation: a check, then a store, which two appends to one version can both
         // pass (the loom model `two_appends_to_one_version_each_keep_their_own` fails).
-        #[cfg(feature = "mutation-claim-without-cas")]
-        return self.buffer.claimed.load(Ordering::Relaxed) == self.len && {
-            self.buffer.claimed.store(end, Ordering::Relaxed);
-            true
-        };
+        if cfg!(feature = "mutation-claim-without-cas") {
+            return self.buffer.claimed.load(Ordering::Relaxed) == self.len && {
+                self.buffer.claimed.store(end, Ordering::Relaxed);
+                true
+            };
+        }
+        self.buffer
+            .claimed
+            .compare_exchange(self.len, end, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// The slow path of `push` (a fork or a full buffer): this version and `item`, copied

@@ -218,7 +218,7 @@ const PREV_OWNED: u8 = 1 << 4;
 ///
 /// # Memory
 ///
-/// An event is one allocation: a reference count, a 32-byte header (the ids, the type's
+/// An event is one allocation: a reference count, a 24-byte header (the ids, the type's
 /// position, flags), the slice length, then the payload bytes (and, rarely, an unescaped
 /// copy of the event type). The handle is one pointer. [`Event::resident_bytes`] is that
 /// allocation's exact size, which is what the byte ledger charges; the payload is copied into

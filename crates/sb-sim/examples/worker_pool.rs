@@ -21,24 +21,20 @@
 //! deleted afterwards), and the drain consumes it with a replay-on-boot `JetStreamSource` on
 //! its own thread.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use clap::Parser;
 use sb_metrics::{StateBuilderMetrics, exporter, series::DEFAULT_PREFIX};
-use sb_sim::wal::{Feed, WalTarget};
+use sb_sim::wal::{Feed, RetainedWal, WalTarget};
 use sb_sim::workload::{Generator, Shape};
-use wal_index::labels::EvictReason;
-use wal_index::labels::{DriveLabel, RehydrateLabel, WaitLabel};
+use wal_index::ingest::DrainReport;
+use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
-use wal_index::report::IndexStats;
 use wal_index::{
-    AdvanceOutcome, Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, Event, ExecutionId,
-    IndexConfig, IndexObserver, StateIndex, WalIndex,
+    Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex, WalIndex,
 };
 
 /// A worker pool on the state-builder index: drain, drives, metrics, shutdown.
@@ -64,60 +60,21 @@ struct Args {
     metrics_addr: SocketAddr,
 }
 
-/// The retained WAL a drive replays from on a miss: here, every record the producer
-/// published, by execution.
+/// Counts the records the drain consumed, so a shutdown over a broker knows when the drain
+/// has caught up. Paired with the metrics observer: `(metrics, records)` is an observer.
 #[derive(Default)]
-struct RetainedWal(Mutex<HashMap<ExecutionId, Vec<Bytes>>>);
+struct ConsumedRecords(AtomicU64);
 
-impl DriveFallbacks for RetainedWal {
-    fn retained(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
-        let records = self.0.lock().ok()?;
-        Some(
-            records
-                .get(&execution_id)?
-                .iter()
-                .filter_map(|payload| Event::from_json_bytes(payload.clone()).ok())
-                .collect(),
-        )
-    }
-}
-
-/// The metrics observer, and a count of the records the drain consumed (so a shutdown over
-/// a broker knows when the drain has caught up).
-struct Consumed {
-    metrics: Arc<StateBuilderMetrics>,
-    records: AtomicU64,
-}
-
-impl IndexObserver for Consumed {
-    fn build(&self, outcome: &AdvanceOutcome, elapsed: Duration, waited: Duration) {
-        self.metrics.build(outcome, elapsed, waited);
-    }
-    fn drive_wait(&self, outcome: WaitLabel) {
-        self.metrics.drive_wait(outcome);
-    }
-    fn drive(&self, outcome: DriveLabel) {
-        self.metrics.drive(outcome);
-    }
-    fn drive_tail(&self, applied: u32, rejected: u32) {
-        self.metrics.drive_tail(applied, rejected);
-    }
-    fn residency(&self, stats: IndexStats) {
-        self.metrics.residency(stats);
-    }
-    fn evicted(&self, reason: EvictReason, count: usize) {
-        self.metrics.evicted(reason, count);
-    }
-    fn rehydrate(&self, outcome: RehydrateLabel) {
-        self.metrics.rehydrate(outcome);
-    }
+impl IndexObserver for ConsumedRecords {
     fn wal_events(&self, count: u64) {
         // Relaxed: a progress counter, read by the shutdown loop only.
-        self.records.fetch_add(count, Ordering::Relaxed);
-        self.metrics.wal_events(count);
+        self.0.fetch_add(count, Ordering::Relaxed);
     }
-    fn healthy(&self, up: bool) {
-        self.metrics.healthy(up);
+}
+
+impl ConsumedRecords {
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
     }
 }
 
@@ -128,6 +85,9 @@ struct Served {
     latencies: Vec<Duration>,
     tail_applied: u64,
 }
+
+type Observer = (Arc<StateBuilderMetrics>, Arc<ConsumedRecords>);
+type Index = WalIndex;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -142,48 +102,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _inside = runtime.enter();
         exporter::install(args.metrics_addr, DEFAULT_PREFIX)?;
     }
-    let observer = Arc::new(Consumed {
-        metrics: StateBuilderMetrics::register(),
-        records: AtomicU64::new(0),
-    });
-    let index = Arc::new(WalIndex::with_observer(
-        IndexConfig::from_env()?,
-        observer.clone(),
-    ));
-    let budget = DriveBudget::from_env();
-    let drain_config = DrainConfig::from_env()?;
+    let consumed = Arc::new(ConsumedRecords::default());
+    let observer: Arc<Observer> =
+        Arc::new((StateBuilderMetrics::register(), Arc::clone(&consumed)));
+    let index = Arc::new(Index::with_observer(IndexConfig::from_env()?, observer));
 
-    // The drain: a task on the runtime over an in-process WAL; its own thread over a
-    // broker (the JetStream source blocks while it waits for messages).
     let (mut wal, source) = Feed::open(&target, "worker")?;
     let stop_drain = Arc::new(AtomicBool::new(false));
-    let mut drain = Drain::new(Arc::clone(&index), source, drain_config);
-    let drain_task = match &target {
-        WalTarget::InProcess => {
-            let stop = Arc::clone(&stop_drain);
-            Some(runtime.spawn(async move { drain.run_until_async(&stop).await.cloned() }))
-        }
-        WalTarget::Nats(_) => {
-            let stop = Arc::clone(&stop_drain);
-            let thread = std::thread::spawn(move || drain.run_until(&stop).cloned());
-            // Joined below through a task so both shapes shut down the same way.
-            Some(runtime.spawn_blocking(move || {
-                thread
-                    .join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("the drain panicked")))
-            }))
-        }
-    };
-
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let interrupted = Arc::clone(&interrupted);
-        runtime.spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupted.store(true, Ordering::Relaxed);
-            }
-        });
-    }
+    let drain = Drain::new(Arc::clone(&index), source, DrainConfig::from_env()?);
+    let drain_task = start_drain(&runtime, &target, drain, &stop_drain);
+    let interrupted = watch_ctrl_c(&runtime);
     eprintln!(
         "worker pool: WAL {}, metrics on http://{}/metrics, {}",
         target.describe(),
@@ -195,63 +123,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     );
 
-    let retained = Arc::new(RetainedWal::default());
-    let gate = Arc::new(RehydrateGate::default());
-    let slots = Arc::new(tokio::sync::Semaphore::new(args.concurrency.max(1)));
-    let served = Arc::new(Mutex::new(Served::default()));
-    let mut generator = Generator::new(Shape {
-        payload_bytes: args.payload_bytes,
-        ..Shape::default()
-    });
     let started = Instant::now();
-    let pace = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
-    let mut drives = Vec::new();
-    let mut published = 0u64;
-    // Relaxed: the flag carries no data; the loop only needs to see it eventually.
-    while !interrupted.load(Ordering::Relaxed)
-        && (args.duration == 0 || started.elapsed() < Duration::from_secs(args.duration))
-    {
-        let item = generator.next_item();
-        let Some((execution_id, head)) = item.ids else {
-            continue;
-        };
-        if let Ok(mut records) = retained.0.lock() {
-            records
-                .entry(execution_id)
-                .or_default()
-                .push(item.payload.clone());
-        }
-        wal.append(&item)?;
-        published += 1;
-        if item.triggers {
-            // The dispatch, the moment the server published its tip.
-            let dispatched = Instant::now();
-            let (index, retained, gate, slots, served) = (
-                Arc::clone(&index),
-                Arc::clone(&retained),
-                Arc::clone(&gate),
-                Arc::clone(&slots),
-                Arc::clone(&served),
-            );
-            let tail = item.tail.clone();
-            drives.push(runtime.spawn(async move {
-                let Ok(_slot) = slots.acquire_owned().await else {
-                    return;
-                };
-                let flow = DriveFlow::new(budget)
-                    .tail_events(tail)
-                    .fallbacks(&*retained)
-                    .rehydrate_gate(&gate);
-                let drive = index.drive_flow(execution_id, Some(head), &flow).await;
-                if let Ok(mut served) = served.lock() {
-                    served.by_label[drive.label.index()] += 1;
-                    served.latencies.push(dispatched.elapsed());
-                    served.tail_applied += u64::from(drive.tail_applied);
-                }
-            }));
-        }
-        std::thread::sleep(pace);
-    }
+    let pool = Pool {
+        index: Arc::clone(&index),
+        retained: RetainedWal::default(),
+        gate: RehydrateGate::default(),
+        slots: tokio::sync::Semaphore::new(args.concurrency.max(1)),
+        served: Mutex::new(Served::default()),
+        budget: DriveBudget::from_env(),
+    };
+    let pool = Arc::new(pool);
+    let (drives, published) = dispatch(&args, &runtime, &mut wal, &pool, &interrupted)?;
 
     // Shutdown: no more dispatches; the drives in flight finish; the WAL is flushed and
     // the drain consumes what it holds, then stops.
@@ -264,30 +146,155 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ = drive.await;
         }
     });
+    close_wal(wal, &consumed, published, &stop_drain)?;
+    let report = runtime.block_on(drain_task)??;
+    let served = pool.served.lock().map_err(|_| "a drive panicked")?;
+    summarize(&served, &report, published, started.elapsed(), &index);
+    if served.latencies.is_empty() {
+        return Err("no drive was dispatched".into());
+    }
+    Ok(())
+}
+
+/// Flushes the WAL and ends it: an in-process WAL closes, and the drain ends when it has
+/// consumed it; a broker stream stays open, so the drain is stopped once it consumed every
+/// record (or after 60 s, saying so), then the run's stream is deleted.
+fn close_wal(
+    mut wal: Feed,
+    consumed: &ConsumedRecords,
+    published: u64,
+    stop_drain: &AtomicBool,
+) -> std::io::Result<()> {
     wal.flush()?;
-    let closes = wal.closes_on_drop();
-    if closes {
+    if wal.closes_on_drop() {
         drop(wal);
     } else {
-        // A broker stream stays open: stop the drain once it consumed every record
-        // (or after 60 s, saying so), then delete the run's stream.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while observer.records.load(Ordering::Relaxed) < published && Instant::now() < deadline {
+        while consumed.get() < published && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let consumed = observer.records.load(Ordering::Relaxed);
-        if consumed < published {
-            eprintln!("worker pool: the drain consumed {consumed} of {published} records in 60 s");
+        if consumed.get() < published {
+            eprintln!(
+                "worker pool: the drain consumed {} of {published} records in 60 s",
+                consumed.get()
+            );
         }
         stop_drain.store(true, Ordering::Relaxed);
         wal.close()?;
     }
-    let report = match drain_task {
-        Some(task) => runtime.block_on(task)??,
-        None => unreachable!("a drain is always started"),
-    };
+    Ok(())
+}
 
-    let served = served.lock().map_err(|_| "a drive panicked")?;
+/// The drain: a task on the runtime over an in-process WAL; its own thread over a broker
+/// (the JetStream source blocks while it waits for messages), joined through a task so both
+/// shapes shut down the same way.
+fn start_drain(
+    runtime: &tokio::runtime::Runtime,
+    target: &WalTarget,
+    mut drain: Drain<Index, Box<dyn wal_index::WalSource>>,
+    stop: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<std::io::Result<DrainReport>> {
+    let stop = Arc::clone(stop);
+    match target {
+        WalTarget::InProcess => {
+            runtime.spawn(async move { drain.run_until_async(&stop).await.cloned() })
+        }
+        WalTarget::Nats(_) => {
+            let thread = std::thread::spawn(move || drain.run_until(&stop).cloned());
+            runtime.spawn_blocking(move || {
+                thread
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the drain panicked")))
+            })
+        }
+    }
+}
+
+/// A flag Ctrl-C sets.
+fn watch_ctrl_c(runtime: &tokio::runtime::Runtime) -> Arc<AtomicBool> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&interrupted);
+    runtime.spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            // Relaxed: the flag carries no data; the loop only needs to see it eventually.
+            flag.store(true, Ordering::Relaxed);
+        }
+    });
+    interrupted
+}
+
+/// What every drive of the pool shares.
+struct Pool {
+    index: Arc<Index>,
+    /// What a drive replays from on a miss: every record the producer published.
+    retained: RetainedWal,
+    gate: RehydrateGate,
+    /// Drives at once.
+    slots: tokio::sync::Semaphore,
+    served: Mutex<Served>,
+    budget: DriveBudget,
+}
+
+/// Publishes events at the configured rate and dispatches a drive (a task) for each one the
+/// server would dispatch, until the duration passes or Ctrl-C. Returns the drives and the
+/// number of events published.
+fn dispatch(
+    args: &Args,
+    runtime: &tokio::runtime::Runtime,
+    wal: &mut Feed,
+    pool: &Arc<Pool>,
+    interrupted: &AtomicBool,
+) -> std::io::Result<(Vec<tokio::task::JoinHandle<()>>, u64)> {
+    let mut generator = Generator::new(Shape {
+        payload_bytes: args.payload_bytes,
+        ..Shape::default()
+    });
+    let started = Instant::now();
+    let pace = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
+    let (mut drives, mut published) = (Vec::new(), 0u64);
+    // Relaxed: as in `watch_ctrl_c`.
+    while !interrupted.load(Ordering::Relaxed)
+        && (args.duration == 0 || started.elapsed() < Duration::from_secs(args.duration))
+    {
+        let item = generator.next_item();
+        let Some((execution_id, head)) = item.ids else {
+            continue;
+        };
+        pool.retained.record(&item);
+        wal.append(&item)?;
+        published += 1;
+        if item.triggers {
+            // The dispatch, the moment the server published its tip.
+            let (pool, tail, dispatched) = (Arc::clone(pool), item.tail.clone(), Instant::now());
+            drives.push(runtime.spawn(async move {
+                let Ok(_slot) = pool.slots.acquire().await else {
+                    return;
+                };
+                let flow = DriveFlow::new(pool.budget)
+                    .tail_events(tail)
+                    .fallbacks(&pool.retained)
+                    .rehydrate_gate(&pool.gate);
+                let drive = pool.index.drive_flow(execution_id, Some(head), &flow).await;
+                if let Ok(mut served) = pool.served.lock() {
+                    served.by_label[drive.label.index()] += 1;
+                    served.latencies.push(dispatched.elapsed());
+                    served.tail_applied += u64::from(drive.tail_applied);
+                }
+            }));
+        }
+        std::thread::sleep(pace);
+    }
+    Ok((drives, published))
+}
+
+/// Prints what the run did.
+fn summarize(
+    served: &Served,
+    report: &DrainReport,
+    published: u64,
+    elapsed: Duration,
+    index: &Index,
+) {
     let mut latencies = served.latencies.clone();
     latencies.sort_unstable();
     let at = |q: f64| {
@@ -297,7 +304,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!(
         "worker pool: {published} events published in {:.1} s; the drain applied {} ({} bad, {} batches)",
-        started.elapsed().as_secs_f64(),
+        elapsed.as_secs_f64(),
         report.events,
         report.bad,
         report.batches
@@ -320,8 +327,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "resident at the end: {} executions, {} events, {} bytes",
         stats.executions, stats.events, stats.bytes
     );
-    if served.latencies.is_empty() {
-        return Err("no drive was dispatched".into());
-    }
-    Ok(())
 }

@@ -158,6 +158,29 @@ pub fn render(report: &Report) -> String {
         escape(&report.workload),
         escape(&report.machine)
     );
+    latency_section(&mut html, report);
+    build_duration_section(&mut html, report);
+    html.push_str("<h2>Outcome shares over time</h2><div class=\"grid\">");
+    for e in &report.engines {
+        let _ = write!(
+            html,
+            "<figure>{}<figcaption>{}</figcaption></figure>",
+            timeline_chart(e),
+            e.engine
+        );
+    }
+    html.push_str("</div>");
+    tables_section(&mut html, report);
+    let _ = write!(
+        html,
+        "<h2>Text report</h2><pre>{}</pre></body></html>",
+        escape(&report.to_text())
+    );
+    html
+}
+
+/// The drives' latency distribution, per engine.
+fn latency_section(html: &mut String, report: &Report) {
     let latency: Vec<(String, &str, &[u64])> = report
         .engines
         .iter()
@@ -173,6 +196,10 @@ pub fn render(report: &Report) -> String {
     html.push_str("<h2>Tip entered the WAL → drive served</h2><figure>");
     html.push_str(&distribution_chart("drive latency", &latency));
     html.push_str("<figcaption>Share of served drives per latency bucket (log scale), per engine.</figcaption></figure>");
+}
+
+/// Each build outcome's duration distribution, per engine.
+fn build_duration_section(html: &mut String, report: &Report) {
     html.push_str("<h2>Build duration per outcome</h2><div class=\"grid\">");
     for (i, outcome) in OUTCOMES.iter().enumerate() {
         let series: Vec<(String, &str, &[u64])> = report
@@ -181,7 +208,7 @@ pub fn render(report: &Report) -> String {
             .enumerate()
             .map(|(k, e)| {
                 (
-                    e.engine.to_owned(),
+                    e.engine.to_string(),
                     ENGINE_COLORS[k % 3],
                     e.build_duration_buckets[i].as_slice(),
                 )
@@ -193,16 +220,12 @@ pub fn render(report: &Report) -> String {
             distribution_chart(outcome, &series)
         );
     }
-    html.push_str("</div><h2>Outcome shares over time</h2><div class=\"grid\">");
-    for e in &report.engines {
-        let _ = write!(
-            html,
-            "<figure>{}<figcaption>{}</figcaption></figure>",
-            timeline_chart(e),
-            e.engine
-        );
-    }
-    html.push_str("</div><h2>Tables</h2>");
+    html.push_str("</div>");
+}
+
+/// The production note's table of each engine.
+fn tables_section(html: &mut String, report: &Report) {
+    html.push_str("<h2>Tables</h2>");
     for e in &report.engines {
         let _ = write!(
             html,
@@ -224,10 +247,4 @@ pub fn render(report: &Report) -> String {
         }
         html.push_str("</table>");
     }
-    let _ = write!(
-        html,
-        "<h2>Text report</h2><pre>{}</pre></body></html>",
-        escape(&report.to_text())
-    );
-    html
 }

@@ -2,7 +2,7 @@
 //! through the lock-free engine and today's mutex design, side by side, reporting the
 //! production note's table.
 //!
-//! The binary (`sb-sim`) is a thin CLI over [`run`]; see `docs/simulator.md` for the
+//! The binary (`sb-sim`) is a thin CLI over [`run()`]; see `docs/simulator.md` for the
 //! workload model and how it maps to the production note.
 
 pub mod html;
@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sb_metrics::StateBuilderMetrics;
-use wal_index::WalIndex;
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::{StateIndex, WalIndex};
 
 pub use report::Report;
 pub use run::{Plan, SimConfig};
@@ -38,6 +38,63 @@ pub enum Engines {
     All,
 }
 
+impl Engines {
+    /// The engines this choice runs, in run order.
+    pub fn chosen(self) -> Vec<Engine> {
+        match self {
+            Engines::Lockfree => vec![Engine::Lockfree],
+            Engines::Mutex => vec![Engine::Mutex],
+            Engines::Sharded => vec![Engine::Sharded],
+            Engines::Both => vec![Engine::Lockfree, Engine::Mutex],
+            Engines::All => vec![Engine::Lockfree, Engine::Sharded, Engine::Mutex],
+        }
+    }
+}
+
+/// One engine the simulator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(into = "&'static str")]
+pub enum Engine {
+    /// `WalIndex`, this project's engine.
+    Lockfree,
+    /// `ShardedMutexIndex`, one lock per execution.
+    Sharded,
+    /// `MutexIndex`, today's design.
+    Mutex,
+}
+
+impl Engine {
+    /// The index's own short name ([`StateIndex::NAME`]).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Engine::Lockfree => WalIndex::NAME,
+            Engine::Sharded => ShardedMutexIndex::NAME,
+            Engine::Mutex => MutexIndex::NAME,
+        }
+    }
+
+    /// The report's heading for it.
+    pub const fn title(self) -> &'static str {
+        match self {
+            Engine::Lockfree => "lockfree (WalIndex, this project)",
+            Engine::Sharded => "sharded (ShardedMutexIndex, one lock per execution)",
+            Engine::Mutex => "mutex (MutexIndex, today's design)",
+        }
+    }
+}
+
+impl From<Engine> for &'static str {
+    fn from(engine: Engine) -> &'static str {
+        engine.name()
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Metrics forwarded to an installed global recorder (`--metrics-addr`), one set per engine
 /// under an `engine` label.
 pub struct GlobalMetrics {
@@ -49,6 +106,29 @@ pub struct GlobalMetrics {
     pub sharded: Arc<StateBuilderMetrics>,
 }
 
+impl GlobalMetrics {
+    /// One set per engine, registered on the installed recorder under `prefix`.
+    pub fn register(prefix: &str) -> GlobalMetrics {
+        let register = |engine: Engine| {
+            StateBuilderMetrics::register_with_labels(prefix, &[("engine", engine.name())])
+        };
+        GlobalMetrics {
+            lockfree: register(Engine::Lockfree),
+            mutex: register(Engine::Mutex),
+            sharded: register(Engine::Sharded),
+        }
+    }
+
+    /// The set of `engine`.
+    pub fn of(&self, engine: Engine) -> Arc<StateBuilderMetrics> {
+        Arc::clone(match engine {
+            Engine::Lockfree => &self.lockfree,
+            Engine::Sharded => &self.sharded,
+            Engine::Mutex => &self.mutex,
+        })
+    }
+}
+
 /// Runs `plan` through the chosen engines and returns the report. A progress bar is drawn
 /// on standard error when it is a terminal and the run is long enough to want one.
 pub fn run(
@@ -58,56 +138,20 @@ pub fn run(
     global: Option<&GlobalMetrics>,
     workload: String,
 ) -> std::io::Result<Report> {
-    let chosen: Vec<&str> = match engines {
-        Engines::Lockfree => vec!["lockfree"],
-        Engines::Mutex => vec!["mutex"],
-        Engines::Sharded => vec!["sharded"],
-        Engines::Both => vec!["lockfree", "mutex"],
-        Engines::All => vec!["lockfree", "sharded", "mutex"],
-    };
-    let expected_secs = if config.rate > 0.0 {
-        plan.live.len() as f64 / config.rate
-    } else {
-        0.0
-    };
-    let progress = if expected_secs * chosen.len() as f64 > 3.0 {
-        let bar = ProgressBar::with_draw_target(
-            Some((plan.live.len() * chosen.len()) as u64),
-            ProgressDrawTarget::stderr(),
-        );
-        if let Ok(style) =
-            ProgressStyle::with_template("{msg:>9} [{bar:40}] {pos}/{len} events, {elapsed}")
-        {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let chosen = engines.chosen();
+    let progress = progress_bar(plan, config, chosen.len());
     let mut reports = Vec::new();
     for engine in chosen {
-        progress.set_message(engine);
+        progress.set_message(engine.name());
+        let global = global.map(|g| g.of(engine));
         let run = match engine {
-            "lockfree" => run::run_engine::<WalIndex>(
-                plan,
-                config,
-                global.map(|g| Arc::clone(&g.lockfree)),
-                &progress,
-            )?,
-            "sharded" => run::run_engine::<ShardedMutexIndex>(
-                plan,
-                config,
-                global.map(|g| Arc::clone(&g.sharded)),
-                &progress,
-            )?,
-            _ => run::run_engine::<MutexIndex>(
-                plan,
-                config,
-                global.map(|g| Arc::clone(&g.mutex)),
-                &progress,
-            )?,
+            Engine::Lockfree => run::run_engine::<WalIndex>(plan, config, global, &progress)?,
+            Engine::Sharded => {
+                run::run_engine::<ShardedMutexIndex>(plan, config, global, &progress)?
+            }
+            Engine::Mutex => run::run_engine::<MutexIndex>(plan, config, global, &progress)?,
         };
-        reports.push(report::EngineReport::from_run(&run));
+        reports.push(report::EngineReport::from_run(engine, &run));
     }
     progress.finish_and_clear();
     Ok(Report {
@@ -115,4 +159,26 @@ pub fn run(
         machine: report::machine(),
         engines: reports,
     })
+}
+
+/// A bar on standard error when it is a terminal and the live phases take over 3 s in all.
+fn progress_bar(plan: &Plan, config: &SimConfig, engines: usize) -> ProgressBar {
+    let expected_secs = if config.rate > 0.0 {
+        plan.live.len() as f64 / config.rate
+    } else {
+        0.0
+    };
+    if expected_secs * engines as f64 <= 3.0 {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(
+        Some((plan.live.len() * engines) as u64),
+        ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:>9} [{bar:40}] {pos}/{len} events, {elapsed}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
 }

@@ -254,121 +254,130 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         .command
         .unwrap_or_else(|| Command::Simulate(Simulate::parse_from_default()));
     match command {
-        Command::Simulate(sim) => {
-            let shape = sim.shape.shape();
-            // Both flags are bounded, so the product is finite; the plan holds every event
-            // in memory, so its size is checked before anything is generated.
-            let live = (sim.rate * sim.duration).round() as u64;
-            let events = live + u64::from(sim.cold_start);
-            let bytes = u128::from(events) * (u128::from(sim.shape.payload_bytes) + 256);
-            if bytes > PLAN_BYTES_MAX {
-                return Err(format!(
-                    "the plan would hold {events} events of ~{} B ({:.1} GiB; at most {} GiB): \
-                     lower --rate, --duration, --cold-start or --payload-bytes",
-                    sim.shape.payload_bytes + 256,
-                    bytes as f64 / f64::from(1u32 << 30),
-                    PLAN_BYTES_MAX >> 30
-                )
-                .into());
-            }
-            let live = live as usize;
-            let cold_start = sim.cold_start as usize;
-            let plan = Plan::generate(&shape, cold_start, live);
-            let config = sim.run.config(sim.rate)?;
-            let workload = format!(
-                "simulate via {wal}: restart mid-flight with {cold_start} events in the WAL, then {live} live events at {} ev/s ({} drives, {:.0}% repeated, tails {}, drain as a {:?}, drives as {:?}s); {} concurrent executions of ~{} events, envelopes ~{} B mean (slim stored), {:.0}% inversions, seed {}",
-                sim.rate,
-                plan.drives(),
-                shape.repeat_rate * 100.0,
-                if config.tails { "on" } else { "off" },
-                config.drain_on,
-                config.drives_on,
-                shape.concurrent_executions,
-                shape.events_per_execution,
-                shape.payload_bytes,
-                shape.inversion_rate * 100.0,
-                shape.seed,
-                wal = config.wal.describe(),
-            );
-            finish(&plan, &config, &sim.run, workload)
-        }
-        Command::Replay(replay) => {
-            let source = replay.file.to_string_lossy().into_owned();
-            let items = if source.starts_with("nats://") {
-                sb_sim::wal::read_stream(
-                    &source,
-                    &replay.stream,
-                    replay.filter.as_deref(),
-                    replay.drive_rate,
-                    replay.seed,
-                )?
-            } else {
-                let path = replay.file.display();
-                if replay.file.is_dir() {
-                    return Err(format!("{path} is a directory, not a WAL file").into());
-                }
-                let file = std::fs::File::open(&replay.file)
-                    .map_err(|e| format!("cannot open {path}: {e}"))?;
-                read_jsonl(
-                    std::io::BufReader::new(file),
-                    replay.drive_rate,
-                    replay.seed,
-                )
-                .map_err(|e| format!("cannot read {path}: {e}"))?
-            };
-            let plan = Plan {
-                backlog: Vec::new(),
-                live: items,
-            };
-            let config = replay.run.config(replay.rate)?;
-            let workload = format!(
-                "replay {} via {}: {} records ({} undecodable), {} drives, rate {}",
-                replay.file.display(),
-                config.wal.describe(),
-                plan.live.len(),
-                plan.live.iter().filter(|i| i.ids.is_none()).count(),
-                plan.drives(),
-                if replay.rate > 0.0 {
-                    format!("{} ev/s", replay.rate)
-                } else {
-                    "unpaced".to_owned()
-                }
-            );
-            finish(&plan, &config, &replay.run, workload)
-        }
-        Command::Generate(generate) => {
-            let mut items = Generator::new(generate.shape.shape()).take(generate.events as usize);
-            let bad_lines = generate.bad_lines as usize;
-            // Spread the bad lines evenly so valid events surround each.
-            let stride = (items.len() / (bad_lines + 1)).max(1);
-            for k in (1..=bad_lines).rev() {
-                let at = (k * stride).min(items.len());
-                items.insert(
-                    at,
-                    sb_sim::workload::Item {
-                        payload: bytes::Bytes::from(format!(
-                            "{{\"event_id\":\"bad-{k}\",\"execution_id\":1}}"
-                        )),
-                        ids: None,
-                        triggers: false,
-                        tail: Vec::new(),
-                        repeat: false,
-                    },
-                );
-            }
-            if generate.out.as_os_str() == "-" {
-                write_jsonl(&items, std::io::stdout().lock())?;
-            } else {
-                let path = generate.out.display();
-                let file = std::fs::File::create(&generate.out)
-                    .map_err(|e| format!("cannot create {path}: {e}"))?;
-                write_jsonl(&items, std::io::BufWriter::new(file))
-                    .map_err(|e| format!("cannot write {path}: {e}"))?;
-                eprintln!("wrote {} lines to {}", items.len(), generate.out.display());
-            }
-            Ok(())
-        }
+        Command::Simulate(sim) => simulate(sim),
+        Command::Replay(replay) => replay_wal(replay),
+        Command::Generate(generate) => generate_wal(generate),
     }
+}
+
+/// `sb-sim simulate`: a generated workload, its size checked before it is generated.
+fn simulate(sim: Simulate) -> Result<(), Box<dyn std::error::Error>> {
+    let shape = sim.shape.shape();
+    // Both flags are bounded, so the product is finite; the plan holds every event
+    // in memory, so its size is checked before anything is generated.
+    let live = (sim.rate * sim.duration).round() as u64;
+    let events = live + u64::from(sim.cold_start);
+    let bytes = u128::from(events) * (u128::from(sim.shape.payload_bytes) + 256);
+    if bytes > PLAN_BYTES_MAX {
+        return Err(format!(
+            "the plan would hold {events} events of ~{} B ({:.1} GiB; at most {} GiB): \
+             lower --rate, --duration, --cold-start or --payload-bytes",
+            sim.shape.payload_bytes + 256,
+            bytes as f64 / f64::from(1u32 << 30),
+            PLAN_BYTES_MAX >> 30
+        )
+        .into());
+    }
+    let live = live as usize;
+    let cold_start = sim.cold_start as usize;
+    let plan = Plan::generate(&shape, cold_start, live);
+    let config = sim.run.config(sim.rate)?;
+    let workload = format!(
+        "simulate via {wal}: restart mid-flight with {cold_start} events in the WAL, then {live} live events at {} ev/s ({} drives, {:.0}% repeated, tails {}, drain as a {:?}, drives as {:?}s); {} concurrent executions of ~{} events, envelopes ~{} B mean (slim stored), {:.0}% inversions, seed {}",
+        sim.rate,
+        plan.drives(),
+        shape.repeat_rate * 100.0,
+        if config.tails { "on" } else { "off" },
+        config.drain_on,
+        config.drives_on,
+        shape.concurrent_executions,
+        shape.events_per_execution,
+        shape.payload_bytes,
+        shape.inversion_rate * 100.0,
+        shape.seed,
+        wal = config.wal.describe(),
+    );
+    finish(&plan, &config, &sim.run, workload)
+}
+
+/// `sb-sim replay`: a JSON-lines WAL file or a JetStream stream, as the live phase.
+fn replay_wal(replay: Replay) -> Result<(), Box<dyn std::error::Error>> {
+    let source = replay.file.to_string_lossy().into_owned();
+    let items = if source.starts_with("nats://") {
+        sb_sim::wal::read_stream(
+            &source,
+            &replay.stream,
+            replay.filter.as_deref(),
+            replay.drive_rate,
+            replay.seed,
+        )?
+    } else {
+        let path = replay.file.display();
+        if replay.file.is_dir() {
+            return Err(format!("{path} is a directory, not a WAL file").into());
+        }
+        let file =
+            std::fs::File::open(&replay.file).map_err(|e| format!("cannot open {path}: {e}"))?;
+        read_jsonl(
+            std::io::BufReader::new(file),
+            replay.drive_rate,
+            replay.seed,
+        )
+        .map_err(|e| format!("cannot read {path}: {e}"))?
+    };
+    let plan = Plan {
+        backlog: Vec::new(),
+        live: items,
+    };
+    let config = replay.run.config(replay.rate)?;
+    let workload = format!(
+        "replay {} via {}: {} records ({} undecodable), {} drives, rate {}",
+        replay.file.display(),
+        config.wal.describe(),
+        plan.live.len(),
+        plan.live.iter().filter(|i| i.ids.is_none()).count(),
+        plan.drives(),
+        if replay.rate > 0.0 {
+            format!("{} ev/s", replay.rate)
+        } else {
+            "unpaced".to_owned()
+        }
+    );
+    finish(&plan, &config, &replay.run, workload)
+}
+
+/// `sb-sim generate`: a workload written as a JSON-lines WAL, with bad lines spread in it.
+fn generate_wal(generate: Generate) -> Result<(), Box<dyn std::error::Error>> {
+    let mut items = Generator::new(generate.shape.shape()).take(generate.events as usize);
+    let bad_lines = generate.bad_lines as usize;
+    // Spread the bad lines evenly so valid events surround each.
+    let stride = (items.len() / (bad_lines + 1)).max(1);
+    for k in (1..=bad_lines).rev() {
+        let at = (k * stride).min(items.len());
+        items.insert(
+            at,
+            sb_sim::workload::Item {
+                payload: bytes::Bytes::from(format!(
+                    "{{\"event_id\":\"bad-{k}\",\"execution_id\":1}}"
+                )),
+                ids: None,
+                triggers: false,
+                tail: Vec::new(),
+                repeat: false,
+            },
+        );
+    }
+    if generate.out.as_os_str() == "-" {
+        write_jsonl(&items, std::io::stdout().lock())?;
+    } else {
+        let path = generate.out.display();
+        let file = std::fs::File::create(&generate.out)
+            .map_err(|e| format!("cannot create {path}: {e}"))?;
+        write_jsonl(&items, std::io::BufWriter::new(file))
+            .map_err(|e| format!("cannot write {path}: {e}"))?;
+        eprintln!("wrote {} lines to {}", items.len(), generate.out.display());
+    }
+    Ok(())
 }
 
 impl Simulate {
@@ -391,20 +400,7 @@ fn finish(
             let prefix = sb_metrics::series::DEFAULT_PREFIX;
             sb_metrics::exporter::install(addr, prefix)?;
             eprintln!("serving metrics on http://{addr}/metrics");
-            Some(GlobalMetrics {
-                lockfree: sb_metrics::StateBuilderMetrics::register_with_labels(
-                    prefix,
-                    &[("engine", "lockfree")],
-                ),
-                mutex: sb_metrics::StateBuilderMetrics::register_with_labels(
-                    prefix,
-                    &[("engine", "mutex")],
-                ),
-                sharded: sb_metrics::StateBuilderMetrics::register_with_labels(
-                    prefix,
-                    &[("engine", "sharded")],
-                ),
-            })
+            Some(GlobalMetrics::register(prefix))
         }
         None => None,
     };

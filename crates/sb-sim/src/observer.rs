@@ -10,14 +10,34 @@ use wal_index::IndexObserver;
 use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
 use wal_index::report::IndexStats;
 
+/// The report's order of build outcomes (incomplete first, as the production note lists
+/// them), as positions in `AdvanceOutcome::LABELS`.
+const REPORT_ORDER: [usize; 4] = [3, 1, 2, 0];
+
 /// Build outcomes in report order.
-pub const OUTCOMES: [&str; 4] = ["incomplete", "incremental", "cold_rebuild", "cache_hit"];
+pub const OUTCOMES: [&str; 4] = {
+    let labels = AdvanceOutcome::LABELS;
+    [
+        labels[REPORT_ORDER[0]],
+        labels[REPORT_ORDER[1]],
+        labels[REPORT_ORDER[2]],
+        labels[REPORT_ORDER[3]],
+    ]
+};
+
+/// Each outcome's place in the report, by its `AdvanceOutcome::index()`.
+const SLOT_OF: [usize; 4] = {
+    let mut slots = [0; 4];
+    let mut place = 0;
+    while place < REPORT_ORDER.len() {
+        slots[REPORT_ORDER[place]] = place;
+        place += 1;
+    }
+    slots
+};
 
 fn slot(outcome: &AdvanceOutcome) -> usize {
-    OUTCOMES
-        .iter()
-        .position(|o| *o == outcome.label())
-        .unwrap_or(0)
+    SLOT_OF[outcome.index()]
 }
 
 /// A log-scale histogram of durations: 4 buckets per doubling from 100 ns.
@@ -252,5 +272,27 @@ impl IndexObserver for SimObserver {
             }
         }
         self.forward.iter().for_each(|f| f.healthy(up));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_follow_the_production_notes_order_and_each_has_its_own_slot() {
+        assert_eq!(
+            OUTCOMES,
+            ["incomplete", "incremental", "cold_rebuild", "cache_hit"]
+        );
+        let outcomes = [
+            AdvanceOutcome::CacheHit,
+            AdvanceOutcome::Incremental(1),
+            AdvanceOutcome::ColdRebuild(1),
+            AdvanceOutcome::Incomplete(chain_fold::Incomplete::NoEvents),
+        ];
+        for outcome in outcomes {
+            assert_eq!(OUTCOMES[slot(&outcome)], outcome.label());
+        }
     }
 }

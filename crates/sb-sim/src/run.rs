@@ -3,13 +3,12 @@
 //! the drain on its own thread), each drive the worker's whole flow (tail events, the
 //! deadline loop, rehydrate on a miss, fall back).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use chain_fold::{Event, ExecutionId};
+use chain_fold::ExecutionId;
 
 use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
@@ -19,12 +18,11 @@ use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::report::IndexStats;
 use wal_index::{
-    Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, IndexObserver,
-    StateIndex,
+    Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex,
 };
 
 use crate::observer::SimObserver;
-use crate::wal::{Feed, WalTarget};
+use crate::wal::{Feed, RetainedWal, WalTarget};
 use crate::workload::{Generator, Item, Shape};
 
 /// Where the drain, or the drives, run.
@@ -131,48 +129,6 @@ impl Plan {
     }
 }
 
-/// The WAL a worker can replay from: every record published so far, by execution (for
-/// rehydrate on miss).
-struct RetainedWal {
-    /// Each execution's records, with their position in the plan (backlog first).
-    by_execution: HashMap<ExecutionId, Vec<(usize, Bytes)>>,
-    /// Records published so far.
-    published: AtomicUsize,
-}
-
-impl RetainedWal {
-    fn of(plan: &Plan) -> RetainedWal {
-        let mut by_execution: HashMap<ExecutionId, Vec<(usize, Bytes)>> = HashMap::new();
-        for (position, item) in plan.backlog.iter().chain(&plan.live).enumerate() {
-            if let Some((execution, _)) = item.ids {
-                by_execution
-                    .entry(execution)
-                    .or_default()
-                    .push((position, item.payload.clone()));
-            }
-        }
-        RetainedWal {
-            by_execution,
-            published: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl DriveFallbacks for RetainedWal {
-    fn retained(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
-        // Acquire pairs with the producer's release: every record counted was published.
-        let published = self.published.load(Ordering::Acquire);
-        let records = self.by_execution.get(&execution_id)?;
-        Some(
-            records
-                .iter()
-                .take_while(|(position, _)| *position < published)
-                .filter_map(|(_, payload)| Event::from_json_bytes(payload.clone()).ok())
-                .collect(),
-        )
-    }
-}
-
 /// One drive, from its tip entering the WAL to its end.
 #[derive(Debug, Clone, Copy)]
 pub struct DriveRecord {
@@ -198,8 +154,6 @@ pub struct DriveRecord {
 
 /// Everything one engine's run produced.
 pub struct EngineRun {
-    /// `lockfree` or `mutex`.
-    pub engine: &'static str,
     /// The simulator's own tally.
     pub observer: Arc<SimObserver>,
     /// Every drive, in completion order.
@@ -241,155 +195,46 @@ pub fn run_engine<I: StateIndex>(
         .enable_all()
         .build()?;
     let (mut wal, source) = Feed::open(&config.wal, I::NAME)?;
-    let retained = Arc::new(RetainedWal::of(plan));
+    let retained = Arc::new(RetainedWal::default());
     for item in &plan.backlog {
         wal.append(item)?;
+        retained.record(item);
     }
     // A broker's backlog is stored before the drain starts: a replay-on-boot cold start.
     wal.flush()?;
-    // Release pairs with the acquire in `RetainedWal::retained`: the backlog is published.
-    retained
-        .published
-        .store(plan.backlog.len(), Ordering::Release);
     let started = observer.started();
-    let drain = match (config.drain_on, &config.wal) {
-        (RunOn::Task, WalTarget::InProcess) => {
-            let stop = Arc::new(AtomicBool::new(false));
-            let flag = Arc::clone(&stop);
-            let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
-            let task = runtime.spawn(async move { drain.run_until_async(&flag).await.cloned() });
-            DrainRun::Task { task, stop }
-        }
-        _ => DrainRun::Thread(Drain::new(Arc::clone(&index), source, config.drain).spawn()),
-    };
-
-    let records = Arc::new(Mutex::new(Vec::with_capacity(plan.drives())));
-    let permits = Arc::new(tokio::sync::Semaphore::new(config.drive_concurrency.max(1)));
-    let gate = Arc::new(RehydrateGate::new(config.rehydrate_concurrency));
-    let mut tasks = Vec::with_capacity(plan.drives());
-    let pace = (config.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / config.rate));
-    let live_started = Instant::now();
-    for (n, item) in plan.live.iter().enumerate() {
-        if let Some(pace) = pace {
-            let due = live_started + pace * n as u32;
-            let now = Instant::now();
-            if due > now + Duration::from_millis(1) {
-                std::thread::sleep(due - now);
-            }
-        }
-        wal.append(item)?;
-        // Release pairs with the acquire in `RetainedWal::retained`.
-        retained
-            .published
-            .store(plan.backlog.len() + n + 1, Ordering::Release);
-        progress.inc(1);
-        let (Some((execution_id, event_id)), true) = (item.ids, item.triggers) else {
-            continue;
-        };
-        let dispatched = Instant::now();
-        let (index, records, permits, retained, gate) = (
-            Arc::clone(&index),
-            Arc::clone(&records),
-            Arc::clone(&permits),
-            Arc::clone(&retained),
-            Arc::clone(&gate),
-        );
-        let tail = if config.tails {
-            item.tail.clone()
-        } else {
-            Vec::new()
-        };
-        let (budget, repeat, drives_on) = (config.budget, item.repeat, config.drives_on);
-        tasks.push(runtime.spawn(async move {
-            let Ok(_permit) = permits.acquire_owned().await else {
-                return;
-            };
-            for again in [false, true].into_iter().take(1 + usize::from(repeat)) {
-                let drive = match drives_on {
-                    RunOn::Task => {
-                        let flow = flow_of(budget, &tail, &retained, &gate);
-                        index.drive_flow(execution_id, Some(event_id), &flow).await
-                    }
-                    RunOn::Thread => {
-                        let (index, tail, retained, gate) = (
-                            Arc::clone(&index),
-                            tail.clone(),
-                            Arc::clone(&retained),
-                            Arc::clone(&gate),
-                        );
-                        let blocking = tokio::task::spawn_blocking(move || {
-                            let flow = flow_of(budget, &tail, &retained, &gate);
-                            index.drive_flow_blocking(execution_id, Some(event_id), &flow)
-                        });
-                        match blocking.await {
-                            Ok(drive) => drive,
-                            Err(_) => return,
-                        }
-                    }
-                };
-                let record = DriveRecord {
-                    dispatched_at: dispatched.saturating_duration_since(started),
-                    latency: dispatched.elapsed(),
-                    served: drive.outcome.spine().is_some(),
-                    label: drive.label,
-                    repeat: again,
-                    builds: drive.builds,
-                    tail_applied: drive.tail_applied,
-                    wakes: drive.wakes,
-                    timeouts: drive.timeouts,
-                };
-                if let Ok(mut records) = records.lock() {
-                    records.push(record);
-                }
-            }
-        }));
-    }
+    let drain = DrainRun::start(
+        &runtime,
+        Drain::new(Arc::clone(&index), source, config.drain),
+        config,
+    );
+    let drives = Arc::new(DriveContext {
+        index: Arc::clone(&index),
+        records: Mutex::new(Vec::with_capacity(plan.drives())),
+        permits: tokio::sync::Semaphore::new(config.drive_concurrency.max(1)),
+        retained,
+        gate: RehydrateGate::new(config.rehydrate_concurrency),
+        budget: config.budget,
+        drives_on: config.drives_on,
+        started,
+    });
+    let tasks = publish_live(plan, config, &mut wal, &drives, &runtime, progress)?;
     runtime.block_on(async {
         for task in tasks {
             let _ = task.await;
         }
     });
     wal.flush()?;
-    let mut publisher = None;
-    let drain = if wal.closes_on_drop() {
-        drop(wal);
-        drain.join(&runtime)?
-    } else {
-        // A broker stream never closes: stop once the drain consumed every message the
-        // stream holds (records, and duplicates of re-sent ones), saying so while it waits.
-        let stored = wal.publisher_figures().map_or(0, |p| p.stored);
-        let total = stored.max((plan.backlog.len() + plan.live.len()) as u64);
-        let waiting = Instant::now();
-        let deadline = waiting + Duration::from_secs(120);
-        let mut said = waiting;
-        while observer.wal_events() < total && Instant::now() < deadline {
-            if said.elapsed() >= Duration::from_secs(5) {
-                said = Instant::now();
-                eprintln!(
-                    "sb-sim: {}: the drain consumed {} of {total} messages; waiting ({:.0} s)",
-                    I::NAME,
-                    observer.wal_events(),
-                    waiting.elapsed().as_secs_f64()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let report = drain.stop(&runtime)?;
-        publisher = wal
-            .publisher_figures()
-            .map(|p| crate::wal::PublisherFigures { stored, ..p });
-        wal.close()?;
-        report
-    };
+    let (drain, publisher) = finish_drain::<I>(plan, wal, drain, &observer, &runtime)?;
     let wall = started.elapsed();
     let drives = std::mem::take(
-        &mut *records
+        &mut *drives
+            .records
             .lock()
             .map_err(|_| std::io::Error::other("poisoned"))?,
     );
     let health = observer.health();
     Ok(EngineRun {
-        engine: I::NAME,
         observer,
         drives,
         drain,
@@ -402,6 +247,177 @@ pub fn run_engine<I: StateIndex>(
     })
 }
 
+/// Publishes the live items at the configured rate, dispatching a drive (a task) for each
+/// item that triggers one. Returns the drives' tasks.
+fn publish_live<I: StateIndex>(
+    plan: &Plan,
+    config: &SimConfig,
+    wal: &mut Feed,
+    drives: &Arc<DriveContext<I>>,
+    runtime: &tokio::runtime::Runtime,
+    progress: &ProgressBar,
+) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let mut tasks = Vec::with_capacity(plan.drives());
+    let pace = (config.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / config.rate));
+    let live_started = Instant::now();
+    for (n, item) in plan.live.iter().enumerate() {
+        if let Some(pace) = pace {
+            let due = live_started + pace * n as u32;
+            let now = Instant::now();
+            if due > now + Duration::from_millis(1) {
+                std::thread::sleep(due - now);
+            }
+        }
+        wal.append(item)?;
+        drives.retained.record(item);
+        progress.inc(1);
+        let (Some((execution_id, event_id)), true) = (item.ids, item.triggers) else {
+            continue;
+        };
+        let dispatch = Dispatch {
+            execution_id,
+            event_id,
+            tail: if config.tails {
+                item.tail.clone()
+            } else {
+                Vec::new()
+            },
+            repeat: item.repeat,
+            at: Instant::now(),
+        };
+        tasks.push(runtime.spawn(Arc::clone(drives).serve(dispatch)));
+    }
+    Ok(tasks)
+}
+
+/// What every drive of a run shares: the index, the fallbacks, the limits, the records.
+struct DriveContext<I> {
+    index: Arc<I>,
+    records: Mutex<Vec<DriveRecord>>,
+    /// Drives in flight at once.
+    permits: tokio::sync::Semaphore,
+    retained: Arc<RetainedWal>,
+    gate: RehydrateGate,
+    budget: DriveBudget,
+    drives_on: RunOn,
+    /// When the run started (drive records are timed from it).
+    started: Instant,
+}
+
+/// One dispatch: the tip, its tail, and when it entered the WAL.
+struct Dispatch {
+    execution_id: ExecutionId,
+    event_id: i64,
+    tail: Vec<Bytes>,
+    repeat: bool,
+    at: Instant,
+}
+
+impl<I: StateIndex> DriveContext<I> {
+    /// Runs the dispatch's drive (twice for a repeated dispatch) within the concurrency
+    /// limit, and records each.
+    async fn serve(self: Arc<Self>, dispatch: Dispatch) {
+        let Ok(_permit) = self.permits.acquire().await else {
+            return;
+        };
+        for again in [false, true]
+            .into_iter()
+            .take(1 + usize::from(dispatch.repeat))
+        {
+            let Some(drive) = self.drive(&dispatch).await else {
+                return;
+            };
+            let record = DriveRecord {
+                dispatched_at: dispatch.at.saturating_duration_since(self.started),
+                latency: dispatch.at.elapsed(),
+                served: drive.outcome.spine().is_some(),
+                label: drive.label,
+                repeat: again,
+                builds: drive.builds,
+                tail_applied: drive.tail_applied,
+                wakes: drive.wakes,
+                timeouts: drive.timeouts,
+            };
+            if let Ok(mut records) = self.records.lock() {
+                records.push(record);
+            }
+        }
+    }
+
+    /// One drive of the worker's flow: awaited on the runtime, or blocking a thread of its
+    /// blocking pool. `None` if that thread panicked.
+    async fn drive(self: &Arc<Self>, dispatch: &Dispatch) -> Option<wal_index::Drive> {
+        let (execution_id, tip) = (dispatch.execution_id, Some(dispatch.event_id));
+        match self.drives_on {
+            RunOn::Task => {
+                let flow = self.flow(&dispatch.tail);
+                Some(self.index.drive_flow(execution_id, tip, &flow).await)
+            }
+            RunOn::Thread => {
+                let (context, tail) = (Arc::clone(self), dispatch.tail.clone());
+                tokio::task::spawn_blocking(move || {
+                    let flow = context.flow(&tail);
+                    context.index.drive_flow_blocking(execution_id, tip, &flow)
+                })
+                .await
+                .ok()
+            }
+        }
+    }
+
+    /// One dispatch's drive flow: its tail, the retained WAL, and the replay cap (none at 0).
+    fn flow(&self, tail: &[Bytes]) -> DriveFlow<'_> {
+        let flow = DriveFlow::new(self.budget)
+            .tail_events(tail.to_vec())
+            .fallbacks(&*self.retained);
+        if self.gate.max_concurrent() > 0 {
+            flow.rehydrate_gate(&self.gate)
+        } else {
+            flow
+        }
+    }
+}
+
+/// Ends the run's WAL and its drain. An in-process WAL closes and the drain runs to its
+/// end; a broker stream never closes, so the drain is stopped once it consumed every
+/// message the stream holds (records, and duplicates of re-sent ones), saying so while it
+/// waits, for at most two minutes.
+fn finish_drain<I: StateIndex>(
+    plan: &Plan,
+    wal: Feed,
+    drain: DrainRun,
+    observer: &SimObserver,
+    runtime: &tokio::runtime::Runtime,
+) -> std::io::Result<(DrainReport, Option<crate::wal::PublisherFigures>)> {
+    if wal.closes_on_drop() {
+        drop(wal);
+        return Ok((drain.join(runtime)?, None));
+    }
+    let stored = wal.publisher_figures().map_or(0, |p| p.stored);
+    let total = stored.max((plan.backlog.len() + plan.live.len()) as u64);
+    let waiting = Instant::now();
+    let deadline = waiting + Duration::from_secs(120);
+    let mut said = waiting;
+    while observer.wal_events() < total && Instant::now() < deadline {
+        if said.elapsed() >= Duration::from_secs(5) {
+            said = Instant::now();
+            eprintln!(
+                "sb-sim: {}: the drain consumed {} of {total} messages; waiting ({:.0} s)",
+                I::NAME,
+                observer.wal_events(),
+                waiting.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = drain.stop(runtime)?;
+    let publisher = wal
+        .publisher_figures()
+        .map(|p| crate::wal::PublisherFigures { stored, ..p });
+    wal.close()?;
+    Ok((report, publisher))
+}
+
 /// The drain of a run: a task on the runtime, or a thread.
 enum DrainRun {
     Task {
@@ -412,6 +428,25 @@ enum DrainRun {
 }
 
 impl DrainRun {
+    /// Starts `drain` where the configuration says: a task over an in-process WAL, its own
+    /// thread otherwise (a broker source blocks while it waits).
+    fn start<I: StateIndex>(
+        runtime: &tokio::runtime::Runtime,
+        mut drain: Drain<I, Box<dyn wal_index::WalSource>>,
+        config: &SimConfig,
+    ) -> DrainRun {
+        match (config.drain_on, &config.wal) {
+            (RunOn::Task, WalTarget::InProcess) => {
+                let stop = Arc::new(AtomicBool::new(false));
+                let flag = Arc::clone(&stop);
+                let task =
+                    runtime.spawn(async move { drain.run_until_async(&flag).await.cloned() });
+                DrainRun::Task { task, stop }
+            }
+            _ => DrainRun::Thread(drain.spawn()),
+        }
+    }
+
     /// Waits for the source to close.
     fn join(self, runtime: &tokio::runtime::Runtime) -> std::io::Result<DrainReport> {
         match self {
@@ -432,22 +467,5 @@ impl DrainRun {
             }
             DrainRun::Thread(handle) => handle.stop(),
         }
-    }
-}
-
-/// One dispatch's drive flow: its tail, the retained WAL, and the replay cap (none at 0).
-fn flow_of<'a>(
-    budget: DriveBudget,
-    tail: &[Bytes],
-    retained: &'a RetainedWal,
-    gate: &'a RehydrateGate,
-) -> DriveFlow<'a> {
-    let flow = DriveFlow::new(budget)
-        .tail_events(tail.to_vec())
-        .fallbacks(retained);
-    if gate.max_concurrent() > 0 {
-        flow.rehydrate_gate(gate)
-    } else {
-        flow
     }
 }

@@ -1,12 +1,14 @@
 //! Where a run's WAL lives: an in-process channel (the default) or a real NATS JetStream
 //! broker, where the producer publishes and the drain consumes through the network.
 
+use std::collections::HashMap;
 use std::io;
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wal_index::WalSource;
 use wal_index::ingest::{Pull, WalWriter, channel_wal};
+use wal_index::{DriveFallbacks, Event, ExecutionId, WalSource};
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
 use crate::workload::{Item, items_from_payloads};
@@ -242,4 +244,40 @@ pub fn read_stream(
         }
     }
     Ok(items_from_payloads(payloads, drive_rate, seed))
+}
+
+/// The WAL a worker can replay from on a miss (rehydrate): every record published so far,
+/// by execution. The producer records each item as it publishes it; a drive reads its own
+/// execution's records.
+#[derive(Debug, Default)]
+pub struct RetainedWal {
+    by_execution: RwLock<HashMap<ExecutionId, Vec<Bytes>>>,
+}
+
+impl RetainedWal {
+    /// Keeps `item` (a record without ids is not an event of any execution).
+    pub fn record(&self, item: &Item) {
+        let Some((execution, _)) = item.ids else {
+            return;
+        };
+        if let Ok(mut records) = self.by_execution.write() {
+            records
+                .entry(execution)
+                .or_default()
+                .push(item.payload.clone());
+        }
+    }
+}
+
+impl DriveFallbacks for RetainedWal {
+    fn retained(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
+        let records = self.by_execution.read().ok()?;
+        Some(
+            records
+                .get(&execution_id)?
+                .iter()
+                .filter_map(|payload| Event::from_json_bytes(payload.clone()).ok())
+                .collect(),
+        )
+    }
 }

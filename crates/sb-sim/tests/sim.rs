@@ -71,7 +71,7 @@ fn short_simulation_of_each_engine_is_consistent() {
         );
     }
     let lockfree = &report.engines[0];
-    assert_eq!(lockfree.engine, "lockfree");
+    assert_eq!(lockfree.engine, sb_sim::Engine::Lockfree);
     assert!(
         lockfree.rows.iter().all(|r| r.mean_lock_wait_us == 0.0),
         "the engine never blocks a build"

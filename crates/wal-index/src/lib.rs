@@ -70,6 +70,8 @@ pub mod labels;
 pub mod observe;
 pub mod rehydrate;
 pub mod report;
+#[cfg(all(test, wal_index_shuttle))]
+mod shuttle_models;
 mod sync;
 mod waiting_room;
 
@@ -86,24 +88,6 @@ pub use index::flow::{self, DriveFallbacks, DriveFlow};
 pub use ingest::{Drain, DrainConfig, WalSource};
 pub use observe::IndexObserver;
 pub use report::{Drive, DriveOutcome};
-
-/// Hooks for the models in `loom-tests/` and `shuttle-tests/`: the slot and accounting
-/// internals, and the model clock of a [`WalIndex`] (whose whole code runs over the model
-/// side of the sync shim in those builds). Exists only under `--cfg wal_index_loom` or
-/// `--cfg wal_index_shuttle`; not a public API.
-#[cfg(any(wal_index_loom, wal_index_shuttle))]
-#[doc(hidden)]
-pub mod model {
-    pub use crate::engine::accounting::Accounting;
-    pub use crate::engine::cached_spine_bytes_unclamped;
-    pub use crate::engine::slot::{Evicted, Slot, SlotApplied, SlotEviction};
-    pub use crate::sync::Listener;
-
-    /// Moves `index`'s model clock forward by `by` (time stands still otherwise).
-    pub fn advance_clock<I: crate::StateIndex>(index: &I, by: std::time::Duration) {
-        crate::index::DriveHooks::clock(index).advance(by);
-    }
-}
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -85,3 +85,96 @@ pub(crate) fn finish_build(
     observer.build(&build.outcome, build.elapsed, build.waited);
     build
 }
+
+/// Two observers, both told everything, `A` first: metrics and a tally of one's own, say,
+/// without a forwarding type.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use wal_index::observe::NoopObserver;
+/// use wal_index::{IndexObserver, StateIndex, WalIndex, IndexConfig};
+///
+/// #[derive(Default)]
+/// struct Records(AtomicU64);
+/// impl IndexObserver for Records {
+///     fn wal_events(&self, count: u64) {
+///         self.0.fetch_add(count, Ordering::Relaxed);
+///     }
+/// }
+///
+/// let records = Arc::new(Records::default());
+/// let both = Arc::new((NoopObserver, Arc::clone(&records)));
+/// let index = WalIndex::with_observer(IndexConfig::default(), both);
+/// index.observer().wal_events(3);
+/// assert_eq!(records.0.load(Ordering::Relaxed), 3);
+/// ```
+impl<A: IndexObserver, B: IndexObserver> IndexObserver for (A, B) {
+    fn build(&self, outcome: &AdvanceOutcome, elapsed: Duration, waited: Duration) {
+        self.0.build(outcome, elapsed, waited);
+        self.1.build(outcome, elapsed, waited);
+    }
+    fn drive_wait(&self, outcome: WaitLabel) {
+        self.0.drive_wait(outcome);
+        self.1.drive_wait(outcome);
+    }
+    fn drive(&self, outcome: DriveLabel) {
+        self.0.drive(outcome);
+        self.1.drive(outcome);
+    }
+    fn drive_tail(&self, applied: u32, rejected: u32) {
+        self.0.drive_tail(applied, rejected);
+        self.1.drive_tail(applied, rejected);
+    }
+    fn residency(&self, stats: IndexStats) {
+        self.0.residency(stats);
+        self.1.residency(stats);
+    }
+    fn evicted(&self, reason: EvictReason, count: usize) {
+        self.0.evicted(reason, count);
+        self.1.evicted(reason, count);
+    }
+    fn rehydrate(&self, outcome: RehydrateLabel) {
+        self.0.rehydrate(outcome);
+        self.1.rehydrate(outcome);
+    }
+    fn wal_events(&self, count: u64) {
+        self.0.wal_events(count);
+        self.1.wal_events(count);
+    }
+    fn healthy(&self, up: bool) {
+        self.0.healthy(up);
+        self.1.healthy(up);
+    }
+}
+
+/// A shared observer observes as the one it points to.
+impl<T: IndexObserver + ?Sized> IndexObserver for std::sync::Arc<T> {
+    fn build(&self, outcome: &AdvanceOutcome, elapsed: Duration, waited: Duration) {
+        (**self).build(outcome, elapsed, waited);
+    }
+    fn drive_wait(&self, outcome: WaitLabel) {
+        (**self).drive_wait(outcome);
+    }
+    fn drive(&self, outcome: DriveLabel) {
+        (**self).drive(outcome);
+    }
+    fn drive_tail(&self, applied: u32, rejected: u32) {
+        (**self).drive_tail(applied, rejected);
+    }
+    fn residency(&self, stats: IndexStats) {
+        (**self).residency(stats);
+    }
+    fn evicted(&self, reason: EvictReason, count: usize) {
+        (**self).evicted(reason, count);
+    }
+    fn rehydrate(&self, outcome: RehydrateLabel) {
+        (**self).rehydrate(outcome);
+    }
+    fn wal_events(&self, count: u64) {
+        (**self).wal_events(count);
+    }
+    fn healthy(&self, up: bool) {
+        (**self).healthy(up);
+    }
+}

@@ -57,12 +57,9 @@ impl WaitingRooms {
         let mut rooms = self.rooms.lock();
         // The mutation drops the residency check, re-opening the window between a drive's
         // lookup and its registration: loom must then find a lost wake-up.
-        #[cfg(not(feature = "mutation-room-ignores-residency"))]
-        if resident() {
+        if !cfg!(feature = "mutation-room-ignores-residency") && resident() {
             return None;
         }
-        #[cfg(feature = "mutation-room-ignores-residency")]
-        let _ = resident;
         let room = rooms.entry(execution_id).or_insert_with(|| Room {
             notify: Arc::new(sync::new_notify()),
             waiters: 0,
@@ -106,8 +103,6 @@ impl Drop for RoomTicket<'_> {
 
 /// What a drive registered on before a build: the listener, and the room ticket that keeps
 /// its place when the execution had no slot.
-// `pub` because it appears in the sealed `DriveHooks`; unnameable outside the crate.
-#[allow(unreachable_pub)]
 pub struct Registered<'a> {
     pub(crate) listener: Listener,
     pub(crate) ticket: Option<RoomTicket<'a>>,

@@ -1,7 +1,7 @@
 //! The maintenance paths under concurrency, each against the public API on every engine:
 //! a sweep racing appliers and evictors, drives and marks for executions the index does not
 //! hold, and recency kept by drives that keep missing. Each test reproduces a defect found
-//! in use (issue 12); the loom models in `loom-tests/` check the same protocols exhaustively
+//! in use; the loom models beside the engine's code (`src/engine/loom_models.rs`) check the same protocols exhaustively
 //! at small sizes.
 
 mod common;

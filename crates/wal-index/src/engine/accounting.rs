@@ -1,18 +1,13 @@
 //! The resident totals, changed in one place per transition and reported to the observer
 //! under the same lock, so the three gauges can never describe two different states.
 
-// `pub` so that `wal_index::model` can re-export these to the loom models under
-// `cfg(wal_index_loom)`; the module itself stays private, so they are crate-internal in
-// every other build.
-#![allow(unreachable_pub)]
-
 use crate::observe::IndexObserver;
 use crate::report::IndexStats;
 use crate::sync::{AtomicI64, Mutex, Ordering};
 
 /// The three resident totals behind one lock, reported to the observer on every change,
 /// plus the cached spines' bytes, which builds change without any lock.
-pub struct Accounting {
+pub(crate) struct Accounting {
     totals: Mutex<IndexStats>,
     /// The heap of every slot's cached spine. Builds add to it when their compare-and-swap
     /// publishes a spine and evictors subtract what they take out, so it is a sum of
@@ -24,7 +19,7 @@ pub struct Accounting {
 
 impl Accounting {
     /// Zero totals, reporting to `observer`.
-    pub fn new(observer: std::sync::Arc<dyn IndexObserver>) -> Accounting {
+    pub(crate) fn new(observer: std::sync::Arc<dyn IndexObserver>) -> Accounting {
         Accounting {
             totals: Mutex::new(IndexStats::default()),
             cached_spines: AtomicI64::new(0),
@@ -34,7 +29,7 @@ impl Accounting {
 
     /// Applies one transition to the totals and reports the result, atomically with
     /// respect to every other transition and to [`Accounting::get`].
-    pub fn change(&self, transition: impl FnOnce(&mut IndexStats)) {
+    pub(crate) fn change(&self, transition: impl FnOnce(&mut IndexStats)) {
         let mut totals = self.totals.lock();
         transition(&mut totals);
         self.observer.residency(self.with_spines(*totals));
@@ -42,14 +37,14 @@ impl Accounting {
 
     /// A cached spine's heap changed by `delta` bytes (a build published one, an evictor or
     /// applier took one out).
-    pub fn cached_spines_changed(&self, delta: i64) {
+    pub(crate) fn cached_spines_changed(&self, delta: i64) {
         // Relaxed: a sum of commuting deltas; no other data is published through it.
         self.cached_spines.fetch_add(delta, Ordering::Relaxed);
     }
 
     /// The cached spines' bytes, not clamped at zero (see [`Accounting::get`]).
-    #[cfg(any(wal_index_loom, wal_index_shuttle))]
-    pub fn cached_spines_unclamped(&self) -> i64 {
+    #[cfg(all(test, wal_index_loom))]
+    pub(crate) fn cached_spines_unclamped(&self) -> i64 {
         // Relaxed: see `cached_spines_changed`; the models read it after joining every
         // thread that changed it.
         self.cached_spines.load(Ordering::Relaxed)
@@ -65,7 +60,7 @@ impl Accounting {
     /// The current totals, the cached spines' bytes included. Also reports them, so the
     /// gauges never lag what `stats()` says (builds change the spines' bytes without the
     /// lock, and so without reporting).
-    pub fn get(&self) -> IndexStats {
+    pub(crate) fn get(&self) -> IndexStats {
         let totals = self.totals.lock();
         let current = self.with_spines(*totals);
         self.observer.residency(current);
@@ -74,7 +69,7 @@ impl Accounting {
     }
 
     /// The observer.
-    pub fn observer(&self) -> &dyn IndexObserver {
+    pub(crate) fn observer(&self) -> &dyn IndexObserver {
         &*self.observer
     }
 }

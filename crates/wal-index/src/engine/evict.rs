@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use chain_fold::{Chain, ExecutionId};
 
-use super::slot::{Slot, SlotEviction};
 use super::WalIndex;
 use super::directory::SlotMap;
+use super::slot::{Slot, SlotEviction};
 use crate::eviction_plan::{self, Candidate, report_sweep};
 use crate::labels::EvictReason;
 use crate::report::EvictionStats;
@@ -74,7 +74,6 @@ pub(super) fn evict(index: &WalIndex, execution_id: ExecutionId) -> bool {
 
 /// What a sweep's plan judged of one slot: the slot itself, and the chain and recency the
 /// plan saw. An eviction goes ahead only if all three are still current.
-#[cfg_attr(feature = "mutation-sweep-trusts-plan", allow(dead_code))]
 struct Judged {
     slot: Arc<Slot>,
     chain: Arc<Chain>,
@@ -122,17 +121,14 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         })
         .collect();
     drop(snapshot);
-    #[cfg(not(feature = "mutation-sweep-totals-from-stats"))]
-    let (mut plan, idle_empty) =
-        eviction_plan::plan(candidates, &policy, index.nanos(now), index.clock.epoch());
-    #[cfg(feature = "mutation-sweep-totals-from-stats")]
-    let (mut plan, idle_empty) = eviction_plan::plan_against(
-        candidates,
-        &policy,
-        index.nanos(now),
-        index.clock.epoch(),
-        index.accounting.get(),
-    );
+    // The mutation plans against the index's totals read after the scan, which a
+    // concurrent eviction can make smaller than the candidates.
+    let (now, epoch) = (index.nanos(now), index.clock.epoch());
+    let (mut plan, idle_empty) = if cfg!(feature = "mutation-sweep-totals-from-stats") {
+        eviction_plan::plan_against(candidates, &policy, now, epoch, index.accounting.get())
+    } else {
+        eviction_plan::plan(candidates, &policy, now, epoch)
+    };
 
     let writer = index.directory.write();
     let mut directory = SlotMap::clone(writer.map());
@@ -142,18 +138,15 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         else {
             return SlotEviction::AlreadyGone;
         };
-        #[cfg(not(feature = "mutation-sweep-trusts-plan"))]
-        if !Arc::ptr_eq(current, &seen.slot) {
+        // The mutation evicts whatever the plan named, even a successor or a chain
+        // changed since.
+        let trusts_plan = cfg!(feature = "mutation-sweep-trusts-plan");
+        if !trusts_plan && !Arc::ptr_eq(current, &seen.slot) {
             // Evicted and re-created since the plan: the successor was never judged.
             return SlotEviction::AlreadyGone;
         }
         let result = current.evict_if(&index.accounting, sink_gate, |chain, last_used| {
-            #[cfg(feature = "mutation-sweep-trusts-plan")]
-            let _ = (chain, last_used, seen);
-            #[cfg(feature = "mutation-sweep-trusts-plan")]
-            return true;
-            #[cfg(not(feature = "mutation-sweep-trusts-plan"))]
-            return Arc::ptr_eq(chain, &seen.chain) && last_used == seen.last_used;
+            trusts_plan || (Arc::ptr_eq(chain, &seen.chain) && last_used == seen.last_used)
         });
         if let SlotEviction::Evicted { .. } = result {
             removed.extend(directory.remove(&execution_id));

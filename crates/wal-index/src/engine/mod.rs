@@ -13,6 +13,8 @@
 pub(crate) mod accounting;
 mod directory;
 mod evict;
+#[cfg(all(test, wal_index_loom))]
+mod loom_models;
 mod read;
 pub(crate) mod slot;
 pub use slot::SLOT_FIXED_BYTES;
@@ -52,14 +54,17 @@ use slot::{Evicted, Slot, SlotApplied};
 ///
 /// | operation | guarantee | what it may wait for |
 /// |---|---|---|
-/// | [`build`](StateIndex::build), [`chain`](StateIndex::chain) | wait-free\* | nothing the drain holds |
+/// | [`build`](StateIndex::build), [`chain`](StateIndex::chain) | lock-free, never blocks\* | nothing the drain holds |
 /// | [`apply`](StateIndex::apply), [`apply_batch`](StateIndex::apply_batch), [`rehydrate`](StateIndex::rehydrate) | blocking | other writers of the *same* execution; the directory lock when an execution is new |
 /// | [`evict`](StateIndex::evict), [`enforce_limits_at`](StateIndex::enforce_limits_at) | blocking | writers of the evicted executions, other evictors |
 /// | [`drive`](StateIndex::drive) / [`drive_blocking`](StateIndex::drive_blocking) | blocking by design | its own execution's next publish, or its per-wait cap. To register: the waiting-rooms lock when the execution has no slot (creators take it briefly to wake a room); the directory lock only when the slot it found is being evicted (it waits for that eviction to finish, which may itself wait for an apply of that execution). After an unserved build of an execution holding no events: the finished-executions lock |
 /// | [`stats`](StateIndex::stats) | blocking, briefly | a writer's three-counter update (never a walk) |
 ///
-/// \* arc-swap's load is wait-free on its fast path and lock-free on its fallback. A
-/// build also allocates (its spine), which is as wait-free as the allocator.
+/// \* A build first pins a crossbeam-epoch guard to read the directory (lock-free: the pin
+/// writes only the thread's own record, and every so many pins it tries to advance the
+/// global epoch), then loads its slot's chain and spine through arc-swap (wait-free on the
+/// fast path, lock-free on its fallback). No step waits for another thread to finish one of
+/// its own. A build also allocates (its spine), which is as wait-free as the allocator.
 ///
 /// # Costs and limits
 ///
@@ -189,14 +194,6 @@ impl DriveHooks for WalIndex {
 }
 
 /// The engine's surface. Each method's progress guarantee is in the table on [`WalIndex`].
-/// The engine's cached-spine ledger entry as its atomic holds it, before `stats()` clamps
-/// a momentary negative sum to zero: the models check it is exactly zero once every spine
-/// is gone, which a double subtraction would not be (re-exported by `wal_index::model`).
-#[cfg(any(wal_index_loom, wal_index_shuttle))]
-pub fn cached_spine_bytes_unclamped(index: &WalIndex) -> i64 {
-    index.accounting.cached_spines_unclamped()
-}
-
 impl StateIndex for WalIndex {
     const NAME: &'static str = "lockfree";
 

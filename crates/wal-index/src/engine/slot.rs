@@ -15,11 +15,6 @@
 //!
 //! Builds never take `writer`; that is the whole point.
 
-// `pub` so that `wal_index::model` can re-export these to the loom models under
-// `cfg(wal_index_loom)`; the module itself stays private, so they are crate-internal in
-// every other build.
-#![allow(unreachable_pub)]
-
 use chain_fold::{Chain, Event, EventId, ExecutionId, Spine, SpineOrder};
 
 use super::accounting::Accounting;
@@ -27,11 +22,11 @@ use crate::sync::{self, Arc, AtomicBool, AtomicI64, AtomicU64, Mutex, Notify, Or
 
 /// The slot was evicted while the caller held it; look the execution up again.
 #[derive(Debug)]
-pub struct Evicted;
+pub(crate) struct Evicted;
 
 /// What [`Slot::evict`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotEviction {
+pub(crate) enum SlotEviction {
     /// Someone else evicted it first.
     AlreadyGone,
     /// The caller's condition no longer held under the slot's lock (a sweep's plan went
@@ -48,19 +43,19 @@ pub enum SlotEviction {
 
 /// What one locked apply did to a slot.
 #[derive(Debug, Default)]
-pub struct SlotApplied {
+pub(crate) struct SlotApplied {
     /// Events applied, redeliveries included.
-    pub applied: usize,
+    pub(crate) applied: usize,
     /// Events whose id was new.
-    pub new: usize,
+    pub(crate) new: usize,
     /// Whether any of them was terminal.
-    pub terminal: bool,
+    pub(crate) terminal: bool,
 }
 
 /// One execution's slot (see the module documentation).
-pub struct Slot {
+pub(crate) struct Slot {
     /// The execution.
-    pub execution_id: ExecutionId,
+    pub(crate) execution_id: ExecutionId,
     chain: Swap<Chain>,
     /// The largest id of the published chain (`i64::MIN` while it is empty), stored just
     /// before each chain publish: a build asking for a tip above it is a miss decided by one load,
@@ -102,7 +97,7 @@ fn spine_heap(cached: Option<&Spine>) -> i64 {
 
 impl Slot {
     /// An empty slot, last used at `now`.
-    pub fn new(execution_id: ExecutionId, order: SpineOrder, now: u64) -> Slot {
+    pub(crate) fn new(execution_id: ExecutionId, order: SpineOrder, now: u64) -> Slot {
         Slot {
             execution_id,
             chain: sync::new_swap(Arc::new(Chain::new(order))),
@@ -117,12 +112,12 @@ impl Slot {
     }
 
     /// The published chain. Wait-free in the common case (arc-swap's load).
-    pub fn chain(&self) -> Arc<Chain> {
+    pub(crate) fn chain(&self) -> Arc<Chain> {
         sync::load(&self.chain)
     }
 
     /// Runs `f` on the published chain without touching its reference count.
-    pub fn with_chain<R>(&self, f: impl FnOnce(&Chain) -> R) -> R {
+    pub(crate) fn with_chain<R>(&self, f: impl FnOnce(&Chain) -> R) -> R {
         sync::peek(&self.chain, f)
     }
 
@@ -130,7 +125,7 @@ impl Slot {
     /// that published it has yet reached its notify (so a drive registered before calling
     /// this is woken by that apply). `true` means "look in the chain" (ids are not
     /// monotonic: a tip below the largest id may still be absent).
-    pub fn may_hold(&self, id: EventId) -> bool {
+    pub(crate) fn may_hold(&self, id: EventId) -> bool {
         // SeqCst pairs with the SeqCst store in `apply`: the id is a condition of
         // event-listener's listen-then-check pattern (the drive listens, then builds and
         // reads it; the applier stores it, then notifies), which that crate documents for a
@@ -139,7 +134,7 @@ impl Slot {
     }
 
     /// The shared spine cache as last published.
-    pub fn cached_spine(&self) -> Arc<Option<Spine>> {
+    pub(crate) fn cached_spine(&self) -> Arc<Option<Spine>> {
         sync::load(&self.spine)
     }
 
@@ -153,7 +148,7 @@ impl Slot {
     /// the caller loaded `seen` before calling: if that load saw the evictor's swap, it
     /// also sees the retirement stored before it; if it did not, the evictor's swap makes
     /// the compare-and-swap fail, or comes after it and takes (and subtracts) this spine.
-    pub fn publish_spine(
+    pub(crate) fn publish_spine(
         &self,
         seen: &Arc<Option<Spine>>,
         spine: Spine,
@@ -161,8 +156,10 @@ impl Slot {
     ) -> bool {
         // SeqCst pairs with the SeqCst store in `evict_if`, which precedes its swap of the
         // cache (arc-swap's swap is SeqCst).
-        #[cfg(not(feature = "mutation-spine-publish-ignores-retirement"))]
-        if self.retired.load(Ordering::SeqCst) {
+        // The mutation publishes into a retired slot, whose spine nobody will uncharge.
+        if !cfg!(feature = "mutation-spine-publish-ignores-retirement")
+            && self.retired.load(Ordering::SeqCst)
+        {
             return false;
         }
         let added = spine_heap(Some(&spine));
@@ -181,7 +178,7 @@ impl Slot {
 
     /// What evicting this slot would free, as the ledger charges it: its chain, its cached
     /// spine and the slot itself.
-    pub fn resident_bytes(&self, chain: &Chain) -> usize {
+    pub(crate) fn resident_bytes(&self, chain: &Chain) -> usize {
         let spine = Option::as_ref(&self.cached_spine()).map_or(0, Spine::heap_bytes);
         chain.bytes()
             + spine
@@ -200,32 +197,34 @@ impl Slot {
     /// event-listener's contract; the evictor's retire-then-[`wake_all`](Slot::wake_all) is
     /// the other. Either the check sees the retirement, or the wake comes after the
     /// registration and reaches it: a waiter is never left on a slot nobody will notify.
-    pub fn listen(&self) -> Option<crate::sync::Listener> {
+    pub(crate) fn listen(&self) -> Option<crate::sync::Listener> {
         let listener = self.changed.listen();
         // SeqCst pairs with the SeqCst store in `evict_if`. This is event-listener's
         // documented pattern for a condition checked after `listen`: the condition is
         // stored before `notify`, whose leading full fence orders that store before it
         // looks for listeners, and loaded after `listen` registered this one.
-        #[cfg(not(feature = "mutation-listen-ignores-retirement"))]
-        if self.retired.load(Ordering::SeqCst) {
+        // The mutation listens on a retired slot, which nobody will notify again.
+        if !cfg!(feature = "mutation-listen-ignores-retirement")
+            && self.retired.load(Ordering::SeqCst)
+        {
             return None;
         }
         Some(listener)
     }
 
     /// Refreshes recency.
-    pub fn touch(&self, now: u64) {
+    pub(crate) fn touch(&self, now: u64) {
         // Relaxed: recency is a hint for sweeps; no other data is published through it.
         self.last_used.fetch_max(now, Ordering::Relaxed);
     }
 
     /// Recency, nanoseconds since the index's epoch.
-    pub fn last_used(&self) -> u64 {
+    pub(crate) fn last_used(&self) -> u64 {
         self.last_used.load(Ordering::Relaxed)
     }
 
     /// Whether the sink gate mark is set.
-    pub fn is_pending_sink(&self) -> bool {
+    pub(crate) fn is_pending_sink(&self) -> bool {
         // Acquire pairs with the Release in `mark_pending_sink`/`clear_pending_sink`; the
         // evictor reads it under `writer`, which is what actually orders it against a mark.
         self.pending_sink.load(Ordering::Acquire)
@@ -237,7 +236,7 @@ impl Slot {
     ///
     /// `events` is consumed only on success: after `Err(Evicted)` the caller retries with
     /// the same iterator on a fresh slot.
-    pub fn apply(
+    pub(crate) fn apply(
         &self,
         events: &mut impl Iterator<Item = Event>,
         accounting: &Accounting,
@@ -246,14 +245,16 @@ impl Slot {
         let evicted = self.writer.lock();
         // The mutation applies to a slot an evictor already retired: the event lands on an
         // orphan the directory no longer holds.
-        #[cfg(not(feature = "mutation-apply-to-retired-slot"))]
-        if *evicted {
+        if !cfg!(feature = "mutation-apply-to-retired-slot") && *evicted {
             return Err(Evicted);
         }
         // The mutation releases the writer lock before the read-copy-publish, so two
         // appliers of one execution can each publish a copy that lacks the other's events.
-        #[cfg(feature = "mutation-unserialized-apply")]
-        drop(evicted);
+        let unserialized = cfg!(feature = "mutation-unserialized-apply");
+        let mut evicted = Some(evicted);
+        if unserialized {
+            evicted = None;
+        }
         let current = self.chain();
         let mut chain = Chain::clone(&current);
         let (len_before, bytes_before, rewrites_before) =
@@ -284,12 +285,11 @@ impl Slot {
         // `listen`, changed before `notify`), as the chain pointer is.
         // The mutation stores it after the notify instead: a woken drive can rebuild, still
         // read the old id, decide "absent" and wait for a notify that already happened.
-        #[cfg(not(feature = "mutation-max-id-after-notify"))]
-        if let Some(max_id) = chain.max_id() {
+        let max_id_after_notify = cfg!(feature = "mutation-max-id-after-notify");
+        let max_id = chain.max_id();
+        if let Some(max_id) = max_id.filter(|_| !max_id_after_notify) {
             self.max_id.store(max_id, Ordering::SeqCst);
         }
-        #[cfg(feature = "mutation-max-id-after-notify")]
-        let max_id = chain.max_id();
         // The snapshot store is a release (arc-swap stores are SeqCst); it pairs with the
         // acquire load in `chain()`, so a build that sees the new chain sees every event in
         // it fully constructed.
@@ -300,15 +300,13 @@ impl Slot {
             self.drop_cached_spine(accounting);
         }
         self.touch(now);
-        #[cfg(not(feature = "mutation-unserialized-apply"))]
         drop(evicted);
         // After the store: a waiter registered before its build either saw the new chain in
         // that build or is woken here. The chain pointer is the condition of
         // event-listener's listen-then-check pattern: arc-swap's store is SeqCst, and
         // `notify` begins with a full fence before it looks for listeners.
         self.changed.notify(usize::MAX);
-        #[cfg(feature = "mutation-max-id-after-notify")]
-        if let Some(max_id) = max_id {
+        if let Some(max_id) = max_id.filter(|_| max_id_after_notify) {
             self.max_id.store(max_id, Ordering::SeqCst);
         }
         Ok(done)
@@ -318,7 +316,7 @@ impl Slot {
     /// holds from the totals. The caller removes it from the directory and *then* calls
     /// [`Slot::wake_all`], so a woken waiter that looks the execution up again cannot find
     /// this slot and listen on it forever.
-    pub fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
+    pub(crate) fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
         self.evict_if(accounting, sink_gate, |_, _| true)
     }
 
@@ -326,7 +324,7 @@ impl Slot {
     /// lock, that is after every apply that returned before it. A sweep passes "the chain
     /// and the recency its plan judged are still the current ones", so an event applied
     /// after the plan is never evicted on that plan's word.
-    pub fn evict_if(
+    pub(crate) fn evict_if(
         &self,
         accounting: &Accounting,
         sink_gate: bool,
@@ -368,17 +366,17 @@ impl Slot {
     }
 
     /// Whether the slot holds no events and no sink mark: nothing but a name.
-    pub fn is_vacant(&self) -> bool {
+    pub(crate) fn is_vacant(&self) -> bool {
         self.with_chain(Chain::is_empty) && !self.is_pending_sink()
     }
 
     /// Wakes every waiter (after an eviction was published in the directory).
-    pub fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         self.changed.notify(usize::MAX);
     }
 
     /// Marks the slot as holding unsunk context. Fails if the slot was evicted first.
-    pub fn mark_pending_sink(&self) -> Result<(), Evicted> {
+    pub(crate) fn mark_pending_sink(&self) -> Result<(), Evicted> {
         let evicted = self.writer.lock();
         if *evicted {
             return Err(Evicted);
@@ -389,9 +387,12 @@ impl Slot {
     }
 
     /// Clears the mark; returns whether it was set.
-    pub fn clear_pending_sink(&self) -> bool {
+    pub(crate) fn clear_pending_sink(&self) -> bool {
         // AcqRel: the swap both reads the mark (pairs with the Release that set it) and
         // publishes the clear (pairs with `is_pending_sink`).
         self.pending_sink.swap(false, Ordering::AcqRel)
     }
 }
+
+#[cfg(all(test, wal_index_loom))]
+mod loom_models;

@@ -49,11 +49,10 @@ pub(crate) async fn drive_loop<I: StateIndex>(
         // Register before the build: a publish after this point wakes the listener, so one
         // that lands between the build and the wait is never lost. The mutation registers
         // after the build, and loom must find the lost wake-up.
-        #[cfg(not(feature = "mutation-listen-after-build"))]
-        let registered = index.listen(execution_id);
+        let listen_after_build = cfg!(feature = "mutation-listen-after-build");
+        let early = (!listen_after_build).then(|| index.listen(execution_id));
         let build = index.build_async(execution_id, expected_head).await;
-        #[cfg(feature = "mutation-listen-after-build")]
-        let registered = index.listen(execution_id);
+        let registered = early.unwrap_or_else(|| index.listen(execution_id));
         if record(drive, build) {
             return;
         }

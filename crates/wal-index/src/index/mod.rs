@@ -28,8 +28,6 @@ use flow::DriveFlow;
 /// What an index supplies to the shared drive beyond its [`StateIndex`] operations. Sealed:
 /// a supertrait of [`StateIndex`] in a private module, so only this crate's indexes
 /// implement it.
-// `pub` in a private module is the sealed-trait pattern: nameable here, not outside.
-#[allow(unreachable_pub)]
 pub trait DriveHooks {
     /// Registers a waiter that any publish of `execution_id` after this call wakes,
     /// including the publish that makes a non-resident execution resident. Must not create

@@ -36,8 +36,6 @@ pub(crate) use self::std::*;
 #[cfg(any(wal_index_loom, wal_index_shuttle))]
 mod model;
 #[cfg(any(wal_index_loom, wal_index_shuttle))]
-pub use self::model::Listener;
-#[cfg(any(wal_index_loom, wal_index_shuttle))]
 pub(crate) use self::model::*;
 
 /// Times one build, on the OS monotonic clock on both sides: recency is on that clock too

@@ -1,7 +1,7 @@
 //! The shim's model side: every primitive is the model checker's, so the models explore the
 //! engine's own code. One implementation serves both checkers: loom (`--cfg wal_index_loom`,
-//! exhaustive up to a preemption bound, `loom-tests/`) and shuttle (`--cfg
-//! wal_index_shuttle`, randomized schedules over states loom cannot hold, `shuttle-tests/`).
+//! exhaustive up to a preemption bound, the `loom_models` modules) and shuttle (`--cfg
+//! wal_index_shuttle`, randomized schedules over states loom cannot hold, `shuttle_models`).
 //! Their `sync` APIs are the same for what is used here; only loom tracks cell accesses, so
 //! only the loom build checks that each published value is read after its publication.
 
@@ -35,13 +35,15 @@ impl<T> Mutex<T> {
 }
 
 /// The ordering a snapshot is published with. arc-swap publishes with (at least)
-/// release semantics; the `loom-weaken-publish` feature downgrades the model to relaxed,
+/// release semantics; the `mutation-relaxed-publish` feature downgrades the model to relaxed,
 /// to show that the loom models catch a publication that does not pair with the
 /// reader's acquire.
-#[cfg(not(feature = "loom-weaken-publish"))]
-const PUBLISH: Ordering = Ordering::AcqRel;
-#[cfg(feature = "loom-weaken-publish")]
-const PUBLISH: Ordering = Ordering::Relaxed;
+const WEAKENED: bool = cfg!(feature = "mutation-relaxed-publish");
+const PUBLISH: Ordering = if WEAKENED {
+    Ordering::Relaxed
+} else {
+    Ordering::AcqRel
+};
 
 /// One published value, with a loom-tracked cell written when it is created and read
 /// on every load, so loom checks that each load happens after the publication.
@@ -173,15 +175,14 @@ pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
 
 pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
     let fresh = Tracked::publishable(value);
-    #[cfg(not(feature = "loom-weaken-publish"))]
-    let old = swap.current.swap(fresh, PUBLISH);
     // The weakened model publishes with a plain relaxed store (stores are serialized by
     // the slot's writer lock, so reading the old pointer first loses nothing).
-    #[cfg(feature = "loom-weaken-publish")]
-    let old = {
+    let old = if WEAKENED {
         let old = swap.current.load(Ordering::Relaxed);
         swap.current.store(fresh, PUBLISH);
         old
+    } else {
+        swap.current.swap(fresh, PUBLISH)
     };
     swap.retired
         .lock()
@@ -243,7 +244,7 @@ struct WaitState {
 }
 
 /// A registered waiter: blocks in [`wait_timeout`], or is awaited as a future.
-pub struct Listener {
+pub(crate) struct Listener {
     list: Arc<WaitList>,
     seen: u64,
 }
@@ -297,7 +298,8 @@ pub(crate) fn wait_timeout(listener: Listener, _cap: std::time::Duration) -> boo
 
 impl Listener {
     /// Blocks until notified (for models that drive a listener by hand).
-    pub fn wait(self) {
+    #[cfg(all(test, wal_index_loom))]
+    pub(crate) fn wait(self) {
         wait_timeout(self, std::time::Duration::MAX);
     }
 }
@@ -321,8 +323,6 @@ impl std::future::Future for Listener {
 /// A model clock: time moves only when a model calls [`Clock::advance`], so TTL and LRU
 /// decisions are part of the explored state rather than of the machine's timing.
 #[derive(Debug)]
-// `pub` because the sealed `DriveHooks` names it; unnameable outside the crate.
-#[allow(unreachable_pub)]
 pub struct Clock {
     now: rt::sync::atomic::AtomicU64,
     /// What model time 0 is reported as in `Victim::last_used`.

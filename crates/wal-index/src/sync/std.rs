@@ -163,8 +163,6 @@ pub(crate) fn wait_timeout(listener: Listener, cap: std::time::Duration) -> bool
 /// The index's clock: nanoseconds since the index was created, from the monotonic clock.
 /// Under loom it is a model-controlled counter instead, so a model decides when time passes.
 #[derive(Debug)]
-// `pub` because the sealed `DriveHooks` names it; unnameable outside the crate.
-#[allow(unreachable_pub)]
 pub struct Clock {
     epoch: std::time::Instant,
 }

@@ -11,16 +11,20 @@
 //!   the model clock, which stands still while the threads run);
 //! - every drive for such an execution is served;
 //! - the totals equal a recount, and no drive left a waiting room behind.
-#![cfg(wal_index_shuttle)]
-
 use std::time::{Duration, Instant};
 
 use shuttle::sync::Arc;
 use shuttle::thread;
-use wal_index::config::EvictionPolicy;
-use wal_index::model::advance_clock;
-use wal_index::report::IndexStats;
-use wal_index::{DriveBudget, Event, IndexConfig, StateIndex};
+
+use crate::Event;
+use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
+use crate::index::{DriveHooks, StateIndex};
+use crate::report::IndexStats;
+
+/// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
+fn advance_clock<I: StateIndex>(index: &I, by: Duration) {
+    index.clock().advance(by);
+}
 
 const EXECUTIONS: i64 = 24;
 /// Executions the index has never seen when the threads start: their drives wait in rooms.
@@ -122,7 +126,7 @@ fn workload<I: StateIndex>() {
     // deadlock if one waits for a wake-up that the terminal eviction never sends. Only the
     // engine knows that an execution finished; the comparators' drives, like today's, wait
     // out their budget (which has no clock under the model), so they are not run there.
-    if I::NAME == wal_index::WalIndex::NAME {
+    if I::NAME == crate::WalIndex::NAME {
         threads.push(spawn(Box::new(|index: &I| {
             let budget = DriveBudget {
                 attempts: 10_000,
@@ -185,7 +189,7 @@ macro_rules! engines {
 }
 
 engines!(
-    lockfree: wal_index::WalIndex,
-    sharded: wal_index::baseline::ShardedMutexIndex,
-    mutex: wal_index::baseline::MutexIndex,
+    lockfree: crate::WalIndex,
+    sharded: crate::baseline::ShardedMutexIndex,
+    mutex: crate::baseline::MutexIndex,
 );

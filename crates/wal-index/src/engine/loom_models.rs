@@ -3,19 +3,23 @@
 //! crate's loom shim here, not a copy of them. Time is the index's model clock, which moves
 //! only when a model says so.
 //!
-//! Each model names the mutation (a `wal-index` feature, forwarded by this crate) that
-//! re-introduces the bug it guards against; `scripts/loom.sh` runs every model plain, then
-//! each mutation, and requires loom to fail on it.
-#![cfg(wal_index_loom)]
-
+//! Each model names the mutation (a feature of this crate) that re-introduces the bug it
+//! guards against; `scripts/mutations.table` pairs them, and `scripts/loom.sh` runs every
+//! model plain, then each mutation, and requires loom to fail on it.
 use std::time::{Duration, Instant};
 
 use loom::sync::Arc;
 use loom::thread;
-use wal_index::config::EvictionPolicy;
-use wal_index::model::{self, advance_clock};
-use wal_index::report::IndexStats;
-use wal_index::{DriveBudget, Event, IndexConfig, StateIndex, WalIndex};
+
+use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
+use crate::index::{DriveHooks, StateIndex};
+use crate::report::IndexStats;
+use crate::{Event, WalIndex};
+
+/// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
+fn advance_clock(index: &WalIndex, by: Duration) {
+    index.clock().advance(by);
+}
 
 fn ev(execution: i64, id: i64, prev: Option<i64>) -> Event {
     let ty = if prev.is_none() {
@@ -181,7 +185,7 @@ fn spine_publish_vs_eviction_leaves_the_ledger_exact() {
         assert_eq!(index.stats(), IndexStats::default());
         // `stats()` clamps a negative spine sum to zero, so a double subtraction would
         // pass the line above: the entry itself must be exactly zero.
-        assert_eq!(model::cached_spine_bytes_unclamped(&index), 0);
+        assert_eq!(index.accounting.cached_spines_unclamped(), 0);
     });
 }
 
@@ -272,5 +276,41 @@ fn drive_for_an_unseen_execution_vs_its_first_event() {
         let drive = drive.join().unwrap();
         assert_eq!(drive.outcome.spine().map(|s| s.ids()), Some(vec![1]));
         assert_eq!(index.awaited_unknown_executions(), 0);
+    });
+}
+
+/// The directory alone: two creators of one execution vs a drive already waiting in its
+/// room. Both creators may miss the lock-free lookup; the check under the writers' lock
+/// keeps one slot per execution, so both get the same slot, and the drive's room is woken
+/// after the slot is published (a lost wake-up would be a deadlock here).
+/// `mutation-create-without-recheck` skips the check under the lock.
+#[test]
+fn two_creators_of_one_execution_share_one_slot() {
+    use super::directory::Directory;
+    use super::slot::Slot;
+    loom::model(|| {
+        let directory = Arc::new(Directory::new());
+        let registered = directory.register(5);
+        assert!(
+            registered.ticket.is_some(),
+            "no slot yet: the drive waits in a room"
+        );
+        let create = |directory: &Directory| {
+            directory.get_or_create(5, || Slot::new(5, chain_fold::SpineOrder::default(), 0))
+        };
+        let other = {
+            let directory = Arc::clone(&directory);
+            thread::spawn(move || create(&directory))
+        };
+        let mine = create(&directory);
+        let other = other.join().expect("creator");
+        assert!(Arc::ptr_eq(&mine, &other), "two slots for one execution");
+        assert!(crate::sync::wait_timeout(
+            registered.listener,
+            Duration::MAX
+        ));
+        drop(registered.ticket);
+        assert!(Arc::ptr_eq(&directory.lookup(5).expect("published"), &mine));
+        assert_eq!(directory.awaited_unknown(), 0);
     });
 }
