@@ -73,11 +73,18 @@ fn pieces(events: &[Event]) -> usize {
     }
 }
 
-impl JsonArray {
-    pub(crate) fn new(spine: Spine) -> JsonArray {
-        JsonArray { spine }
+impl Spine {
+    /// The payloads as one JSON array, `[p1,p2,...]`: a view of the events' own bytes
+    /// (O(1), nothing copied or stored). Defined here, beside [`JsonArray`], so the spine
+    /// module does not import the module that serves it.
+    pub fn json_array(&self) -> JsonArray {
+        JsonArray {
+            spine: self.clone(),
+        }
     }
+}
 
+impl JsonArray {
     fn events(&self) -> &[Event] {
         self.spine.as_slice()
     }

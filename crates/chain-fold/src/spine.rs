@@ -4,7 +4,6 @@ use crate::sync::Arc;
 
 use crate::append_log::AppendLog;
 use crate::event::{Event, EventId};
-use crate::json_array::JsonArray;
 use crate::lineage::Lineage;
 
 /// How a spine orders its events.
@@ -242,12 +241,6 @@ impl Spine {
     /// The event at `index` in spine order.
     pub fn get(&self, index: usize) -> Option<&Event> {
         self.as_slice().get(index)
-    }
-
-    /// The payloads as one JSON array, `[p1,p2,...]`: a view of the events' own bytes
-    /// (O(1), nothing copied or stored).
-    pub fn json_array(&self) -> JsonArray {
-        JsonArray::new(self.clone())
     }
 
     /// True when both handles point at the same spine allocation.
