@@ -1,7 +1,7 @@
 //! Each series moves as documented, on both engines, recorded into a local
 //! `DebuggingRecorder`; the three gauges always agree with `stats()`; the production note's
 //! formulas, computed from a Prometheus scrape, show the engine's incomplete builds do not
-//! wait while the baseline's do.
+//! wait while today's design's do.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -320,6 +320,6 @@ fn wait_share_of_incomplete_builds_from_a_scrape() {
     assert_eq!(l.wait_share, 0.0, "the engine's build has no blocking step");
     assert!(
         m.wait_share > 0.05,
-        "the baseline queues behind the drain: {m:?}"
+        "today's design queues behind the drain: {m:?}"
     );
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::observer::{LogHistogram, OUTCOMES};
+use crate::observer::{LogHistogram, Outcome};
 use crate::report::{EngineReport, Report};
 
 const ENGINE_COLORS: [&str; 3] = ["#1b7837", "#b2182b", "#2166ac"];
@@ -130,7 +130,7 @@ fn timeline_chart(e: &EngineReport) -> String {
         W - PAD,
         H - 8.0
     );
-    for (i, outcome) in OUTCOMES.iter().enumerate() {
+    for (i, outcome) in Outcome::ALL.iter().map(|o| o.label()).enumerate() {
         let _ = write!(
             svg,
             r#"<rect x="{}" y="6" width="10" height="10" fill="{}"/><text x="{}" y="15" font-size="11">{outcome}</text>"#,
@@ -201,7 +201,7 @@ fn latency_section(html: &mut String, report: &Report) {
 /// Each build outcome's duration distribution, per engine.
 fn build_duration_section(html: &mut String, report: &Report) {
     html.push_str("<h2>Build duration per outcome</h2><div class=\"grid\">");
-    for (i, outcome) in OUTCOMES.iter().enumerate() {
+    for (i, outcome) in Outcome::ALL.iter().map(|o| o.label()).enumerate() {
         let series: Vec<(String, &str, &[u64])> = report
             .engines
             .iter()

@@ -10,34 +10,58 @@ use wal_index::IndexObserver;
 use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
 use wal_index::report::IndexStats;
 
-/// The report's order of build outcomes (incomplete first, as the production note lists
-/// them), as positions in `AdvanceOutcome::LABELS`.
-const REPORT_ORDER: [usize; 4] = [3, 1, 2, 0];
+/// A build outcome, in the report's order (incomplete first, as the production note lists
+/// them): each value's position is its place in every per-outcome array of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// `AdvanceOutcome::Incomplete`.
+    Incomplete,
+    /// `AdvanceOutcome::Incremental`.
+    Incremental,
+    /// `AdvanceOutcome::ColdRebuild`.
+    ColdRebuild,
+    /// `AdvanceOutcome::CacheHit`.
+    CacheHit,
+}
 
-/// Build outcomes in report order.
-pub const OUTCOMES: [&str; 4] = {
-    let labels = AdvanceOutcome::LABELS;
-    [
-        labels[REPORT_ORDER[0]],
-        labels[REPORT_ORDER[1]],
-        labels[REPORT_ORDER[2]],
-        labels[REPORT_ORDER[3]],
-    ]
-};
+impl Outcome {
+    /// Every outcome, in report order.
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Incomplete,
+        Outcome::Incremental,
+        Outcome::ColdRebuild,
+        Outcome::CacheHit,
+    ];
 
-/// Each outcome's place in the report, by its `AdvanceOutcome::index()`.
-const SLOT_OF: [usize; 4] = {
-    let mut slots = [0; 4];
-    let mut place = 0;
-    while place < REPORT_ORDER.len() {
-        slots[REPORT_ORDER[place]] = place;
-        place += 1;
+    /// The outcome of a build.
+    pub fn of(outcome: &AdvanceOutcome) -> Outcome {
+        match outcome {
+            AdvanceOutcome::Incomplete(_) => Outcome::Incomplete,
+            AdvanceOutcome::Incremental(_) => Outcome::Incremental,
+            AdvanceOutcome::ColdRebuild(_) => Outcome::ColdRebuild,
+            AdvanceOutcome::CacheHit => Outcome::CacheHit,
+        }
     }
-    slots
-};
+
+    /// Its place in report order.
+    pub const fn slot(self) -> usize {
+        self as usize
+    }
+
+    /// The metrics label (`AdvanceOutcome::label`).
+    pub fn label(self) -> &'static str {
+        let example = match self {
+            Outcome::Incomplete => AdvanceOutcome::Incomplete(chain_fold::Incomplete::NoEvents),
+            Outcome::Incremental => AdvanceOutcome::Incremental(0),
+            Outcome::ColdRebuild => AdvanceOutcome::ColdRebuild(0),
+            Outcome::CacheHit => AdvanceOutcome::CacheHit,
+        };
+        example.label()
+    }
+}
 
 fn slot(outcome: &AdvanceOutcome) -> usize {
-    SLOT_OF[outcome.index()]
+    Outcome::of(outcome).slot()
 }
 
 /// A log-scale histogram of durations: 4 buckets per doubling from 100 ns.
@@ -167,7 +191,7 @@ impl SimObserver {
         self.started
     }
 
-    /// The tally of one outcome (index into [`OUTCOMES`]).
+    /// The tally of one outcome (its [`Outcome::slot`]).
     pub fn tally(&self, i: usize) -> OutcomeTally {
         OutcomeTally {
             builds: self.builds[i].load(Ordering::Relaxed),
@@ -281,8 +305,9 @@ mod tests {
 
     #[test]
     fn outcomes_follow_the_production_notes_order_and_each_has_its_own_slot() {
+        let labels: Vec<&str> = Outcome::ALL.iter().map(|o| o.label()).collect();
         assert_eq!(
-            OUTCOMES,
+            labels,
             ["incomplete", "incremental", "cold_rebuild", "cache_hit"]
         );
         let outcomes = [
@@ -292,7 +317,7 @@ mod tests {
             AdvanceOutcome::Incomplete(chain_fold::Incomplete::NoEvents),
         ];
         for outcome in outcomes {
-            assert_eq!(OUTCOMES[slot(&outcome)], outcome.label());
+            assert_eq!(Outcome::ALL[slot(&outcome)].label(), outcome.label());
         }
     }
 }

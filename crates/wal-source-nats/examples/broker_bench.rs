@@ -1,4 +1,4 @@
-//! Measures, against a running broker, what issue 8 asks for, for each engine side by side:
+//! Measures, against a running broker, for each engine side by side:
 //! how long a restarted pool takes to rebuild its index from N retained events
 //! (replay-on-boot), and how long a drive waits for a tip that goes through the broker.
 //!

@@ -7,7 +7,7 @@ use wal_index::labels::DriveLabel;
 
 use super::{Calibration, ColdStart, DriveFigures, EngineReport, Latency, OutcomeRow, WalHealth};
 use crate::Engine;
-use crate::observer::{LogHistogram, OUTCOMES};
+use crate::observer::{LogHistogram, Outcome};
 use crate::run::{DriveRecord, EngineRun};
 
 impl EngineReport {
@@ -27,7 +27,7 @@ impl EngineReport {
             wall_s: run.wall.as_secs_f64(),
             timeline: run.observer.timeline(),
             timeline_step_ms: run.observer.timeline_step.as_millis() as u64,
-            build_duration_buckets: (0..OUTCOMES.len())
+            build_duration_buckets: (0..Outcome::ALL.len())
                 .map(|i| run.observer.durations(i))
                 .collect(),
             resident: [run.stats.executions, run.stats.events, run.stats.bytes],
@@ -39,9 +39,9 @@ impl EngineReport {
         self.rows.iter().map(|r| r.builds).sum()
     }
 
-    /// The row of `outcome` (an entry of [`OUTCOMES`]).
-    pub(super) fn row(&self, outcome: &str) -> Option<&OutcomeRow> {
-        self.rows.iter().find(|r| r.outcome == outcome)
+    /// The row of `outcome` (rows are in report order).
+    pub(super) fn row(&self, outcome: Outcome) -> Option<&OutcomeRow> {
+        self.rows.get(outcome.slot())
     }
 }
 
@@ -50,7 +50,9 @@ impl EngineReport {
 fn outcome_rows(run: &EngineRun) -> Vec<OutcomeRow> {
     let scraped =
         sb_metrics::formulas::wait_shares(&run.scrape, sb_metrics::series::DEFAULT_PREFIX);
-    let tallies: Vec<_> = (0..OUTCOMES.len()).map(|i| run.observer.tally(i)).collect();
+    let tallies: Vec<_> = (0..Outcome::ALL.len())
+        .map(|i| run.observer.tally(i))
+        .collect();
     let total: u64 = tallies.iter().map(|t| t.builds).sum();
     let share = |part: f64, whole: f64| {
         if whole > 0.0 {
@@ -59,11 +61,12 @@ fn outcome_rows(run: &EngineRun) -> Vec<OutcomeRow> {
             0.0
         }
     };
-    OUTCOMES
+    Outcome::ALL
         .iter()
         .zip(&tallies)
         .enumerate()
         .map(|(slot, (&outcome, t))| {
+            let outcome = outcome.label();
             let n = t.builds.max(1) as f64;
             let (mean_build, mean_wait) = if t.builds > 0 {
                 (

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::Engine;
+use crate::observer::Outcome;
 
 /// One row of the production note's table.
 #[derive(Debug, Clone, Serialize)]
@@ -138,7 +139,7 @@ pub struct EngineReport {
     pub bad_records: u64,
     /// Wall time, seconds.
     pub wall_s: f64,
-    /// Builds per outcome per timeline step (`timeline_step_ms`), in `OUTCOMES` order.
+    /// Builds per outcome per timeline step (`timeline_step_ms`), in `Outcome::ALL` order.
     pub timeline: Vec<[u64; 4]>,
     /// Width of one timeline step.
     pub timeline_step_ms: u64,
@@ -220,15 +221,15 @@ pub struct Calibration {
 
 impl Calibration {
     fn of(rows: &[OutcomeRow], cold_start: Option<&ColdStart>) -> Calibration {
-        let row = |o: &str| rows.iter().find(|r| r.outcome == o);
-        let incomplete = row("incomplete");
+        let row = |o: Outcome| rows.get(o.slot());
+        let incomplete = row(Outcome::Incomplete);
         let share = incomplete.map_or(0.0, |r| r.wait_share_pct);
         let ratio = incomplete.map_or(0.0, |r| r.mean_build_us / NOTE[0].mean_build_us);
         Calibration {
             incomplete_wait_share_pct: share,
             incomplete_mean_ratio: ratio,
-            incremental_wait_us: row("incremental").map_or(0.0, |r| r.mean_lock_wait_us),
-            cold_rebuild_wait_us: row("cold_rebuild").map_or(0.0, |r| r.mean_lock_wait_us),
+            incremental_wait_us: row(Outcome::Incremental).map_or(0.0, |r| r.mean_lock_wait_us),
+            cold_rebuild_wait_us: row(Outcome::ColdRebuild).map_or(0.0, |r| r.mean_lock_wait_us),
             first_drive_ms: cold_start
                 .and_then(|c| c.first_drives.first())
                 .map_or(0.0, |(ms, _)| *ms),

@@ -7,7 +7,7 @@ use super::{EngineReport, Latency, NOTE, Report};
 use crate::Engine;
 use wal_index::labels::DriveLabel;
 
-use crate::observer::OUTCOMES;
+use crate::observer::Outcome;
 
 impl Report {
     /// The report as text tables.
@@ -47,17 +47,20 @@ impl Report {
             let _ = writeln!(out, "{what:<44}{}", cells.join(""));
         };
         line("", &|e| e.engine.to_string());
-        for outcome in OUTCOMES {
-            line(&format!("{outcome}: builds"), &|e| {
+        for outcome in Outcome::ALL {
+            line(&format!("{}: builds", outcome.label()), &|e| {
                 e.row(outcome).map_or("-".into(), |r| r.builds.to_string())
             });
-            line(&format!("{outcome}: mean build (lock wait)"), &|e| {
-                e.row(outcome)
-                    .filter(|r| r.builds > 0)
-                    .map_or("-".into(), |r| {
-                        format!("{:.1} ({:.1}) µs", r.mean_build_us, r.mean_lock_wait_us)
-                    })
-            });
+            line(
+                &format!("{}: mean build (lock wait)", outcome.label()),
+                &|e| {
+                    e.row(outcome)
+                        .filter(|r| r.builds > 0)
+                        .map_or("-".into(), |r| {
+                            format!("{:.1} ({:.1}) µs", r.mean_build_us, r.mean_lock_wait_us)
+                        })
+                },
+            );
         }
         line("drives served / total", &|e| {
             format!("{} / {}", e.drives.served, e.drives.total)
