@@ -14,11 +14,13 @@
 //! [`Directory::get_or_create`] on a miss, by [`Directory::write`] (the evictors, who then
 //! take slot locks and the ledger's lock inside it), and by [`Directory::wait_for_evictor`].
 //! The finished set's lock and the rooms' lock are private too, and taken either alone or
-//! inside the writers' lock, never around it. The slot module cannot name this one, so no
-//! code that holds a slot's lock can reach the writers' lock: an applier that finds its slot
-//! evicted returns from the slot (releasing its lock) before it waits here. That is the
-//! order the protocol states: `directory_writer` → `slot.writer` → `totals`, and
-//! `directory_writer` → `finished`, `directory_writer` → `rooms`.
+//! inside the writers' lock, never around it. The layering does the rest: the directory
+//! holds slots and calls into them, and `slot.rs` does not import this module (nothing
+//! stops it from the compiler's side; the module-cycle check would flag a slot that named
+//! the directory which names slots). An applier that finds its slot evicted returns from
+//! the slot, releasing its lock, before it waits here. That is the order the protocol
+//! states: `directory_writer` → `slot.writer` → `totals`, and `directory_writer` →
+//! `finished`, `directory_writer` → `rooms`.
 //!
 //! # Publication orders
 //!
@@ -122,10 +124,18 @@ impl Directory {
         let slot = Arc::new(new());
         let next = map.update(execution_id, Arc::clone(&slot));
         self.finished.lock().forget(execution_id);
+        // The room is woken after the store: a drive registering in the room checks
+        // residency under the rooms lock, so it either finds this slot or is in the room
+        // this wakes. The mutation wakes it first, and the directory's model must see a
+        // drive that entered the room after the wake wait forever.
+        let wake_first = cfg!(feature = "mutation-room-woken-before-publish");
+        if wake_first {
+            self.rooms.wake(execution_id);
+        }
         self.map.store(Arc::new(next));
-        // After the store: a drive registering in the room checks residency under the
-        // rooms lock, so it either finds this slot or is in the room this wakes.
-        self.rooms.wake(execution_id);
+        if !wake_first {
+            self.rooms.wake(execution_id);
+        }
         slot
     }
 

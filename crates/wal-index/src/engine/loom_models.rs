@@ -279,38 +279,47 @@ fn drive_for_an_unseen_execution_vs_its_first_event() {
     });
 }
 
-/// The directory alone: two creators of one execution vs a drive already waiting in its
-/// room. Both creators may miss the lock-free lookup; the check under the writers' lock
-/// keeps one slot per execution, so both get the same slot, and the drive's room is woken
-/// after the slot is published (a lost wake-up would be a deadlock here).
-/// `mutation-create-without-recheck` skips the check under the lock.
+/// The directory alone: two creators of one execution vs a drive registering for it. Both
+/// creators may miss the lock-free lookup; the check under the writers' lock keeps one slot
+/// per execution (`mutation-create-without-recheck` skips it: two slots). The drive either
+/// finds the slot or waits in the room, which the creator wakes after it publishes the slot
+/// (`mutation-room-woken-before-publish` wakes it first: a drive that enters the room
+/// between the wake and the publication is never woken, a loom deadlock).
 #[test]
 fn two_creators_of_one_execution_share_one_slot() {
     use super::directory::Directory;
     use super::slot::Slot;
     loom::model(|| {
         let directory = Arc::new(Directory::new());
+        let creators: Vec<_> = (0..2)
+            .map(|_| {
+                let directory = Arc::clone(&directory);
+                thread::spawn(move || {
+                    directory
+                        .get_or_create(5, || Slot::new(5, chain_fold::SpineOrder::default(), 0))
+                })
+            })
+            .collect();
         let registered = directory.register(5);
-        assert!(
-            registered.ticket.is_some(),
-            "no slot yet: the drive waits in a room"
-        );
-        let create = |directory: &Directory| {
-            directory.get_or_create(5, || Slot::new(5, chain_fold::SpineOrder::default(), 0))
-        };
-        let other = {
-            let directory = Arc::clone(&directory);
-            thread::spawn(move || create(&directory))
-        };
-        let mine = create(&directory);
-        let other = other.join().expect("creator");
-        assert!(Arc::ptr_eq(&mine, &other), "two slots for one execution");
-        assert!(crate::sync::wait_timeout(
-            registered.listener,
-            Duration::MAX
-        ));
+        if registered.ticket.is_some() {
+            assert!(crate::sync::wait_timeout(
+                registered.listener,
+                Duration::MAX
+            ));
+        }
         drop(registered.ticket);
-        assert!(Arc::ptr_eq(&directory.lookup(5).expect("published"), &mine));
+        let slots: Vec<_> = creators
+            .into_iter()
+            .map(|c| c.join().expect("creator"))
+            .collect();
+        assert!(
+            Arc::ptr_eq(&slots[0], &slots[1]),
+            "two slots for one execution"
+        );
+        assert!(Arc::ptr_eq(
+            &directory.lookup(5).expect("published"),
+            &slots[0]
+        ));
         assert_eq!(directory.awaited_unknown(), 0);
     });
 }
