@@ -5,7 +5,7 @@
 #   2. each crate builds (`cargo check --lib`) on the toolchain its rust-version names,
 #      installed with rustup (minimal profile) when missing; skipped, saying so, only
 #      where rustup cannot fetch it;
-#   3. `cargo publish --dry-run` packages all four and builds each package as published,
+#   3. `cargo publish --dry-run` packages all five and builds each package as published,
 #      against the others' packages (cargo's multi-package publish, Cargo 1.90+), in its
 #      own target dir, target/publish, which nothing else reads (CI deletes it after).
 #
@@ -16,7 +16,7 @@
 #                                 second toolchain costs 2.5 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CRATES=(chain-fold wal-index sb-metrics wal-source-nats)
+CRATES=(chain-fold wal-index sb-metrics wal-source-nats wal-source-ehdb)
 
 echo "--- 1. rust-version against the dependencies'"
 python3 - "${CRATES[@]}" <<'PY'

@@ -232,6 +232,12 @@ pub fn read_stream(
                     break;
                 }
             }
+            Ok(Pull::Decoded(records)) => payloads.extend(
+                records
+                    .into_iter()
+                    .filter_map(|r| r.event.ok())
+                    .map(|e| Bytes::copy_from_slice(e.payload())),
+            ),
             // An empty (or fully filtered-out) stream delivers nothing.
             Ok(Pull::Idle | Pull::Closed) if source.stats().consumers_created > 0 => break,
             Ok(Pull::Idle | Pull::Closed) => {}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use chain_fold::{AdvanceOutcome, Event, EventError, Incomplete};
 use wal_index::baseline::MutexIndex;
-use wal_index::ingest::JsonLinesSource;
+use wal_index::ingest::{JsonLinesSource, RecordError};
 use wal_index::{Drain, DrainConfig, IndexConfig, StateIndex, WalIndex};
 
 fn line(id: i64, prev: Option<i64>, ty: &str) -> String {
@@ -45,10 +45,13 @@ fn wal_file_with_invalid_utf8_and_truncated_lines_keeps_its_neighbours<I: StateI
         vec![2, 4, 8],
         "bad records are reported by line number"
     );
-    assert!(matches!(report.bad_samples[0].error, EventError::Json(_)));
+    assert!(matches!(
+        report.bad_samples[0].error,
+        RecordError::Event(EventError::Json(_))
+    ));
     assert!(matches!(
         report.bad_samples[2].error,
-        EventError::NotAnObject { found: "array" }
+        RecordError::Event(EventError::NotAnObject { found: "array" })
     ));
     assert_eq!(
         index.build(5, Some(4)).spine.map(|s| s.ids()),

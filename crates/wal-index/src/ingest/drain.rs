@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use chain_fold::{Event, EventError};
+use chain_fold::Event;
 
-use super::source::{Pull, WalSource};
+use super::source::{Pull, RecordError, WalSource};
 use crate::StateIndex;
 use crate::report::EvictionStats;
 use crate::sync::{Waiting, run_to_completion};
@@ -136,7 +136,7 @@ pub struct BadRecord {
     /// Its position in the WAL.
     pub position: u64,
     /// Why.
-    pub error: EventError,
+    pub error: RecordError,
 }
 
 /// What a drain has done so far.
@@ -291,16 +291,32 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 for record in records {
                     match Event::from_json_bytes(record.payload) {
                         Ok(event) => events.push(event),
+                        Err(error) => self.bad(record.position, error.into()),
+                    }
+                }
+                self.decoded(events)
+            }
+            Pull::Decoded(records) => {
+                self.index.observer().wal_events(records.len() as u64);
+                let mut events = Vec::with_capacity(records.len());
+                for record in records {
+                    match record.event {
+                        Ok(event) => events.push(event),
                         Err(error) => self.bad(record.position, error),
                     }
                 }
-                if !events.is_empty() {
-                    self.report.events += events.len() as u64;
-                    self.report.batches += 1;
-                }
-                Step::Events(events)
+                self.decoded(events)
             }
         })
+    }
+
+    /// Counts a pull's events as one batch (if it had any).
+    fn decoded(&mut self, events: Vec<Event>) -> Step {
+        if !events.is_empty() {
+            self.report.events += events.len() as u64;
+            self.report.batches += 1;
+        }
+        Step::Events(events)
     }
 
     /// The bookkeeping after a successful pull: the source is healthy again. Returns true
@@ -338,7 +354,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         }
     }
 
-    fn bad(&mut self, position: u64, error: EventError) {
+    fn bad(&mut self, position: u64, error: RecordError) {
         self.report.bad += 1;
         if self.report.bad_samples.len() < DrainReport::BAD_SAMPLES {
             self.report.bad_samples.push(BadRecord { position, error });

@@ -5,4 +5,7 @@ mod drain;
 mod source;
 
 pub use drain::{Backoff, BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
-pub use source::{ChannelSource, JsonLinesSource, Pull, Record, WalSource, WalWriter, channel_wal};
+pub use source::{
+    ChannelSource, Decoded, JsonLinesSource, Pull, Record, RecordError, WalSource, WalWriter,
+    channel_wal,
+};

@@ -4,6 +4,7 @@ use std::io::{self, BufRead};
 use std::time::Duration;
 
 use bytes::Bytes;
+use chain_fold::{Event, EventError};
 
 /// One raw WAL record: its position in the log and its payload, not yet decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,11 +15,38 @@ pub struct Record {
     pub payload: Bytes,
 }
 
+/// One record a source decoded itself: a source whose framing carries the payload in
+/// another form (escaped inside a JSON string, say) decodes it once, straight from that
+/// form, and checks the record's envelope against the event, instead of handing the drain
+/// bytes to decode again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// Its position in the log.
+    pub position: u64,
+    /// The event, or why the record is not one (the drain counts it as bad).
+    pub event: Result<Event, RecordError>,
+}
+
+/// Why a record is bad: its payload is not an event, or the source's framing around it is
+/// wrong. Either way the drain counts it and applies its neighbours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The payload is not a chainable event.
+    #[error(transparent)]
+    Event(#[from] EventError),
+    /// The record around the payload is wrong (the source says how).
+    #[error("{0}")]
+    Envelope(String),
+}
+
 /// What one pull returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pull {
     /// Up to `max` records, in log order.
     Records(Vec<Record>),
+    /// Up to `max` records the source decoded itself, in log order.
+    Decoded(Vec<Decoded>),
     /// Nothing arrived within the wait; the log is still open.
     Idle,
     /// The log ended (file at EOF, every channel writer dropped) and everything was read.
