@@ -72,8 +72,30 @@ pub struct FrameSummary {
     pub bytes: u64,
     /// Records handed over (good and bad).
     pub records: u64,
+    /// Records read, handed over or filtered out.
+    pub scanned: u64,
     /// The frame's array was broken from some point on; the rest of the frame was skipped.
     pub abandoned: bool,
+    /// The read stopped at its scan cap before the frame's end (the input is then no
+    /// longer at a frame boundary).
+    pub capped: bool,
+}
+
+/// Which records a read hands over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Filter {
+    /// Only this execution's records; the others' payloads are skipped without being
+    /// unescaped or decoded.
+    only: Option<ExecutionId>,
+    /// Stop after this many records.
+    max_scanned: u64,
+}
+
+impl Filter {
+    const ALL: Filter = Filter {
+        only: None,
+        max_scanned: u64::MAX,
+    };
 }
 
 /// Reads frames and parses their records. One per connection; its scratch buffers are
@@ -83,6 +105,8 @@ pub struct FrameReader {
     limits: Limits,
     payload: Vec<u8>,
     text: Vec<u8>,
+    filter: Filter,
+    scanned: u64,
 }
 
 /// The body of one frame: a byte source that ends where the frame does.
@@ -95,6 +119,9 @@ struct Body<'a, R> {
 /// Where the body stopped making sense: the rest of the frame is skipped.
 #[derive(Debug)]
 struct Broken(&'static str);
+
+/// Whether an array read stopped at the scan cap.
+struct Capped(bool);
 
 /// A body read: an I/O error ends the frame and the connection; `Broken` only the frame.
 enum Fault {
@@ -469,6 +496,8 @@ struct Fields {
     global_sequence: Option<u64>,
     execution_id: Option<ExecutionId>,
     payload: bool,
+    /// The payload was skipped: the record is another execution's.
+    skipped: bool,
     wrong: Option<String>,
 }
 
@@ -479,7 +508,32 @@ impl FrameReader {
             limits,
             payload: Vec::new(),
             text: Vec::new(),
+            filter: Filter::ALL,
+            scanned: 0,
         }
+    }
+
+    /// Reads the next frame as [`read_frame`](Self::read_frame) does, handing over only
+    /// `execution_id`'s records, and stopping after `max_scanned` records of any execution
+    /// (then the input is mid-frame: drop the connection). A record's execution is checked
+    /// before its payload is touched: another execution's payload is skipped without being
+    /// unescaped or decoded (when the writer sends `execution_id` before `payload`, as it
+    /// does; after it, the payload is unescaped but still not decoded). A bad record whose
+    /// execution cannot be told is not handed over.
+    pub fn read_frame_of<R: BufRead>(
+        &mut self,
+        input: &mut R,
+        execution_id: ExecutionId,
+        max_scanned: u64,
+        each: impl FnMut(Decoded),
+    ) -> Result<Option<FrameSummary>, FeedError> {
+        self.filter = Filter {
+            only: Some(execution_id),
+            max_scanned,
+        };
+        let read = self.read_frame(input, each);
+        self.filter = Filter::ALL;
+        read
     }
 
     /// Reads the next frame from `input`, handing each record to `each` as soon as it is
@@ -500,6 +554,7 @@ impl FrameReader {
                 max: self.limits.max_frame_bytes,
             });
         }
+        self.scanned = 0;
         let mut body = Body {
             input,
             remaining: len,
@@ -519,8 +574,9 @@ impl FrameReader {
             each(record);
         });
         summary.records = records;
+        summary.scanned = self.scanned;
         match result {
-            Ok(()) => {}
+            Ok(Capped(capped)) => summary.capped = capped,
             Err(Fault::Io(error)) => return Err(error.into()),
             Err(Fault::Broken(Broken(why))) => {
                 summary.abandoned = true;
@@ -542,7 +598,7 @@ impl FrameReader {
         &mut self,
         body: &mut Body<'_, R>,
         each: &mut dyn FnMut(Decoded),
-    ) -> Step<()> {
+    ) -> Step<Capped> {
         body.expect(b'[', "a frame is not a JSON array")?;
         body.skip_whitespace()?;
         if body.peek()? == Some(b']') {
@@ -550,11 +606,16 @@ impl FrameReader {
         } else {
             let mut last_good = 0;
             loop {
-                let record = self.read_record(body, last_good)?;
-                if record.event.is_ok() {
-                    last_good = record.position;
+                if self.scanned >= self.filter.max_scanned {
+                    return Ok(Capped(true));
                 }
-                each(record);
+                self.scanned += 1;
+                if let Some(record) = self.read_record(body, last_good)? {
+                    if record.event.is_ok() {
+                        last_good = record.position;
+                    }
+                    each(record);
+                }
                 body.skip_whitespace()?;
                 match body.next()? {
                     b',' => continue,
@@ -567,14 +628,20 @@ impl FrameReader {
         if body.peek()?.is_some() {
             return Err(Broken("bytes after the frame's array").into());
         }
-        Ok(())
+        Ok(Capped(false))
     }
 
-    fn read_record<R: BufRead>(&mut self, body: &mut Body<'_, R>, last_good: u64) -> Step<Decoded> {
+    /// One record; `None` when the filter leaves it out.
+    fn read_record<R: BufRead>(
+        &mut self,
+        body: &mut Body<'_, R>,
+        last_good: u64,
+    ) -> Step<Option<Decoded>> {
         body.skip_whitespace()?;
         if body.peek()? != Some(b'{') {
             skip_value(body, 1)?;
-            return Ok(bad(last_good, "a record is not a JSON object".to_owned()));
+            let bad = bad(last_good, "a record is not a JSON object".to_owned());
+            return Ok(self.filter.only.is_none().then_some(bad));
         }
         body.bump();
         let mut fields = Fields::default();
@@ -664,6 +731,15 @@ impl FrameReader {
         body: &mut Body<'_, R>,
         fields: &mut Fields,
     ) -> Step<()> {
+        let other_execution = matches!(
+            (self.filter.only, fields.execution_id),
+            (Some(only), Some(id)) if id != only
+        );
+        if other_execution {
+            skip_value(body, 1)?;
+            fields.skipped = true;
+            return Ok(());
+        }
         if body.peek()? != Some(b'"') {
             skip_value(body, 1)?;
             fields
@@ -685,8 +761,19 @@ impl FrameReader {
     }
 
     /// The record from its fields: the payload decoded, its execution checked against the
-    /// record's.
-    fn finish(&mut self, fields: Fields, last_good: u64) -> Decoded {
+    /// record's; `None` when the filter leaves it out.
+    fn finish(&mut self, fields: Fields, last_good: u64) -> Option<Decoded> {
+        if let Some(only) = self.filter.only {
+            // Another execution's record, or one whose execution cannot be told: not this
+            // read's, and its payload is not decoded.
+            if fields.skipped || fields.execution_id != Some(only) {
+                return None;
+            }
+        }
+        Some(self.decode(fields, last_good))
+    }
+
+    fn decode(&mut self, fields: Fields, last_good: u64) -> Decoded {
         let position = fields.global_sequence.unwrap_or(last_good);
         if let Some(wrong) = fields.wrong {
             return bad(position, wrong);

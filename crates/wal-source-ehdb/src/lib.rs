@@ -17,6 +17,7 @@
 //! |---|---|
 //! | [`frame`] | reads frames as a stream: records are handed over as they are parsed, one record's memory at a time whatever the frame's size; each payload is unescaped once into a reused buffer and decoded once into its event; a bad record is counted and its neighbours kept |
 //! | [`EhdbSource`] | a [`WalSource`](wal_index::WalSource): one reader per shard, a bounded queue to the drain, and resume after a dropped connection or a writer restart from the last record handed over (nothing replayed twice) |
+//! | [`FeedRehydrate`] | rehydrate on a miss through the feed: one execution's records from its shard, filtered on `execution_id` before the payload is touched, within today's deadline and message cap |
 //! | [`shard_of`] | the writer's shard function |
 //!
 //! ```no_run
@@ -39,13 +40,15 @@
 //! - A broken frame (not JSON, trailing bytes) loses the records after the damage in that
 //!   frame: its length is known, so the next frame is read, but the writer is not asked
 //!   again for what was skipped. The real writer never sends one.
-//! - Rehydrate from the feed, the `sb-sim` and worker-pool `ehdb://` targets, and the tests
-//!   against the real writer are not built yet; this crate's tests use a writer of their
-//!   own that speaks the protocol (`tests/common/mod.rs`).
+//! - The `sb-sim` and worker-pool `ehdb://` targets and the tests against the real writer
+//!   are not built yet; this crate's tests use a writer of their own that speaks the
+//!   protocol (`tests/common/mod.rs`).
 
 pub mod frame;
+mod rehydrate;
 mod shard;
 mod source;
 
+pub use rehydrate::FeedRehydrate;
 pub use shard::shard_of;
 pub use source::{EhdbConfig, EhdbSource, FeedStats};

@@ -1,0 +1,152 @@
+//! Rehydrate on a miss through the feed: one execution's retained events, read from its
+//! shard's feed within a deadline and a message cap, as today's worker bounds it.
+
+use std::io::{self, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use chain_fold::{Event, ExecutionId};
+use wal_index::DriveFallbacks;
+
+use crate::frame::{FrameReader, Limits, frame};
+use crate::shard::shard_of;
+
+/// A [`DriveFallbacks`] whose retained WAL is the writer's feed.
+///
+/// Each [`retained`](DriveFallbacks::retained) call opens its own connection, subscribes
+/// to the execution's shard from cursor 0 and reads the first frame, which holds
+/// everything the writer retains: the subscription is caught up at its end, and the read
+/// stops there. A record of another execution is recognised by its `execution_id` before
+/// its payload is touched, and its payload is neither unescaped nor decoded.
+///
+/// Bounds, as today's worker sets them: a [`deadline`](Self::deadline) (3 s by default,
+/// clamped to 100 ms–30 s) for the whole read, and a cap on the records read (100,000 by
+/// default, of any execution). At either bound the events found so far are returned; the
+/// drive's build after the replay says whether they were enough. `None` only when the
+/// writer could not be reached within the deadline (the replay did not happen).
+///
+/// ```no_run
+/// use wal_index::{DriveBudget, DriveFlow};
+/// use wal_index::rehydrate::RehydrateGate;
+/// use wal_source_ehdb::FeedRehydrate;
+///
+/// let retained = FeedRehydrate::new("ehdb-writer:7070", 1);
+/// let gate = RehydrateGate::default();
+/// let flow = DriveFlow::new(DriveBudget::default())
+///     .fallbacks(&retained)
+///     .rehydrate_gate(&gate);
+/// # let _ = flow;
+/// ```
+#[derive(Debug, Clone)]
+pub struct FeedRehydrate {
+    addr: String,
+    shards: u32,
+    deadline: Duration,
+    max_records: u64,
+    limits: Limits,
+}
+
+impl FeedRehydrate {
+    /// Today's deadline.
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3);
+    /// Today's message cap.
+    pub const DEFAULT_MAX_RECORDS: u64 = 100_000;
+
+    /// Reads from the writer's feed face at `addr`, whose log has `shards` shards.
+    pub fn new(addr: impl Into<String>, shards: u32) -> FeedRehydrate {
+        FeedRehydrate {
+            addr: addr.into(),
+            shards: shards.max(1),
+            deadline: Self::DEFAULT_DEADLINE,
+            max_records: Self::DEFAULT_MAX_RECORDS,
+            limits: Limits::default(),
+        }
+    }
+
+    /// The whole read's deadline, clamped to 100 ms–30 s as today's
+    /// `NOETL_REHYDRATE_DEADLINE_MS` is.
+    pub fn deadline(mut self, deadline: Duration) -> FeedRehydrate {
+        self.deadline = deadline.clamp(Duration::from_millis(100), Duration::from_secs(30));
+        self
+    }
+
+    /// The most records read per replay, of any execution (at least 1).
+    pub fn max_records(mut self, max_records: u64) -> FeedRehydrate {
+        self.max_records = max_records.max(1);
+        self
+    }
+
+    /// The caps on a frame and a payload.
+    pub fn limits(mut self, limits: Limits) -> FeedRehydrate {
+        self.limits = limits;
+        self
+    }
+
+    /// The replay itself: the events found, or why the writer could not be read at all.
+    pub fn read(&self, execution_id: ExecutionId) -> io::Result<Vec<Event>> {
+        let until = Instant::now() + self.deadline;
+        let stream = self.dial(until)?;
+        stream.set_nodelay(true)?;
+        let shard = shard_of(execution_id, self.shards);
+        let request = format!(r#"{{"shard":{shard},"cursor":0}}"#);
+        (&stream).write_all(&frame(request.as_bytes()))?;
+        let mut input = BufReader::with_capacity(256 << 10, Deadline { stream, until });
+        let mut events = Vec::new();
+        let mut reader = FrameReader::new(self.limits);
+        let read = reader.read_frame_of(&mut input, execution_id, self.max_records, |record| {
+            if let Ok(event) = record.event {
+                events.push(event);
+            }
+        });
+        // Caught up, capped, past the deadline or cut mid-frame: the events found so far
+        // (an empty replay is a replay that found nothing, not a missing WAL).
+        let _ = read;
+        Ok(events)
+    }
+
+    fn dial(&self, until: Instant) -> io::Result<TcpStream> {
+        let mut last = None;
+        for addr in self.addr.to_socket_addrs()? {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match TcpStream::connect_timeout(&addr, left) {
+                Ok(stream) => return Ok(stream),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{} could not be reached within the deadline", self.addr),
+            )
+        }))
+    }
+}
+
+impl DriveFallbacks for FeedRehydrate {
+    fn retained(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
+        self.read(execution_id).ok()
+    }
+}
+
+/// A connection whose reads end at a deadline for the whole read, not per call.
+struct Deadline {
+    stream: TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the replay's deadline passed",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
