@@ -142,3 +142,104 @@ fn read_subscription(connection: &mut TcpStream) -> Option<u64> {
     assert_eq!(request["shard"], 0, "the subscription names its shard");
     request["cursor"].as_u64()
 }
+
+/// The real writer (`scripts/ehdb-writer.sh` builds its harness; `EHDB_WRITER` names the
+/// binary). `None`, saying so, where it is absent, unless `SB_REQUIRE_EHDB` is set, where a
+/// missing writer fails the test instead of skipping it.
+pub fn real_writer_binary() -> Option<std::path::PathBuf> {
+    match std::env::var_os("EHDB_WRITER") {
+        Some(path) => Some(path.into()),
+        None => {
+            assert!(
+                std::env::var_os("SB_REQUIRE_EHDB").is_none(),
+                "SB_REQUIRE_EHDB is set but EHDB_WRITER is not"
+            );
+            eprintln!("SKIP: EHDB_WRITER is not set (scripts/ehdb-writer.sh builds the writer)");
+            None
+        }
+    }
+}
+
+/// A running real writer over a directory it can be killed and restarted on.
+pub struct RealWriter {
+    binary: std::path::PathBuf,
+    pub dir: std::path::PathBuf,
+    pub feed: String,
+    pub ingest: String,
+    /// The tip the writer reported when it last started.
+    pub tip: u64,
+    child: Option<std::process::Child>,
+}
+
+impl RealWriter {
+    /// Starts the writer on a fresh directory under the system's temp dir.
+    pub fn start(binary: std::path::PathBuf, name: &str) -> RealWriter {
+        let dir = std::env::temp_dir().join(format!("sb-ehdb-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut writer = RealWriter {
+            binary,
+            dir,
+            feed: "127.0.0.1:0".into(),
+            ingest: "127.0.0.1:0".into(),
+            tip: 0,
+            child: None,
+        };
+        writer.launch();
+        writer
+    }
+
+    /// Starts the process and waits for its ready line (the feed face must not be probed:
+    /// this writer version stops accepting after one malformed subscription).
+    fn launch(&mut self) {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(&self.binary)
+            .args([
+                "--dir",
+                &self.dir.to_string_lossy(),
+                "--feed",
+                &self.feed,
+                "--ingest",
+                &self.ingest,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("the writer starts");
+        let stdout = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the writer's ready line");
+        let field = |name: &str| -> String {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_owned))
+                .unwrap_or_else(|| panic!("no {name} in the ready line {line:?}"))
+        };
+        self.feed = field("feed");
+        self.ingest = field("ingest");
+        self.tip = field("tip").parse().expect("a numeric tip");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: no shutdown, no flush beyond what was acknowledged.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same directory and the same ports.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+}
+
+impl Drop for RealWriter {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
