@@ -85,7 +85,7 @@ fn lockfree_drive_on_a_is_not_woken_by_10k_events_of_b() {
     assert_eq!((drive.builds, drive.wakes, drive.timeouts), (2, 1, 0));
 }
 
-/// The baseline reproduces today's global notification and today's deadline loop: the same
+/// Today's design (`MutexIndex`) reproduces today's global notification and today's deadline loop: the same
 /// drive is woken by the other execution's events, rebuilds after every wake (a wake-up
 /// costs nothing against a deadline), and is served when the tip lands.
 #[test]
