@@ -143,6 +143,14 @@ impl From<Broken> for Fault {
 
 type Step<T> = Result<T, Fault>;
 
+/// The connection ended before the frame did.
+fn cut_mid_frame() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "the connection ended inside a frame",
+    )
+}
+
 impl<R: BufRead> Body<'_, R> {
     /// The next byte, not consumed; `None` at the frame's end.
     fn peek(&mut self) -> Step<Option<u8>> {
@@ -152,11 +160,7 @@ impl<R: BufRead> Body<'_, R> {
         let buffered = self.input.fill_buf()?;
         match buffered.first() {
             Some(&byte) => Ok(Some(byte)),
-            None => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the connection ended inside a frame",
-            )
-            .into()),
+            None => Err(cut_mid_frame().into()),
         }
     }
 
@@ -200,11 +204,7 @@ impl<R: BufRead> Body<'_, R> {
         let remaining = self.remaining;
         let buffered = self.input.fill_buf()?;
         if buffered.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the connection ended inside a frame",
-            )
-            .into());
+            return Err(cut_mid_frame().into());
         }
         let len = buffered
             .len()
@@ -223,10 +223,7 @@ impl<R: BufRead> Body<'_, R> {
         while self.remaining > 0 {
             let buffered = self.input.fill_buf()?;
             if buffered.is_empty() {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the connection ended inside a frame",
-                ));
+                return Err(cut_mid_frame());
             }
             let n = buffered
                 .len()
