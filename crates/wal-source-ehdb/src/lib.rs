@@ -41,16 +41,16 @@
 //! - A broken frame (not JSON, trailing bytes) loses the records after the damage in that
 //!   frame: its length is known, so the next frame is read, but the writer is not asked
 //!   again for what was skipped. The real writer never sends one.
-//! - Known defects, found by review and not fixed yet: dropping the source can hang if it
-//!   races a reader's dial against a writer that never sends; `healthy` returns to 1 at the
-//!   next idle pull while a shard is still down (one error is reported per outage); bad
-//!   records after the last good one are delivered again after a reconnect; a frame over
-//!   the cap makes the reader redial from the same cursor forever; a half-open connection
-//!   (lost host, partition) stalls without an outage unless `idle_deadline` is set.
-//! - The `sb-sim` and worker-pool `ehdb://` targets and the tests against the real writer
-//!   are not built yet; this crate's tests use a writer of their own that speaks the
-//!   protocol (`tests/common/mod.rs`).
+//! - A shard's records wait in the queue behind other shards' when the drain is slower
+//!   than the feed: the queue is one, shared, and first come first served.
+//! - A stopped writer (accepting, never sending) is found only with
+//!   [`EhdbConfig::idle_deadline`], off by default because this writer version sends
+//!   nothing while it has nothing new (and the first frame of a large backlog comes after a
+//!   long silence); keepalive finds a host that went away, not a process that stopped.
+//! - Threads, not tasks: one blocking reader per shard, so a pool that drains many shards
+//!   has that many threads parked on sockets.
 
+mod connection;
 pub mod frame;
 mod publish;
 mod rehydrate;

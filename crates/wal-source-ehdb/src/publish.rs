@@ -23,11 +23,11 @@ pub struct EhdbPublisher {
 
 impl EhdbPublisher {
     /// Connects to the ingest face at `addr` (`HOST:PORT`), waiting at most `timeout` for
-    /// each acknowledgement.
+    /// the connection and for each acknowledgement.
     pub fn connect(addr: &str, timeout: Duration) -> io::Result<EhdbPublisher> {
-        let stream = TcpStream::connect(addr)?;
-        stream.set_nodelay(true)?;
+        let stream = crate::connection::dial(addr, std::time::Instant::now() + timeout)?;
         stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
         Ok(EhdbPublisher {
             input: BufReader::new(stream.try_clone()?),
             output: BufWriter::new(stream),

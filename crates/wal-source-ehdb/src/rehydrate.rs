@@ -2,12 +2,13 @@
 //! shard's feed within a deadline and a message cap, as today's worker bounds it.
 
 use std::io::{self, BufReader, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use chain_fold::{Event, ExecutionId};
 use wal_index::DriveFallbacks;
 
+use crate::connection::dial;
 use crate::frame::{FrameReader, Limits, frame};
 use crate::shard::shard_of;
 
@@ -85,8 +86,7 @@ impl FeedRehydrate {
     /// The replay itself: the events found, or why the writer could not be read at all.
     pub fn read(&self, execution_id: ExecutionId) -> io::Result<Vec<Event>> {
         let until = Instant::now() + self.deadline;
-        let stream = self.dial(until)?;
-        stream.set_nodelay(true)?;
+        let stream = dial(&self.addr, until)?;
         let shard = shard_of(execution_id, self.shards);
         let request = format!(r#"{{"shard":{shard},"cursor":0}}"#);
         (&stream).write_all(&frame(request.as_bytes()))?;
@@ -102,26 +102,6 @@ impl FeedRehydrate {
         // (an empty replay is a replay that found nothing, not a missing WAL).
         let _ = read;
         Ok(events)
-    }
-
-    fn dial(&self, until: Instant) -> io::Result<TcpStream> {
-        let mut last = None;
-        for addr in self.addr.to_socket_addrs()? {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            match TcpStream::connect_timeout(&addr, left) {
-                Ok(stream) => return Ok(stream),
-                Err(error) => last = Some(error),
-            }
-        }
-        Err(last.unwrap_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{} could not be reached within the deadline", self.addr),
-            )
-        }))
     }
 }
 

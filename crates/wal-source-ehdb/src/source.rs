@@ -1,17 +1,22 @@
 //! [`EhdbSource`]: a [`WalSource`] over the writer's feed, one connection per shard.
 
-use std::io::{self, BufReader, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::io::{self, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use wal_index::WalSource;
 use wal_index::ingest::{Backoff, Decoded, Pull};
 
+use crate::connection::{dial, keepalive};
 use crate::frame::{FeedError, FrameReader, Limits};
+
+/// How often a reader blocked on its socket looks at the stop flag and the idle deadline:
+/// the bound on how long dropping the source waits for a reader that is reading.
+const TICK: Duration = Duration::from_millis(100);
 
 /// Where and how an [`EhdbSource`] reads the feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +41,10 @@ pub struct EhdbConfig {
     /// default: this writer version sends nothing while it has nothing new, so a deadline
     /// must be longer than the quietest stretch of the feed.
     pub idle_deadline: Option<Duration>,
+    /// TCP keepalive's idle time and probe interval (default 10 s; `None` turns it off):
+    /// a connection to a host that went away fails within a few probes instead of
+    /// blocking its reader forever.
+    pub keepalive: Option<Duration>,
     /// The pause between redials (default: 25 ms doubling to 1 s).
     pub redial: Backoff,
 }
@@ -51,6 +60,7 @@ impl EhdbConfig {
             queue_records: 1024,
             connect_timeout: Duration::from_secs(2),
             idle_deadline: None,
+            keepalive: Some(Duration::from_secs(10)),
             redial: Backoff::default(),
         }
     }
@@ -71,10 +81,14 @@ impl EhdbConfig {
 /// What an [`EhdbSource`] did, for logs, metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FeedStats {
-    /// Connections made (the first one of each shard included).
+    /// Connections made and subscribed (each shard's first one included).
     pub connects: u64,
-    /// Connections lost and dialled again.
+    /// Of those, the ones made after a shard lost its connection: the redials that
+    /// succeeded.
     pub redials: u64,
+    /// Times a shard went down (a failed dial, a lost or silent connection, a closed feed);
+    /// the failed attempts while it stays down are not counted again.
+    pub outages: u64,
     /// Frames read whole.
     pub frames: u64,
     /// Frames whose array was broken from some point on (the rest was skipped).
@@ -89,6 +103,7 @@ pub struct FeedStats {
 struct Counters {
     connects: AtomicU64,
     redials: AtomicU64,
+    outages: AtomicU64,
     frames: AtomicU64,
     frames_abandoned: AtomicU64,
     records: AtomicU64,
@@ -97,7 +112,7 @@ struct Counters {
 
 impl Counters {
     fn add(counter: &AtomicU64, n: u64) {
-        // Relaxed: statistics, read for reports only.
+        // Relaxed: statistics, read for reports only; they pair with nothing.
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -106,6 +121,7 @@ impl Counters {
         FeedStats {
             connects: load(&self.connects),
             redials: load(&self.redials),
+            outages: load(&self.outages),
             frames: load(&self.frames),
             frames_abandoned: load(&self.frames_abandoned),
             records: load(&self.records),
@@ -114,19 +130,60 @@ impl Counters {
     }
 }
 
-/// What a shard's reader hands the source.
-enum Message {
-    Record(Decoded),
-    /// The connection is down (the reader redials); the drain reports the outage.
-    Down(io::Error),
+/// Why a shard is not delivering.
+#[derive(Debug, Clone)]
+struct Outage {
+    why: String,
+    /// Dialling again cannot help (a frame over the cap comes back the same): the reader
+    /// has stopped, and the drain is told not to retry.
+    fatal: bool,
 }
 
 /// The state the readers and the source share.
 struct Shared {
+    /// Set once, by `EhdbSource::drop`. Relaxed everywhere: it carries no data; a reader
+    /// polls it at least every `TICK`, and the queue's own synchronisation covers what the
+    /// reader hands over.
     stop: AtomicBool,
     counters: Counters,
-    /// Each shard's live connection, so dropping the source can unblock its reader.
-    connections: Mutex<Vec<Option<TcpStream>>>,
+    /// Each shard's outage while it is down. Locked by a reader when its shard goes down or
+    /// comes back, and by `pull` only when the queue is empty.
+    outages: Mutex<Vec<Option<Outage>>>,
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn set_outage(&self, slot: usize, outage: Option<Outage>) {
+        let mut outages = self.outages.lock().unwrap_or_else(PoisonError::into_inner);
+        if outages[slot].is_none() && outage.is_some() {
+            Counters::add(&self.counters.outages, 1);
+        }
+        outages[slot] = outage;
+    }
+
+    /// The error `pull` reports while any shard is down: the first outage, and how many
+    /// shards are down.
+    fn outage_error(&self, addr: &str) -> Option<io::Error> {
+        let outages = self.outages.lock().unwrap_or_else(PoisonError::into_inner);
+        let down = outages.iter().flatten().count();
+        let first = outages.iter().flatten().next()?;
+        let kind = if outages.iter().flatten().any(|o| o.fatal) {
+            io::ErrorKind::InvalidInput
+        } else {
+            io::ErrorKind::NotConnected
+        };
+        Some(io::Error::new(
+            kind,
+            format!(
+                "EHDB feed {addr}: {down} of {} shards down; {}",
+                outages.len(),
+                first.why
+            ),
+        ))
+    }
 }
 
 /// A [`WalSource`] over an EHDB writer's events feed: one connection and one reader thread
@@ -140,7 +197,7 @@ struct Shared {
 ///
 /// # Resume
 ///
-/// A reader remembers the `global_sequence` of the last good record it queued. After a
+/// A reader remembers the highest `global_sequence` it queued, good record or bad. After a
 /// dropped connection, an idle deadline or a writer restart it dials again and subscribes
 /// from that cursor, so the drain gets neither a gap nor a duplicate. The cursor lives in
 /// memory, with the index it describes: a restarted process starts from 0 with an empty
@@ -150,11 +207,20 @@ struct Shared {
 ///
 /// # Failure
 ///
-/// Nothing the writer does is fatal. While a shard is down, `pull` returns one error of
-/// kind [`NotConnected`](io::ErrorKind::NotConnected) per outage (the drain sets
-/// `healthy = 0` and backs off) and the reader redials with [`EhdbConfig::redial`]'s
-/// backoff. A frame over the cap, a connection cut mid-frame and a broken array are
-/// handled the same way; bad records are counted by the drain and their neighbours kept.
+/// While a shard is down, a `pull` that finds nothing queued returns an error of kind
+/// [`NotConnected`](io::ErrorKind::NotConnected) (the drain sets `healthy = 0` and backs
+/// off), every time until the shard is subscribed again; records other shards queued are
+/// still delivered meanwhile. The reader redials with [`EhdbConfig::redial`]'s backoff. A
+/// connection cut mid-frame, a writer that closes the feed, a connection silent past
+/// [`EhdbConfig::idle_deadline`] and a dead peer found by keepalive are all outages.
+///
+/// One thing is not retried: a frame over [`Limits::max_frame_bytes`]. The writer would
+/// send the same frame again from the same cursor, so the shard's reader stops and `pull`
+/// returns an [`InvalidInput`](io::ErrorKind::InvalidInput) error, which the drain does not
+/// retry: the cap must be raised (by default it admits every length a `u32` prefix can
+/// state but the all-ones one).
+///
+/// Bad records are counted by the drain and their neighbours kept.
 ///
 /// # Limits
 ///
@@ -162,13 +228,15 @@ struct Shared {
 ///   ([`Drain::spawn`](wal_index::Drain::spawn)) or as a blocking task.
 /// - Records of different shards interleave in arrival order; within a shard they keep the
 ///   feed's order.
+/// - Dropping the source joins its readers: it waits up to one
+///   [`connect_timeout`](EhdbConfig::connect_timeout) for a reader in the middle of a dial,
+///   and about 100 ms for one in the middle of a read.
+/// - `pull(0, _)` is read as `pull(1, _)`, as the other sources do.
 pub struct EhdbSource {
     config: EhdbConfig,
-    queue: Receiver<Message>,
+    queue: Receiver<Decoded>,
     shared: Arc<Shared>,
     readers: Vec<JoinHandle<()>>,
-    /// An outage reported by a reader while `pull` was filling a batch: reported next.
-    pending_down: Option<io::Error>,
 }
 
 impl std::fmt::Debug for EhdbSource {
@@ -194,30 +262,30 @@ impl EhdbSource {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             counters: Counters::default(),
-            connections: Mutex::new((0..config.shards.len()).map(|_| None).collect()),
+            outages: Mutex::new(vec![None; config.shards.len()]),
         });
-        let mut readers = Vec::with_capacity(config.shards.len());
+        let mut source = EhdbSource {
+            config: config.clone(),
+            queue,
+            shared: Arc::clone(&shared),
+            readers: Vec::with_capacity(config.shards.len()),
+        };
         for (slot, &shard) in config.shards.iter().enumerate() {
             let reader = ShardReader {
                 config: config.clone(),
                 shard,
                 slot,
                 cursor: config.cursor,
+                connected_before: false,
                 sender: sender.clone(),
                 shared: Arc::clone(&shared),
             };
             let thread = std::thread::Builder::new()
                 .name(format!("ehdb-feed-{shard}"))
                 .spawn(move || reader.run())?;
-            readers.push(thread);
+            source.readers.push(thread);
         }
-        Ok(EhdbSource {
-            config,
-            queue,
-            shared,
-            readers,
-            pending_down: None,
-        })
+        Ok(source)
     }
 
     /// What the source did so far.
@@ -229,31 +297,35 @@ impl EhdbSource {
     pub fn config(&self) -> &EhdbConfig {
         &self.config
     }
+
+    fn outage(&self) -> Option<io::Error> {
+        self.shared.outage_error(&self.config.addr)
+    }
 }
 
 impl WalSource for EhdbSource {
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
-        if let Some(down) = self.pending_down.take() {
-            return Err(down);
-        }
-        let first = match self.queue.recv_timeout(wait) {
-            Ok(message) => message,
-            Err(RecvTimeoutError::Timeout) => return Ok(Pull::Idle),
-            // Every reader ended: only when the source is being dropped.
-            Err(RecvTimeoutError::Disconnected) => return Ok(Pull::Closed),
+        let first = match self.queue.try_recv() {
+            Ok(record) => record,
+            Err(TryRecvError::Empty) => {
+                if let Some(down) = self.outage() {
+                    return Err(down);
+                }
+                match self.queue.recv_timeout(wait) {
+                    Ok(record) => record,
+                    Err(RecvTimeoutError::Timeout) => {
+                        return self.outage().map_or(Ok(Pull::Idle), Err);
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return self.ended(),
+                }
+            }
+            Err(TryRecvError::Disconnected) => return self.ended(),
         };
         let mut batch = Vec::with_capacity(max.clamp(1, 1024));
-        match first {
-            Message::Down(error) => return Err(error),
-            Message::Record(record) => batch.push(record),
-        }
+        batch.push(first);
         while batch.len() < max {
             match self.queue.try_recv() {
-                Ok(Message::Record(record)) => batch.push(record),
-                Ok(Message::Down(error)) => {
-                    self.pending_down = Some(error);
-                    break;
-                }
+                Ok(record) => batch.push(record),
                 Err(_) => break,
             }
         }
@@ -261,170 +333,180 @@ impl WalSource for EhdbSource {
     }
 }
 
+impl EhdbSource {
+    /// Every reader has ended and the queue is empty: each reader ends only at a fatal
+    /// outage (the source itself is still here), so this is that outage.
+    fn ended(&self) -> io::Result<Pull> {
+        Err(self.outage().unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("EHDB feed {}: every shard's reader ended", self.config.addr),
+            )
+        }))
+    }
+}
+
 impl Drop for EhdbSource {
     fn drop(&mut self) {
-        // Relaxed: the readers also see the shutdown of their sockets below; the flag only
-        // keeps them from dialling again.
         self.shared.stop.store(true, Ordering::Relaxed);
-        if let Ok(connections) = self.shared.connections.lock() {
-            for connection in connections.iter().flatten() {
-                let _ = connection.shutdown(Shutdown::Both);
-            }
-        }
-        // Unblock readers waiting for queue room.
-        while self.queue.try_recv().is_ok() {}
+        // A reader waiting for queue room, dialling, pausing or reading sees the flag
+        // within one slice of its wait (20 ms, a connect timeout, 20 ms, `TICK`).
         for reader in self.readers.drain(..) {
-            // A reader parked on a full queue sees the flag within one retry interval.
             let _ = reader.join();
         }
     }
 }
 
 /// One shard's reader: dial, subscribe from the cursor, parse frames, queue records; on any
-/// failure report the outage and dial again from the last queued record.
+/// failure mark the shard down and dial again from the last queued record.
 struct ShardReader {
     config: EhdbConfig,
     shard: u32,
     slot: usize,
+    /// The highest `global_sequence` queued: where the next subscription starts.
     cursor: u64,
-    sender: Sender<Message>,
+    /// Whether this shard has been subscribed before (its next subscription is a redial).
+    connected_before: bool,
+    sender: Sender<Decoded>,
     shared: Arc<Shared>,
 }
 
-impl ShardReader {
-    fn stopping(&self) -> bool {
-        // Relaxed: see `EhdbSource::drop`.
-        self.shared.stop.load(Ordering::Relaxed)
-    }
+/// How one connection ended.
+enum SessionEnd {
+    /// The source is being dropped.
+    Stopped,
+    /// An outage; `progressed` if the connection delivered anything first.
+    Failed { error: FeedError, progressed: bool },
+}
 
+impl ShardReader {
     fn run(mut self) {
         let mut failures = 0u32;
-        let mut reported_down = false;
-        while !self.stopping() {
-            let mut progressed = false;
-            let error = match self.session(&mut progressed) {
-                Ok(()) => io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    format!(
-                        "the writer at {} closed the feed of shard {}",
-                        self.config.addr, self.shard
-                    ),
-                ),
-                Err(error) => error,
+        loop {
+            let (error, progressed) = match self.session() {
+                SessionEnd::Stopped => return,
+                SessionEnd::Failed { error, progressed } => (error, progressed),
             };
-            if self.stopping() {
-                break;
+            if self.shared.stopping() {
+                return;
             }
-            if progressed {
-                // A session that read a frame ended an outage: the next failure is a new
-                // one, reported again and backed off from the start.
-                failures = 0;
-                reported_down = false;
+            let fatal = matches!(error, FeedError::FrameTooLarge { .. });
+            self.shared.set_outage(
+                self.slot,
+                Some(Outage {
+                    why: format!("shard {}: {error}", self.shard),
+                    fatal,
+                }),
+            );
+            if fatal {
+                return;
             }
-            failures = failures.saturating_add(1);
-            // Relaxed: see `Counters::add`.
-            if self.shared.counters.connects.load(Ordering::Relaxed) > 0 {
-                Counters::add(&self.shared.counters.redials, 1);
-            }
-            if !reported_down {
-                reported_down = true;
-                let down = io::Error::new(
-                    io::ErrorKind::NotConnected,
-                    format!(
-                        "EHDB feed {} shard {}: {error}",
-                        self.config.addr, self.shard
-                    ),
-                );
-                if !self.send(Message::Down(down)) {
-                    break;
-                }
-            }
+            // A connection that delivered something ended the previous outage: this one
+            // is new, and is backed off from the start.
+            failures = if progressed {
+                1
+            } else {
+                failures.saturating_add(1)
+            };
             self.pause(self.config.redial.pause(failures));
         }
     }
 
-    /// One connection: dial, subscribe, read frames until it fails.
-    fn session(&mut self, progressed: &mut bool) -> io::Result<()> {
-        let stream = self.dial()?;
-        Counters::add(&self.shared.counters.connects, 1);
-        if let Ok(mut connections) = self.shared.connections.lock() {
-            connections[self.slot] = stream.try_clone().ok();
+    /// One connection: dial, subscribe, read frames until it fails or the source stops.
+    fn session(&mut self) -> SessionEnd {
+        let mut progressed = false;
+        let stream = match self.subscribe() {
+            Ok(stream) => stream,
+            Err(error) => return self.failed(error.into(), progressed),
+        };
+        let counters = &self.shared.counters;
+        Counters::add(&counters.connects, 1);
+        if std::mem::replace(&mut self.connected_before, true) {
+            Counters::add(&counters.redials, 1);
         }
-        let request = format!(r#"{{"shard":{},"cursor":{}}}"#, self.shard, self.cursor);
-        let mut writer = &stream;
-        writer.write_all(&crate::frame::frame(request.as_bytes()))?;
-        writer.flush()?;
-        let mut input = BufReader::with_capacity(256 << 10, &stream);
+        self.shared.set_outage(self.slot, None);
+        let feed = FeedStream {
+            stream: &stream,
+            shared: &self.shared,
+            idle_deadline: self.config.idle_deadline,
+            last_byte: Instant::now(),
+        };
+        let mut input = BufReader::with_capacity(256 << 10, feed);
         let mut frames = FrameReader::new(self.config.limits);
         loop {
-            let mut queued_ok = true;
+            let mut gone = false;
             let cursor = &mut self.cursor;
-            let sender = &self.sender;
-            let shared = &self.shared;
+            let (sender, shared) = (&self.sender, &*self.shared);
             let read = frames.read_frame(&mut input, |record| {
-                if !queued_ok {
+                if gone {
                     return;
                 }
-                let good = record.event.is_ok();
                 let position = record.position;
-                if send(sender, shared, Message::Record(record)) {
-                    Counters::add(&shared.counters.records, 1);
-                    if good {
-                        *cursor = position;
-                    }
+                if send(sender, shared, record) {
+                    progressed = true;
+                    Counters::add(&counters.records, 1);
+                    // Bad records too: they are counted once, and not asked for again.
+                    *cursor = (*cursor).max(position);
                 } else {
-                    queued_ok = false;
+                    gone = true;
                 }
             });
+            if gone || self.shared.stopping() {
+                return SessionEnd::Stopped;
+            }
             match read {
                 Ok(Some(summary)) => {
-                    *progressed = true;
-                    Counters::add(&self.shared.counters.frames, 1);
-                    Counters::add(&self.shared.counters.bytes, summary.bytes);
+                    progressed = true;
+                    Counters::add(&counters.frames, 1);
+                    Counters::add(&counters.bytes, summary.bytes);
                     if summary.abandoned {
-                        Counters::add(&self.shared.counters.frames_abandoned, 1);
+                        Counters::add(&counters.frames_abandoned, 1);
                     }
                 }
-                Ok(None) => return Ok(()),
-                Err(FeedError::Io(error)) => return Err(error),
-                Err(error @ FeedError::FrameTooLarge { .. }) => {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, error));
+                Ok(None) => {
+                    let closed = io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "the writer closed the feed",
+                    );
+                    return self.failed(closed.into(), progressed);
                 }
-            }
-            if !queued_ok || self.stopping() {
-                return Ok(());
+                Err(error) => return self.failed(error, progressed),
             }
         }
     }
 
-    fn dial(&self) -> io::Result<TcpStream> {
-        let mut last = None;
-        for addr in self.config.addr.to_socket_addrs()? {
-            match TcpStream::connect_timeout(&addr, self.config.connect_timeout) {
-                Ok(stream) => {
-                    stream.set_nodelay(true)?;
-                    stream.set_read_timeout(self.config.idle_deadline)?;
-                    return Ok(stream);
-                }
-                Err(error) => last = Some(error),
-            }
+    fn failed(&self, error: FeedError, progressed: bool) -> SessionEnd {
+        if self.shared.stopping() {
+            SessionEnd::Stopped
+        } else {
+            SessionEnd::Failed { error, progressed }
         }
-        Err(last.unwrap_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} resolves to no address", self.config.addr),
-            )
-        }))
     }
 
-    fn send(&self, message: Message) -> bool {
-        send(&self.sender, &self.shared, message)
+    /// Dials the writer and sends the subscription from the cursor.
+    fn subscribe(&self) -> io::Result<TcpStream> {
+        let stream = dial(
+            &self.config.addr,
+            Instant::now() + self.config.connect_timeout,
+        )?;
+        if let Some(idle) = self.config.keepalive {
+            keepalive(&stream, idle)?;
+        }
+        let tick = self
+            .config
+            .idle_deadline
+            .map_or(TICK, |idle| idle.min(TICK));
+        stream.set_read_timeout(Some(tick.max(Duration::from_millis(1))))?;
+        stream.set_write_timeout(Some(self.config.connect_timeout))?;
+        let request = format!(r#"{{"shard":{},"cursor":{}}}"#, self.shard, self.cursor);
+        (&stream).write_all(&crate::frame::frame(request.as_bytes()))?;
+        Ok(stream)
     }
 
     /// Sleeps `pause`, in slices, so a dropped source is not kept waiting.
     fn pause(&self, pause: Duration) {
         let until = Instant::now() + pause;
-        while !self.stopping() {
+        while !self.shared.stopping() {
             let now = Instant::now();
             if now >= until {
                 return;
@@ -434,22 +516,68 @@ impl ShardReader {
     }
 }
 
-/// Queues `message`, waiting for room; false once the source is gone.
-fn send(sender: &Sender<Message>, shared: &Shared, mut message: Message) -> bool {
+/// The connection as the frame reader sees it: a read that times out every `TICK` is
+/// retried until a byte arrives, the source is dropped (an error that ends the session),
+/// or the idle deadline passes without a byte (an outage).
+struct FeedStream<'a> {
+    stream: &'a TcpStream,
+    shared: &'a Shared,
+    idle_deadline: Option<Duration>,
+    last_byte: Instant,
+}
+
+impl Read for FeedStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.stream.read(buf) {
+                Ok(n) => {
+                    self.last_byte = Instant::now();
+                    return Ok(n);
+                }
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if self.shared.stopping() {
+                        // Not `Interrupted`, which `std`'s read helpers retry.
+                        return Err(io::Error::new(
+                            io::ErrorKind::ConnectionAborted,
+                            "the source was dropped",
+                        ));
+                    }
+                    if let Some(idle) = self.idle_deadline
+                        && self.last_byte.elapsed() >= idle
+                    {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("no byte for {idle:?} (the idle deadline)"),
+                        ));
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+/// Queues `record`, waiting for room; false once the source is gone.
+fn send(sender: &Sender<Decoded>, shared: &Shared, mut record: Decoded) -> bool {
     loop {
-        match sender.try_send(message) {
+        match sender.try_send(record) {
             Ok(()) => return true,
             Err(TrySendError::Disconnected(_)) => return false,
             Err(TrySendError::Full(back)) => {
-                // Relaxed: see `EhdbSource::drop`.
-                if shared.stop.load(Ordering::Relaxed) {
+                if shared.stopping() {
                     return false;
                 }
-                message = back;
-                match sender.send_timeout(message, Duration::from_millis(20)) {
+                match sender.send_timeout(back, Duration::from_millis(20)) {
                     Ok(()) => return true,
                     Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => return false,
-                    Err(crossbeam_channel::SendTimeoutError::Timeout(back)) => message = back,
+                    Err(crossbeam_channel::SendTimeoutError::Timeout(again)) => record = again,
                 }
             }
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Behaviour, FakeWriter, LogRecord, frame_of};
+use std::io::ErrorKind;
 use wal_index::ingest::Pull;
 use wal_index::{Drain, DrainConfig, StateIndex, WalIndex, WalSource};
 use wal_source_ehdb::{EhdbConfig, EhdbSource};
@@ -104,11 +105,11 @@ fn a_writer_that_is_not_up_yet_is_an_outage_until_it_is() {
     };
     assert_eq!(error.kind(), std::io::ErrorKind::NotConnected);
     assert!(error.to_string().contains(&addr), "{error}");
-    // The reported outage is one error, not one per pull.
-    assert!(matches!(
-        source.pull(10, Duration::from_millis(50)),
-        Ok(Pull::Idle)
-    ));
+    // Every pull reports it while the shard stays down, so `healthy` stays 0.
+    for _ in 0..3 {
+        let again = source.pull(10, Duration::from_millis(50)).unwrap_err();
+        assert_eq!(again.kind(), std::io::ErrorKind::NotConnected);
+    }
     let writer = FakeWriter::start_on(&addr, chain(3), vec![Behaviour::Serve]);
     let positions = pull_positions(&mut source, 3, Duration::from_secs(10));
     assert_eq!(positions, vec![10, 20, 30], "served once the writer is up");
@@ -132,4 +133,87 @@ fn hostile_frames_cost_bad_records_and_the_good_ones_arrive() {
     }
     assert_eq!((good_records, bad_records), (2, 2));
     assert_eq!(source.stats().frames, 2);
+}
+
+#[test]
+fn a_bad_record_is_not_asked_for_again_after_a_reconnect() {
+    let mut log = chain(2);
+    log.push(LogRecord {
+        global_sequence: 30,
+        execution_id: "7".into(),
+        payload: "not an event".into(),
+    });
+    // The first connection closes right after its whole frame, the last record a bad one.
+    let whole = frame_of(&log).len();
+    let writer = FakeWriter::start(log, vec![Behaviour::CutAfter(whole), Behaviour::Serve]);
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut positions = Vec::new();
+    while writer.cursors().len() < 2 && Instant::now() < deadline {
+        if let Ok(Pull::Decoded(batch)) = source.pull(100, Duration::from_millis(50)) {
+            positions.extend(batch.iter().map(|d| (d.position, d.event.is_ok())));
+        }
+    }
+    // Whatever the second subscription brings (nothing) has had time to arrive.
+    let settle = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < settle {
+        if let Ok(Pull::Decoded(batch)) = source.pull(100, Duration::from_millis(50)) {
+            positions.extend(batch.iter().map(|d| (d.position, d.event.is_ok())));
+        }
+    }
+    assert_eq!(positions, vec![(10, true), (20, true), (30, false)]);
+    assert_eq!(
+        writer.cursors(),
+        vec![0, 30],
+        "resumed after the bad record"
+    );
+}
+
+#[test]
+fn a_frame_over_the_cap_stops_the_drain_instead_of_redialling_forever() {
+    let mut raw = u32::MAX.to_be_bytes().to_vec();
+    raw.extend_from_slice(b"[");
+    let writer = FakeWriter::start(Vec::new(), vec![Behaviour::Raw(raw)]);
+    let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let index = Arc::new(WalIndex::default());
+    let mut drain = Drain::new(index, source, DrainConfig::default());
+    let error = drain.run_until_closed().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
+    assert!(error.to_string().contains("cap"), "{error}");
+    assert_eq!(
+        writer.cursors(),
+        vec![0],
+        "the writer was not dialled again"
+    );
+}
+
+#[test]
+fn a_writer_that_accepts_and_never_sends_is_redialled_after_the_idle_deadline() {
+    let writer = FakeWriter::start(chain(3), vec![Behaviour::Raw(Vec::new()), Behaviour::Serve]);
+    let mut config = fast(&writer.addr);
+    config.idle_deadline = Some(Duration::from_millis(300));
+    let mut source = EhdbSource::connect(config).unwrap();
+    let positions = pull_positions(&mut source, 3, Duration::from_secs(10));
+    assert_eq!(positions, vec![10, 20, 30]);
+    assert_eq!(writer.cursors(), vec![0, 0]);
+    let stats = source.stats();
+    assert_eq!((stats.connects, stats.redials, stats.outages), (2, 1, 1));
+}
+
+#[test]
+fn dropping_the_source_returns_while_its_reader_waits_on_a_silent_writer() {
+    let writer = FakeWriter::start(Vec::new(), vec![Behaviour::Raw(Vec::new())]);
+    for pause in [0, 5, 50, 300] {
+        let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+        std::thread::sleep(Duration::from_millis(pause));
+        let (done, dropped) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(source);
+            let _ = done.send(());
+        });
+        assert!(
+            dropped.recv_timeout(Duration::from_secs(5)).is_ok(),
+            "dropping the source {pause} ms after it started did not return within 5 s"
+        );
+    }
 }

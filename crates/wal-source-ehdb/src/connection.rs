@@ -1,0 +1,43 @@
+//! Dialling the writer: every address a name resolves to, within one deadline, with
+//! `TCP_NODELAY` (the feed's frames are small once caught up) and, where asked, TCP
+//! keepalive.
+
+use std::io;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// Connects to `addr` (`HOST:PORT`), trying each address it resolves to until `until`.
+pub(crate) fn dial(addr: &str, until: Instant) -> io::Result<TcpStream> {
+    let mut last = None;
+    for resolved in addr.to_socket_addrs()? {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(&resolved, left) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Err(error) => last = Some(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{addr} could not be reached in time (or resolves to no address)"),
+        )
+    }))
+}
+
+/// Turns on TCP keepalive: after `idle` without traffic the kernel probes the peer every
+/// `idle` (where the platform lets the interval be set), and a peer that stopped answering
+/// (a lost host, a partition) fails the connection's next read instead of leaving it
+/// blocked forever. A peer that is alive but silent (a stopped process) still answers the
+/// probes: that is what an idle deadline is for.
+pub(crate) fn keepalive(stream: &TcpStream, idle: Duration) -> io::Result<()> {
+    let probes = socket2::TcpKeepalive::new().with_time(idle);
+    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "windows"))]
+    let probes = probes.with_interval(idle);
+    socket2::SockRef::from(stream).set_tcp_keepalive(&probes)
+}
