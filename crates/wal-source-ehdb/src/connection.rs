@@ -31,13 +31,14 @@ pub(crate) fn dial(addr: &str, until: Instant) -> io::Result<TcpStream> {
 }
 
 /// Turns on TCP keepalive: after `idle` without traffic the kernel probes the peer every
-/// `idle` (where the platform lets the interval be set), and a peer that stopped answering
-/// (a lost host, a partition) fails the connection's next read instead of leaving it
-/// blocked forever. A peer that is alive but silent (a stopped process) still answers the
+/// `idle`, three times (where the platform lets both be set; elsewhere its defaults
+/// apply), so a peer that stopped answering (a lost host, a partition) fails the
+/// connection's next read after about four times `idle` instead of leaving it blocked
+/// forever. A peer that is alive but silent (a stopped process) still answers the
 /// probes: that is what an idle deadline is for.
 pub(crate) fn keepalive(stream: &TcpStream, idle: Duration) -> io::Result<()> {
     let probes = socket2::TcpKeepalive::new().with_time(idle);
     #[cfg(any(target_os = "linux", target_os = "macos", target_os = "windows"))]
-    let probes = probes.with_interval(idle);
+    let probes = probes.with_interval(idle).with_retries(3);
     socket2::SockRef::from(stream).set_tcp_keepalive(&probes)
 }

@@ -18,6 +18,7 @@
 //! | [`frame`] | reads frames as a stream: records are handed over as they are parsed, one record's memory at a time whatever the frame's size; each payload is unescaped once into a reused buffer and decoded once into its event; a bad record is counted and its neighbours kept |
 //! | [`EhdbSource`] | a [`WalSource`](wal_index::WalSource): one reader per shard, a bounded queue to the drain, and resume after a dropped connection or a writer restart from the last record handed over (nothing replayed twice) |
 //! | [`FeedRehydrate`] | rehydrate on a miss through the feed: one execution's records from its shard, filtered on `execution_id` before the payload is touched, within today's deadline and message cap |
+//! | [`read_retained`] | everything the writer retains on a shard, read once (what `sb-sim replay ehdb://` shows) |
 //! | [`EhdbPublisher`] | records into the writer's ingest face, each acknowledged (for tools and tests) |
 //! | [`shard_of`] | the writer's shard function |
 //!
@@ -58,6 +59,6 @@ mod shard;
 mod source;
 
 pub use publish::EhdbPublisher;
-pub use rehydrate::FeedRehydrate;
+pub use rehydrate::{FeedRehydrate, read_retained};
 pub use shard::shard_of;
 pub use source::{EhdbConfig, EhdbSource, FeedStats};

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{Event, ExecutionId};
 use wal_index::DriveFallbacks;
+use wal_index::ingest::Decoded;
 
 use crate::connection::dial;
-use crate::frame::{FrameReader, Limits, frame};
+use crate::frame::{FeedError, FrameReader, FrameSummary, Limits, frame};
 use crate::shard::shard_of;
 
 /// A [`DriveFallbacks`] whose retained WAL is the writer's feed.
@@ -86,11 +87,8 @@ impl FeedRehydrate {
     /// The replay itself: the events found, or why the writer could not be read at all.
     pub fn read(&self, execution_id: ExecutionId) -> io::Result<Vec<Event>> {
         let until = Instant::now() + self.deadline;
-        let stream = dial(&self.addr, until)?;
         let shard = shard_of(execution_id, self.shards);
-        let request = format!(r#"{{"shard":{shard},"cursor":0}}"#);
-        (&stream).write_all(&frame(request.as_bytes()))?;
-        let mut input = BufReader::with_capacity(256 << 10, Deadline { stream, until });
+        let mut input = subscribe(&self.addr, shard, until)?;
         let mut events = Vec::new();
         let mut reader = FrameReader::new(self.limits);
         let read = reader.read_frame_of(&mut input, execution_id, self.max_records, |record| {
@@ -103,6 +101,54 @@ impl FeedRehydrate {
         let _ = read;
         Ok(events)
     }
+}
+
+/// Reads everything the writer retains on `shard`: one subscription from cursor 0, up to
+/// the end of its first frame (the subscription is caught up there), each record handed to
+/// `each` as it is parsed, bad ones included. It is what a rehydrate reads, unfiltered; the
+/// simulator's `replay ehdb://` uses it. An error if the writer cannot be reached, the
+/// connection ends inside the frame or `deadline` passes first: the read is whole or it is
+/// an error.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use wal_source_ehdb::{frame::Limits, read_retained};
+///
+/// let mut events = 0;
+/// let summary = read_retained("127.0.0.1:7070", 0, Duration::from_secs(600), Limits::default(), |record| {
+///     events += usize::from(record.event.is_ok());
+/// })?;
+/// println!("{events} events in a frame of {} bytes", summary.bytes);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn read_retained(
+    addr: &str,
+    shard: u32,
+    deadline: Duration,
+    limits: Limits,
+    each: impl FnMut(Decoded),
+) -> io::Result<FrameSummary> {
+    let mut input = subscribe(addr, shard, Instant::now() + deadline)?;
+    match FrameReader::new(limits).read_frame(&mut input, each) {
+        Ok(Some(summary)) => Ok(summary),
+        Ok(None) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the writer at {addr} closed the feed before sending a frame"),
+        )),
+        Err(FeedError::Io(error)) => Err(error),
+        Err(error) => Err(io::Error::new(io::ErrorKind::InvalidData, error)),
+    }
+}
+
+/// Dials `addr` and subscribes to `shard` from cursor 0; reads end at `until`.
+fn subscribe(addr: &str, shard: u32, until: Instant) -> io::Result<BufReader<Deadline>> {
+    let stream = dial(addr, until)?;
+    let request = format!(r#"{{"shard":{shard},"cursor":0}}"#);
+    (&stream).write_all(&frame(request.as_bytes()))?;
+    Ok(BufReader::with_capacity(
+        256 << 10,
+        Deadline { stream, until },
+    ))
 }
 
 impl DriveFallbacks for FeedRehydrate {

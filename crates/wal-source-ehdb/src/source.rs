@@ -81,10 +81,11 @@ impl EhdbConfig {
 /// What an [`EhdbSource`] did, for logs, metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FeedStats {
-    /// Connections made and subscribed (each shard's first one included).
+    /// Subscriptions that brought their shard up: the first byte arrived, or the
+    /// connection stayed open for a second without an error (this writer version sends
+    /// nothing while it has nothing new).
     pub connects: u64,
-    /// Of those, the ones made after a shard lost its connection: the redials that
-    /// succeeded.
+    /// Of those, the ones that ended an outage of their shard: the redials that succeeded.
     pub redials: u64,
     /// Times a shard went down (a failed dial, a lost or silent connection, a closed feed);
     /// the failed attempts while it stays down are not counted again.
@@ -139,16 +140,25 @@ struct Outage {
     fatal: bool,
 }
 
+/// One shard's state, as the readers and `pull` share it.
+#[derive(Debug, Clone, Default)]
+struct ShardState {
+    /// Why it is down, while it is.
+    outage: Option<Outage>,
+    /// Whether it has been down before (its next way up is a redial).
+    down_before: bool,
+}
+
 /// The state the readers and the source share.
 struct Shared {
     /// Set once, by `EhdbSource::drop`. Relaxed everywhere: it carries no data; a reader
-    /// polls it at least every `TICK`, and the queue's own synchronisation covers what the
-    /// reader hands over.
+    /// polls it before every read and at least every `TICK`, and the queue's own
+    /// synchronisation covers what the reader hands over.
     stop: AtomicBool,
     counters: Counters,
-    /// Each shard's outage while it is down. Locked by a reader when its shard goes down or
-    /// comes back, and by `pull` only when the queue is empty.
-    outages: Mutex<Vec<Option<Outage>>>,
+    /// Each shard's state. Locked by a reader when its shard goes down or comes up, and by
+    /// `pull` once per call.
+    shards: Mutex<Vec<ShardState>>,
 }
 
 impl Shared {
@@ -156,33 +166,56 @@ impl Shared {
         self.stop.load(Ordering::Relaxed)
     }
 
-    fn set_outage(&self, slot: usize, outage: Option<Outage>) {
-        let mut outages = self.outages.lock().unwrap_or_else(PoisonError::into_inner);
-        if outages[slot].is_none() && outage.is_some() {
-            Counters::add(&self.counters.outages, 1);
-        }
-        outages[slot] = outage;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ShardState>> {
+        self.shards.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The error `pull` reports while any shard is down: the first outage, and how many
-    /// shards are down.
+    fn shard_down(&self, slot: usize, outage: Outage) {
+        let mut shards = self.lock();
+        if shards[slot].outage.is_none() {
+            Counters::add(&self.counters.outages, 1);
+        }
+        shards[slot].outage = Some(outage);
+        shards[slot].down_before = true;
+    }
+
+    fn shard_up(&self, slot: usize) {
+        let mut shards = self.lock();
+        Counters::add(&self.counters.connects, 1);
+        if std::mem::take(&mut shards[slot].down_before) {
+            Counters::add(&self.counters.redials, 1);
+        }
+        shards[slot].outage = None;
+    }
+
+    /// The error `pull` reports while a shard is down: a fatal outage if any (the drain
+    /// stops), else the first outage, with how many shards are down.
     fn outage_error(&self, addr: &str) -> Option<io::Error> {
-        let outages = self.outages.lock().unwrap_or_else(PoisonError::into_inner);
-        let down = outages.iter().flatten().count();
-        let first = outages.iter().flatten().next()?;
-        let kind = if outages.iter().flatten().any(|o| o.fatal) {
-            io::ErrorKind::InvalidInput
-        } else {
-            io::ErrorKind::NotConnected
+        let shards = self.lock();
+        let mut down = shards.iter().filter_map(|s| s.outage.as_ref());
+        let count = down.clone().count();
+        let fatal = down.clone().find(|o| o.fatal);
+        let (kind, first) = match fatal {
+            Some(fatal) => (io::ErrorKind::InvalidInput, fatal),
+            None => (io::ErrorKind::NotConnected, down.next()?),
         };
         Some(io::Error::new(
             kind,
             format!(
-                "EHDB feed {addr}: {down} of {} shards down; {}",
-                outages.len(),
+                "EHDB feed {addr}: {count} of {} shards down; {}",
+                shards.len(),
                 first.why
             ),
         ))
+    }
+
+    /// A fatal outage's error, if a shard has one.
+    fn fatal_error(&self, addr: &str) -> Option<io::Error> {
+        let fatal = self
+            .lock()
+            .iter()
+            .any(|s| s.outage.as_ref().is_some_and(|o| o.fatal));
+        if fatal { self.outage_error(addr) } else { None }
     }
 }
 
@@ -199,7 +232,11 @@ impl Shared {
 ///
 /// A reader remembers the highest `global_sequence` it queued, good record or bad. After a
 /// dropped connection, an idle deadline or a writer restart it dials again and subscribes
-/// from that cursor, so the drain gets neither a gap nor a duplicate. The cursor lives in
+/// from that cursor, so the drain gets neither a gap nor a duplicate. Two kinds of bad
+/// record fall outside that: one without a readable `global_sequence` does not move the
+/// cursor (it is delivered again if the connection drops before the next record), and one
+/// with a wrong, too high sequence moves it past records it did not see (the protocol's
+/// ascending order is trusted). The cursor lives in
 /// memory, with the index it describes: a restarted process starts from 0 with an empty
 /// index, so a cursor can never run ahead of what the index holds (which a cursor persisted
 /// apart from the index could). What the queue holds when the process ends is lost with
@@ -209,16 +246,20 @@ impl Shared {
 ///
 /// While a shard is down, a `pull` that finds nothing queued returns an error of kind
 /// [`NotConnected`](io::ErrorKind::NotConnected) (the drain sets `healthy = 0` and backs
-/// off), every time until the shard is subscribed again; records other shards queued are
-/// still delivered meanwhile. The reader redials with [`EhdbConfig::redial`]'s backoff. A
+/// off), every time until the shard is up again: its first byte arrived, or its
+/// subscription stayed open a second without an error. Records other shards queued are
+/// still delivered meanwhile, so with several shards `healthy` reads 1 while the others
+/// deliver; [`FeedStats::outages`] and the drain's source errors count every outage. The
+/// reader redials with [`EhdbConfig::redial`]'s backoff. A
 /// connection cut mid-frame, a writer that closes the feed, a connection silent past
 /// [`EhdbConfig::idle_deadline`] and a dead peer found by keepalive are all outages.
 ///
 /// One thing is not retried: a frame over [`Limits::max_frame_bytes`]. The writer would
-/// send the same frame again from the same cursor, so the shard's reader stops and `pull`
-/// returns an [`InvalidInput`](io::ErrorKind::InvalidInput) error, which the drain does not
-/// retry: the cap must be raised (by default it admits every length a `u32` prefix can
-/// state but the all-ones one).
+/// send the same frame again from the same cursor, so the shard's reader stops and every
+/// later `pull` (queued records or not) returns an
+/// [`InvalidInput`](io::ErrorKind::InvalidInput) error, which the drain does not retry: the
+/// cap must be raised (by default it admits every length a `u32` prefix can state but the
+/// all-ones one).
 ///
 /// Bad records are counted by the drain and their neighbours kept.
 ///
@@ -228,9 +269,13 @@ impl Shared {
 ///   ([`Drain::spawn`](wal_index::Drain::spawn)) or as a blocking task.
 /// - Records of different shards interleave in arrival order; within a shard they keep the
 ///   feed's order.
-/// - Dropping the source joins its readers: it waits up to one
-///   [`connect_timeout`](EhdbConfig::connect_timeout) for a reader in the middle of a dial,
-///   and about 100 ms for one in the middle of a read.
+/// - Dropping the source joins its readers: about 100 ms for one in the middle of a read
+///   (a frame still streaming in included), and up to two
+///   [`connect_timeout`](EhdbConfig::connect_timeout)s for one in the middle of a dial and
+///   its subscription, plus whatever the system's name resolution takes.
+/// - Before a shard's first subscription is up, `pull` reports no outage (the drain's
+///   `healthy` is 1 from its first pull): a writer that is not up yet is an outage from the
+///   first failed dial on.
 /// - `pull(0, _)` is read as `pull(1, _)`, as the other sources do.
 pub struct EhdbSource {
     config: EhdbConfig,
@@ -258,11 +303,22 @@ impl EhdbSource {
                 "an EHDB source needs at least one shard",
             ));
         }
+        let mut sorted = config.shards.clone();
+        sorted.sort_unstable();
+        if let Some(twice) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "shard {} is named twice: its records would arrive twice",
+                    twice[0]
+                ),
+            ));
+        }
         let (sender, queue) = crossbeam_channel::bounded(config.queue_records.max(1));
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             counters: Counters::default(),
-            outages: Mutex::new(vec![None; config.shards.len()]),
+            shards: Mutex::new(vec![ShardState::default(); config.shards.len()]),
         });
         let mut source = EhdbSource {
             config: config.clone(),
@@ -276,7 +332,6 @@ impl EhdbSource {
                 shard,
                 slot,
                 cursor: config.cursor,
-                connected_before: false,
                 sender: sender.clone(),
                 shared: Arc::clone(&shared),
             };
@@ -305,6 +360,10 @@ impl EhdbSource {
 
 impl WalSource for EhdbSource {
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
+        // A fatal outage stops the drain even while other shards keep the queue full.
+        if let Some(fatal) = self.shared.fatal_error(&self.config.addr) {
+            return Err(fatal);
+        }
         let first = match self.queue.try_recv() {
             Ok(record) => record,
             Err(TryRecvError::Empty) => {
@@ -365,8 +424,6 @@ struct ShardReader {
     slot: usize,
     /// The highest `global_sequence` queued: where the next subscription starts.
     cursor: u64,
-    /// Whether this shard has been subscribed before (its next subscription is a redial).
-    connected_before: bool,
     sender: Sender<Decoded>,
     shared: Arc<Shared>,
 }
@@ -391,12 +448,12 @@ impl ShardReader {
                 return;
             }
             let fatal = matches!(error, FeedError::FrameTooLarge { .. });
-            self.shared.set_outage(
+            self.shared.shard_down(
                 self.slot,
-                Some(Outage {
+                Outage {
                     why: format!("shard {}: {error}", self.shard),
                     fatal,
-                }),
+                },
             );
             if fatal {
                 return;
@@ -420,16 +477,15 @@ impl ShardReader {
             Err(error) => return self.failed(error.into(), progressed),
         };
         let counters = &self.shared.counters;
-        Counters::add(&counters.connects, 1);
-        if std::mem::replace(&mut self.connected_before, true) {
-            Counters::add(&counters.redials, 1);
-        }
-        self.shared.set_outage(self.slot, None);
         let feed = FeedStream {
             stream: &stream,
             shared: &self.shared,
             idle_deadline: self.config.idle_deadline,
             last_byte: Instant::now(),
+            up: Up::Pending {
+                slot: self.slot,
+                since: Instant::now(),
+            },
         };
         let mut input = BufReader::with_capacity(256 << 10, feed);
         let mut frames = FrameReader::new(self.config.limits);
@@ -516,22 +572,62 @@ impl ShardReader {
     }
 }
 
+/// How long a subscription that delivers nothing must stay open before its shard counts as
+/// up again (this writer version sends nothing while it has nothing new, so a quiet feed
+/// cannot wait for a byte; a writer that accepts and closes at once stays down).
+const UP_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether a session has brought its shard up yet.
+enum Up {
+    /// Not yet: the shard's slot, and when the subscription was sent.
+    Pending {
+        slot: usize,
+        since: Instant,
+    },
+    Done,
+}
+
 /// The connection as the frame reader sees it: a read that times out every `TICK` is
 /// retried until a byte arrives, the source is dropped (an error that ends the session),
-/// or the idle deadline passes without a byte (an outage).
+/// or the idle deadline passes without a byte (an outage). The first byte, or [`UP_AFTER`]
+/// without an error, brings the shard up.
 struct FeedStream<'a> {
     stream: &'a TcpStream,
     shared: &'a Shared,
     idle_deadline: Option<Duration>,
     last_byte: Instant,
+    up: Up,
+}
+
+impl FeedStream<'_> {
+    /// Brings the shard up if the session has earned it: a byte, or [`UP_AFTER`] open.
+    fn mark_up(&mut self, got_byte: bool) {
+        if let Up::Pending { slot, since } = self.up
+            && (got_byte || since.elapsed() >= UP_AFTER)
+        {
+            self.up = Up::Done;
+            self.shared.shard_up(slot);
+        }
+    }
+
+    fn stopped() -> io::Error {
+        // Not `Interrupted`, which `std`'s read helpers retry.
+        io::Error::new(io::ErrorKind::ConnectionAborted, "the source was dropped")
+    }
 }
 
 impl Read for FeedStream<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
+            if self.shared.stopping() {
+                // Checked before every read, so a frame still streaming in does not keep a
+                // dropped source waiting for its end.
+                return Err(Self::stopped());
+            }
             match self.stream.read(buf) {
                 Ok(n) => {
                     self.last_byte = Instant::now();
+                    self.mark_up(n > 0);
                     return Ok(n);
                 }
                 Err(error)
@@ -542,13 +638,7 @@ impl Read for FeedStream<'_> {
                             | io::ErrorKind::Interrupted
                     ) =>
                 {
-                    if self.shared.stopping() {
-                        // Not `Interrupted`, which `std`'s read helpers retry.
-                        return Err(io::Error::new(
-                            io::ErrorKind::ConnectionAborted,
-                            "the source was dropped",
-                        ));
-                    }
+                    self.mark_up(false);
                     if let Some(idle) = self.idle_deadline
                         && self.last_byte.elapsed() >= idle
                     {

@@ -197,7 +197,8 @@ fn a_writer_that_accepts_and_never_sends_is_redialled_after_the_idle_deadline() 
     assert_eq!(positions, vec![10, 20, 30]);
     assert_eq!(writer.cursors(), vec![0, 0]);
     let stats = source.stats();
-    assert_eq!((stats.connects, stats.redials, stats.outages), (2, 1, 1));
+    // The silent connection never came up; the second ended its outage.
+    assert_eq!((stats.connects, stats.redials, stats.outages), (1, 1, 1));
 }
 
 #[test]
@@ -216,4 +217,56 @@ fn dropping_the_source_returns_while_its_reader_waits_on_a_silent_writer() {
             "dropping the source {pause} ms after it started did not return within 5 s"
         );
     }
+}
+
+#[test]
+fn a_drop_while_a_frame_is_still_streaming_in_returns_promptly() {
+    // A frame that announces 10,000 bytes and trickles a byte every 20 ms: its end is
+    // minutes away.
+    let mut trickle = 10_000u32.to_be_bytes().to_vec();
+    trickle.push(b'[');
+    let writer = FakeWriter::start(Vec::new(), vec![Behaviour::Trickle(trickle)]);
+    let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (done, dropped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(source);
+        let _ = done.send(());
+    });
+    assert!(
+        dropped.recv_timeout(Duration::from_secs(5)).is_ok(),
+        "dropping the source waited for the frame's end"
+    );
+}
+
+#[test]
+fn a_writer_that_accepts_and_closes_is_one_outage_not_one_per_attempt() {
+    let writer = FakeWriter::start(Vec::new(), vec![Behaviour::CutAfter(0)]);
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let until = Instant::now() + Duration::from_millis(800);
+    let mut errors = 0;
+    while Instant::now() < until {
+        match source.pull(10, Duration::from_millis(20)) {
+            Err(error) => {
+                assert_eq!(error.kind(), ErrorKind::NotConnected);
+                errors += 1;
+            }
+            Ok(Pull::Idle) => {}
+            Ok(other) => panic!("nothing was served, yet the source pulled {other:?}"),
+        }
+    }
+    let stats = source.stats();
+    assert!(writer.cursors().len() >= 3, "it redialled");
+    assert!(errors >= 3, "each pull while down reports the outage");
+    assert_eq!((stats.connects, stats.redials, stats.outages), (0, 0, 1));
+}
+
+#[test]
+fn a_shard_named_twice_is_refused() {
+    let error = EhdbSource::connect(EhdbConfig::new("127.0.0.1:1").shards([0, 3, 0])).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidInput);
+    assert!(
+        error.to_string().contains("shard 0 is named twice"),
+        "{error}"
+    );
 }

@@ -63,6 +63,8 @@ pub enum Behaviour {
     CutAfter(usize),
     /// Write these bytes, then stay open.
     Raw(Vec<u8>),
+    /// Write these bytes, then a space every 20 ms, for as long as the connection lasts.
+    Trickle(Vec<u8>),
 }
 
 /// The writer: a listener on loopback and the subscriptions it received.
@@ -116,6 +118,14 @@ impl FakeWriter {
                     Behaviour::Raw(bytes) => {
                         let _ = connection.write_all(&bytes);
                         open.push(connection);
+                    }
+                    Behaviour::Trickle(bytes) => {
+                        std::thread::spawn(move || {
+                            let _ = connection.write_all(&bytes);
+                            while connection.write_all(b" ").is_ok() {
+                                std::thread::sleep(std::time::Duration::from_millis(20));
+                            }
+                        });
                     }
                 }
             }
