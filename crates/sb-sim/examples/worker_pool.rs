@@ -12,6 +12,7 @@
 //! ```sh
 //! cargo run --release -p sb-sim --example worker_pool                  # in-process WAL, 20 s
 //! cargo run --release -p sb-sim --example worker_pool -- --wal nats://127.0.0.1:4222
+//! cargo run --release -p sb-sim --example worker_pool -- --wal 'ehdb://127.0.0.1:7070?ingest=7071'
 //! curl -s 127.0.0.1:9464/metrics | grep drive_builds_total             # while it runs
 //! ```
 //!
@@ -19,7 +20,9 @@
 //! (production-shaped executions, smaller envelopes so it runs anywhere); with `--wal
 //! nats://HOST:PORT` the same events go through a JetStream stream made for the run (and
 //! deleted afterwards), and the drain consumes it with a replay-on-boot `JetStreamSource` on
-//! its own thread.
+//! its own thread; with `--wal ehdb://…` they go through an EHDB writer's ingest face and the
+//! drain reads its feed with an `EhdbSource`, from the run's own first sequence. Rehydrate
+//! on a miss replays the records the producer published, whatever the WAL.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,7 +43,8 @@ use wal_index::{
 /// A worker pool on the state-builder index: drain, drives, metrics, shutdown.
 #[derive(Parser)]
 struct Args {
-    /// The WAL: `nats://HOST:PORT` for a JetStream broker; omitted, an in-process WAL.
+    /// The WAL: `nats://HOST:PORT` for a JetStream broker, `ehdb://HOST:FEED_PORT?ingest=PORT`
+    /// for an EHDB writer; omitted, an in-process WAL.
     #[arg(long)]
     wal: Option<String>,
     /// Seconds of dispatches before a clean shutdown (0: until Ctrl-C).
@@ -107,7 +111,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new((StateBuilderMetrics::register(), Arc::clone(&consumed)));
     let index = Arc::new(Index::with_observer(IndexConfig::from_env()?, observer));
 
-    let (mut wal, source) = Feed::open(&target, "worker")?;
+    let mut wal = Feed::open(&target, "worker")?;
+    let source = wal.source()?;
     let stop_drain = Arc::new(AtomicBool::new(false));
     let drain = Drain::new(Arc::clone(&index), source, DrainConfig::from_env()?);
     let drain_task = start_drain(&runtime, &target, drain, &stop_drain);
@@ -185,9 +190,9 @@ fn close_wal(
     Ok(())
 }
 
-/// The drain: a task on the runtime over an in-process WAL; its own thread over a broker
-/// (the JetStream source blocks while it waits for messages), joined through a task so both
-/// shapes shut down the same way.
+/// The drain: a task on the runtime over an in-process WAL; its own thread over a broker or
+/// a writer (their sources block while they wait for records), joined through a task so
+/// both shapes shut down the same way.
 fn start_drain(
     runtime: &tokio::runtime::Runtime,
     target: &WalTarget,
@@ -195,18 +200,15 @@ fn start_drain(
     stop: &Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<std::io::Result<DrainReport>> {
     let stop = Arc::clone(stop);
-    match target {
-        WalTarget::InProcess => {
-            runtime.spawn(async move { drain.run_until_async(&stop).await.cloned() })
-        }
-        WalTarget::Nats(_) => {
-            let thread = std::thread::spawn(move || drain.run_until(&stop).cloned());
-            runtime.spawn_blocking(move || {
-                thread
-                    .join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("the drain panicked")))
-            })
-        }
+    if !target.blocks() {
+        runtime.spawn(async move { drain.run_until_async(&stop).await.cloned() })
+    } else {
+        let thread = std::thread::spawn(move || drain.run_until(&stop).cloned());
+        runtime.spawn_blocking(move || {
+            thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the drain panicked")))
+        })
     }
 }
 

@@ -154,8 +154,10 @@ struct RunArgs {
     /// Serve the sb-metrics Prometheus endpoint on ADDR while running (label `engine`).
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<SocketAddr>,
-    /// Send the events through a NATS JetStream broker at nats://HOST:PORT instead of an
-    /// in-process channel (a stream per engine run, deleted afterwards).
+    /// Send the events through a NATS JetStream broker at nats://HOST:PORT (a stream per
+    /// engine run, deleted afterwards) or an EHDB writer at
+    /// ehdb://HOST:FEED_PORT?ingest=PORT[&shards=N] (each engine run numbers its records
+    /// above the last run's) instead of an in-process channel.
     #[arg(long, value_name = "URL")]
     wal: Option<String>,
 }
@@ -200,9 +202,14 @@ struct Simulate {
 
 #[derive(Args)]
 struct Replay {
-    /// The WAL: a file with one JSON event per line, or `nats://HOST:PORT` to read the
-    /// events retained by a JetStream stream (`--stream`, `--filter`).
+    /// The WAL: a file with one JSON event per line, `nats://HOST:PORT` to read the events
+    /// retained by a JetStream stream (`--stream`, `--filter`), or
+    /// `ehdb://HOST:FEED_PORT[?shards=N]` to read what an EHDB writer retains (`--shard`).
     file: PathBuf,
+    /// With an `ehdb://` source: only this shard (default: every shard, in
+    /// `global_sequence` order).
+    #[arg(long)]
+    shard: Option<u32>,
     /// With a `nats://` source: the stream to read.
     #[arg(long, default_value = wal_source_nats::DEFAULT_STREAM)]
     stream: String,
@@ -303,7 +310,10 @@ fn simulate(sim: Simulate) -> Result<(), Box<dyn std::error::Error>> {
 /// `sb-sim replay`: a JSON-lines WAL file or a JetStream stream, as the live phase.
 fn replay_wal(replay: Replay) -> Result<(), Box<dyn std::error::Error>> {
     let source = replay.file.to_string_lossy().into_owned();
-    let items = if source.starts_with("nats://") {
+    let items = if source.starts_with("ehdb://") {
+        let target = sb_sim::wal::EhdbTarget::parse(&source, false)?;
+        sb_sim::wal::read_writer(&target, replay.shard, replay.drive_rate, replay.seed)?
+    } else if source.starts_with("nats://") {
         sb_sim::wal::read_stream(
             &source,
             &replay.stream,

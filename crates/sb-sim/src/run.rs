@@ -194,14 +194,16 @@ pub fn run_engine<I: StateIndex>(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let (mut wal, source) = Feed::open(&config.wal, I::NAME)?;
+    let mut wal = Feed::open(&config.wal, I::NAME)?;
     let retained = Arc::new(RetainedWal::default());
     for item in &plan.backlog {
         wal.append(item)?;
         retained.record(item);
     }
-    // A broker's backlog is stored before the drain starts: a replay-on-boot cold start.
+    // A broker's or a writer's backlog is stored before the drain starts: a replay-on-boot
+    // cold start.
     wal.flush()?;
+    let source = wal.source()?;
     let started = observer.started();
     let drain = DrainRun::start(
         &runtime,
@@ -435,8 +437,8 @@ impl DrainRun {
         mut drain: Drain<I, Box<dyn wal_index::WalSource>>,
         config: &SimConfig,
     ) -> DrainRun {
-        match (config.drain_on, &config.wal) {
-            (RunOn::Task, WalTarget::InProcess) => {
+        match config.drain_on {
+            RunOn::Task if !config.wal.blocks() => {
                 let stop = Arc::new(AtomicBool::new(false));
                 let flag = Arc::clone(&stop);
                 let task =

@@ -1,5 +1,10 @@
-//! Where a run's WAL lives: an in-process channel (the default) or a real NATS JetStream
-//! broker, where the producer publishes and the drain consumes through the network.
+//! Where a run's WAL lives: an in-process channel (the default), a real NATS JetStream
+//! broker or a real EHDB writer, where the producer publishes and the drain consumes
+//! through the network.
+
+mod ehdb;
+
+pub use ehdb::{EhdbFeed, EhdbTarget};
 
 use std::collections::HashMap;
 use std::io;
@@ -7,7 +12,7 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wal_index::ingest::{Pull, WalWriter, channel_wal};
+use wal_index::ingest::{ChannelSource, Pull, WalWriter, channel_wal};
 use wal_index::{DriveFallbacks, Event, ExecutionId, WalSource};
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
@@ -23,16 +28,24 @@ pub enum WalTarget {
     /// (`sb_sim_<pid>_<engine>`, deleted afterwards); the backlog is published before the
     /// drain starts, so the cold start is a replay-on-boot from the broker.
     Nats(String),
+    /// An EHDB writer: the producer publishes through its ingest face, the drain reads its
+    /// feed face from the run's own first sequence ([`EhdbFeed`]); the backlog is published
+    /// before the drain starts, so the cold start is the feed's first frame.
+    Ehdb(EhdbTarget),
 }
 
 impl WalTarget {
-    /// `None` for the in-process channel; a `nats://` URL for a broker.
+    /// `None` for the in-process channel; a `nats://` URL for a broker; an
+    /// `ehdb://HOST:FEED_PORT?ingest=PORT[&shards=N]` URL for an EHDB writer.
     pub fn parse(url: Option<&str>) -> Result<WalTarget, String> {
         match url {
             None => Ok(WalTarget::InProcess),
             Some(url) if url.starts_with("nats://") => Ok(WalTarget::Nats(url.to_owned())),
+            Some(url) if url.starts_with("ehdb://") => EhdbTarget::parse(url, true)
+                .map(WalTarget::Ehdb)
+                .map_err(|e| format!("--wal {e}")),
             Some(other) => Err(format!(
-                "--wal {other:?}: expected nats://HOST:PORT (omit --wal for the in-process WAL)"
+                "--wal {other:?}: expected nats://HOST:PORT or ehdb://HOST:FEED_PORT?ingest=PORT (omit --wal for the in-process WAL)"
             )),
         }
     }
@@ -42,14 +55,27 @@ impl WalTarget {
         match self {
             WalTarget::InProcess => "in-process channel".to_owned(),
             WalTarget::Nats(url) => format!("NATS JetStream at {url}"),
+            WalTarget::Ehdb(target) => format!(
+                "EHDB writer at feed {} (ingest {}, {} shard{})",
+                target.feed,
+                target.ingest.as_deref().unwrap_or("none"),
+                target.shards,
+                if target.shards == 1 { "" } else { "s" }
+            ),
         }
+    }
+
+    /// Whether the drain's source blocks while it waits (a broker's or a writer's), so the
+    /// drain runs on its own thread rather than as a task.
+    pub fn blocks(&self) -> bool {
+        !matches!(self, WalTarget::InProcess)
     }
 }
 
 /// The producing end of a run's WAL (also what the `worker_pool` example publishes with).
 pub enum Feed {
-    /// The in-process channel.
-    Channel(WalWriter),
+    /// The in-process channel, and its reading end until the drain takes it.
+    Channel(WalWriter, Option<ChannelSource>),
     /// A JetStream stream made for the run.
     Nats {
         /// The producer.
@@ -59,7 +85,11 @@ pub enum Feed {
         /// The run's stream; taken by `close`, else deleted on drop (every exit path, an
         /// error included, removes what the run created on the broker).
         stream: Option<String>,
+        /// The drain's source configuration, until the drain takes it.
+        config: Option<Box<NatsWalConfig>>,
     },
+    /// The run's records on an EHDB writer.
+    Ehdb(Box<EhdbFeed>),
 }
 
 /// What the producer did on the broker (re-sends are not records).
@@ -96,14 +126,15 @@ impl Drop for Feed {
 }
 
 impl Feed {
-    /// Opens the WAL for `engine` (a name for the broker's stream): the producer and the
-    /// drain's source.
-    pub fn open(target: &WalTarget, engine: &str) -> io::Result<(Feed, Box<dyn WalSource>)> {
+    /// Opens the WAL for `engine` (a name for the broker's stream). The drain's source is
+    /// [`Feed::source`], taken once the backlog is published.
+    pub fn open(target: &WalTarget, engine: &str) -> io::Result<Feed> {
         match target {
             WalTarget::InProcess => {
                 let (writer, source) = channel_wal();
-                Ok((Feed::Channel(writer), Box::new(source)))
+                Ok(Feed::Channel(writer, Some(source)))
             }
+            WalTarget::Ehdb(target) => Ok(Feed::Ehdb(Box::new(EhdbFeed::open(target)?))),
             WalTarget::Nats(url) => {
                 let stream = format!("sb_sim_{}_{engine}", std::process::id());
                 let subjects =
@@ -128,24 +159,40 @@ impl Feed {
                 publisher
                     .ensure_stream(&stream, Duration::from_secs(10))
                     .map_err(io::Error::other)?;
-                let feed = Feed::Nats {
+                Ok(Feed::Nats {
                     publisher: Box::new(publisher),
                     subjects,
                     stream: Some(stream),
-                };
-                let source = JetStreamSource::connect(config).map_err(io::Error::other)?;
-                Ok((feed, Box::new(source)))
+                    config: Some(Box::new(config)),
+                })
             }
+        }
+    }
+
+    /// The drain's source: what was published so far is its backlog (a replay-on-boot on a
+    /// broker, the first frame on a writer). Taken once.
+    pub fn source(&mut self) -> io::Result<Box<dyn WalSource>> {
+        let taken = || io::Error::other("the run's source was already taken");
+        match self {
+            Feed::Channel(_, source) => Ok(Box::new(source.take().ok_or_else(taken)?)),
+            Feed::Nats { config, .. } => {
+                let config = config.take().ok_or_else(taken)?;
+                Ok(Box::new(
+                    JetStreamSource::connect(*config).map_err(io::Error::other)?,
+                ))
+            }
+            Feed::Ehdb(feed) => Ok(Box::new(feed.source()?)),
         }
     }
 
     /// Publishes one record.
     pub fn append(&mut self, item: &Item) -> io::Result<()> {
         match self {
-            Feed::Channel(writer) => {
+            Feed::Channel(writer, _) => {
                 writer.append(item.payload.clone());
                 Ok(())
             }
+            Feed::Ehdb(feed) => feed.append(item),
             Feed::Nats {
                 publisher,
                 subjects,
@@ -162,21 +209,24 @@ impl Feed {
     /// Everything appended so far is in the log (acknowledged by the broker).
     pub fn flush(&mut self) -> io::Result<()> {
         match self {
-            Feed::Channel(_) => Ok(()),
+            // Each record is acknowledged as it is published.
+            Feed::Channel(..) | Feed::Ehdb(_) => Ok(()),
             Feed::Nats { publisher, .. } => publisher.flush().map_err(io::Error::other),
         }
     }
 
     /// True when the drain ends by itself once the feed is dropped (the channel closes); a
-    /// broker stream stays open, so the run stops the drain once it consumed everything.
+    /// broker stream or a writer's feed stays open, so the run stops the drain once it
+    /// consumed everything.
     pub fn closes_on_drop(&self) -> bool {
-        matches!(self, Feed::Channel(_))
+        matches!(self, Feed::Channel(..))
     }
 
-    /// Deletes the run's stream (broker) or closes the channel.
+    /// Deletes the run's stream (broker) or closes the channel. A writer's log keeps the
+    /// run's records.
     pub fn close(mut self) -> io::Result<()> {
         match &mut self {
-            Feed::Channel(_) => Ok(()),
+            Feed::Channel(..) | Feed::Ehdb(_) => Ok(()),
             Feed::Nats {
                 publisher, stream, ..
             } => match stream.take() {
@@ -186,13 +236,14 @@ impl Feed {
         }
     }
 
-    /// The producer's figures, and what the stream holds now (broker runs only).
+    /// The producer's figures, and what the stream holds now (broker and writer runs).
     pub fn publisher_figures(&self) -> Option<PublisherFigures> {
-        let Feed::Nats {
-            publisher, stream, ..
-        } = self
-        else {
-            return None;
+        let (publisher, stream) = match self {
+            Feed::Channel(..) => return None,
+            Feed::Ehdb(feed) => return Some(feed.figures()),
+            Feed::Nats {
+                publisher, stream, ..
+            } => (publisher, stream),
         };
         let stats = publisher.stats();
         let stored = stream
@@ -208,6 +259,51 @@ impl Feed {
             stored,
         })
     }
+}
+
+/// Reads every record an EHDB writer retains (on `shard`, or on every shard of `target`,
+/// merged in `global_sequence` order) into replay items, `drive_rate` of them triggering
+/// drives (seeded). Bad records are left out and counted on standard error; each shard's
+/// read is whole or an error (up to ten minutes for its first frame, the whole backlog).
+pub fn read_writer(
+    target: &EhdbTarget,
+    shard: Option<u32>,
+    drive_rate: f64,
+    seed: u64,
+) -> io::Result<Vec<Item>> {
+    let shards = match shard {
+        Some(shard) if shard >= target.shards => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("--shard {shard}: the writer has {} shard(s)", target.shards),
+            ));
+        }
+        Some(shard) => shard..shard + 1,
+        None => 0..target.shards,
+    };
+    let mut records: Vec<(u64, Bytes)> = Vec::new();
+    let mut bad = 0u64;
+    for shard in shards {
+        wal_source_ehdb::read_retained(
+            &target.feed,
+            shard,
+            Duration::from_secs(600),
+            wal_source_ehdb::frame::Limits::default(),
+            |record| match record.event {
+                Ok(event) => {
+                    records.push((record.position, Bytes::copy_from_slice(event.payload())))
+                }
+                Err(_) => bad += 1,
+            },
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("shard {shard} of {}: {e}", target.feed)))?;
+    }
+    if bad > 0 {
+        eprintln!("sb-sim: {bad} bad records in the writer's log were left out of the replay");
+    }
+    records.sort_by_key(|(position, _)| *position);
+    let payloads: Vec<Bytes> = records.into_iter().map(|(_, payload)| payload).collect();
+    Ok(items_from_payloads(payloads, drive_rate, seed))
 }
 
 /// Reads every message retained by `stream` (optionally only `filter`'s subjects) into
