@@ -57,6 +57,8 @@ mod publish;
 mod rehydrate;
 mod shard;
 mod source;
+#[cfg(feature = "test-writer")]
+pub mod test_writer;
 
 pub use publish::EhdbPublisher;
 pub use rehydrate::{FeedRehydrate, read_retained};

@@ -246,8 +246,8 @@ impl Shared {
 ///
 /// While a shard is down, a `pull` that finds nothing queued returns an error of kind
 /// [`NotConnected`](io::ErrorKind::NotConnected) (the drain sets `healthy = 0` and backs
-/// off), every time until the shard is up again: its first byte arrived, or its
-/// subscription stayed open a second without an error. Records other shards queued are
+/// off), every time until the shard is up again: its first byte arrived, or (without an
+/// idle deadline) its subscription stayed open a second without an error. Records other shards queued are
 /// still delivered meanwhile, so with several shards `healthy` reads 1 while the others
 /// deliver; [`FeedStats::outages`] and the drain's source errors count every outage. The
 /// reader redials with [`EhdbConfig::redial`]'s backoff. A
@@ -574,7 +574,9 @@ impl ShardReader {
 
 /// How long a subscription that delivers nothing must stay open before its shard counts as
 /// up again (this writer version sends nothing while it has nothing new, so a quiet feed
-/// cannot wait for a byte; a writer that accepts and closes at once stays down).
+/// cannot wait for a byte; a writer that accepts and closes at once stays down). With an
+/// idle deadline a shard is up only once a byte arrives: a stopped writer's kernel still
+/// accepts connections.
 const UP_AFTER: Duration = Duration::from_secs(1);
 
 /// Whether a session has brought its shard up yet.
@@ -638,7 +640,9 @@ impl Read for FeedStream<'_> {
                             | io::ErrorKind::Interrupted
                     ) =>
                 {
-                    self.mark_up(false);
+                    if self.idle_deadline.is_none() {
+                        self.mark_up(false);
+                    }
                     if let Some(idle) = self.idle_deadline
                         && self.last_byte.elapsed() >= idle
                     {

@@ -8,8 +8,11 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{LogRecord, RealWriter, real_writer_binary};
+use common::{CutProxy, LogRecord};
+use wal_index::WalSource;
+use wal_index::ingest::Pull;
 use wal_index::{Drain, DrainConfig, DriveFallbacks, StateIndex, WalIndex};
+use wal_source_ehdb::test_writer::Writer;
 use wal_source_ehdb::{EhdbConfig, EhdbPublisher, EhdbSource, FeedRehydrate};
 
 const EXECUTIONS: i64 = 10;
@@ -22,7 +25,7 @@ fn record(n: u64) -> LogRecord {
     LogRecord::event(n + 1, execution, id, (id > 1).then(|| id - 1))
 }
 
-fn publish(writer: &RealWriter, range: std::ops::Range<u64>) {
+fn publish(writer: &Writer, range: std::ops::Range<u64>) {
     let mut publisher = EhdbPublisher::connect(&writer.ingest, Duration::from_secs(10)).unwrap();
     for n in range {
         let r = record(n);
@@ -64,10 +67,9 @@ fn wait_indexed(index: &WalIndex, per_execution: i64) -> bool {
 
 #[test]
 fn what_the_writer_acknowledged_reaches_the_index_once() {
-    let Some(binary) = real_writer_binary() else {
+    let Some(writer) = Writer::start("drain") else {
         return;
     };
-    let writer = RealWriter::start(binary, "drain");
     publish(&writer, 0..200);
     let index = Arc::new(WalIndex::default());
     let source = EhdbSource::connect(fast(&writer.feed)).unwrap();
@@ -79,10 +81,9 @@ fn what_the_writer_acknowledged_reaches_the_index_once() {
 
 #[test]
 fn a_sigkill_mid_publication_and_a_restart_apply_every_record_once() {
-    let Some(binary) = real_writer_binary() else {
+    let Some(mut writer) = Writer::start("sigkill") else {
         return;
     };
-    let mut writer = RealWriter::start(binary, "sigkill");
     let index = Arc::new(WalIndex::default());
     let source = EhdbSource::connect(fast(&writer.feed)).unwrap();
     let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
@@ -115,10 +116,9 @@ fn a_sigkill_mid_publication_and_a_restart_apply_every_record_once() {
 
 #[test]
 fn a_replay_reads_one_execution_from_the_real_writer() {
-    let Some(binary) = real_writer_binary() else {
+    let Some(writer) = Writer::start("replay") else {
         return;
     };
-    let writer = RealWriter::start(binary, "replay");
     publish(&writer, 0..200);
     let events = FeedRehydrate::new(writer.feed.clone(), 1)
         .retained(103)
@@ -128,4 +128,140 @@ fn a_replay_reads_one_execution_from_the_real_writer() {
         (1..=20).collect::<Vec<_>>()
     );
     assert!(events.iter().all(|e| e.execution_id() == 103));
+}
+
+/// `count` records of ~16 KB (execution `100 + n % EXECUTIONS`), published in one
+/// connection: a first frame of tens of megabytes, over several sealed parts.
+fn publish_large(writer: &Writer, count: u64) {
+    let mut publisher = EhdbPublisher::connect(&writer.ingest, Duration::from_secs(10)).unwrap();
+    for n in 0..count {
+        let execution = 100 + (n as i64 % EXECUTIONS);
+        let id = n as i64 / EXECUTIONS + 1;
+        let r = LogRecord::padded(n + 1, execution, id, (id > 1).then(|| id - 1), 16 << 10);
+        publisher
+            .publish(r.global_sequence, execution, "t", &r.payload)
+            .unwrap();
+    }
+}
+
+/// Pulls until `until` says stop or 60 s pass; returns every position pulled, good or bad.
+fn pull_until(source: &mut EhdbSource, mut until: impl FnMut(&[u64]) -> bool) -> Vec<u64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut positions = Vec::new();
+    while !until(&positions) && Instant::now() < deadline {
+        if let Ok(Pull::Decoded(batch)) = source.pull(64, Duration::from_millis(50)) {
+            assert!(batch.iter().all(|d| d.event.is_ok()), "no bad record");
+            positions.extend(batch.iter().map(|d| d.position));
+        }
+    }
+    positions
+}
+
+/// What a subscription from 0 serves now: every global sequence, in order.
+fn served(writer: &Writer) -> Vec<u64> {
+    let mut positions = Vec::new();
+    wal_source_ehdb::read_retained(
+        &writer.feed,
+        0,
+        Duration::from_secs(60),
+        Default::default(),
+        |d| positions.push(d.position),
+    )
+    .unwrap();
+    positions
+}
+
+#[test]
+fn a_sigkill_mid_backfill_resumes_after_the_last_record_handed_over() {
+    let Some(mut writer) = Writer::start("backfill-kill") else {
+        return;
+    };
+    const COUNT: u64 = 3_000;
+    publish_large(&writer, COUNT);
+    let mut config = fast(&writer.feed);
+    config.queue_records = 16;
+    let mut source = EhdbSource::connect(config).unwrap();
+    // The backlog is one frame of ~50 MB; a third of it is handed over, then the writer dies.
+    let before = pull_until(&mut source, |p| p.len() >= 1_000);
+    assert!(before.len() >= 1_000 && before.len() < COUNT as usize);
+    writer.kill();
+    writer.restart();
+    let retained = served(&writer);
+    eprintln!(
+        "the writer acknowledged {COUNT} records and serves {} after the SIGKILL (its unsealed tail is lost)",
+        retained.len()
+    );
+    let last_retained = retained.last().copied().unwrap_or(0);
+    // The records queued before the kill, then what the restarted writer serves after the
+    // cursor, until a second passes with nothing new.
+    let mut after = Vec::new();
+    let mut quiet_since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while quiet_since.elapsed() < Duration::from_secs(1) && Instant::now() < deadline {
+        if let Ok(Pull::Decoded(batch)) = source.pull(64, Duration::from_millis(50)) {
+            after.extend(batch.iter().map(|d| d.position));
+            quiet_since = Instant::now();
+        }
+    }
+    let all: Vec<u64> = before.iter().chain(&after).copied().collect();
+    let last = *all.last().unwrap();
+    assert!(
+        last >= last_retained,
+        "everything the writer still serves arrived"
+    );
+    let expected: Vec<u64> = (1..=last).collect();
+    assert_eq!(
+        all, expected,
+        "every record once, in order, across the kill"
+    );
+    assert!(source.stats().redials >= 1);
+}
+
+#[test]
+fn a_connection_cut_mid_frame_resumes_after_the_last_record_handed_over() {
+    let Some(writer) = Writer::start("proxy-cut") else {
+        return;
+    };
+    const COUNT: u64 = 600;
+    publish_large(&writer, COUNT);
+    // The first connection is cut 3 MB into its ~10 MB frame.
+    let proxy = CutProxy::start(&writer.feed, vec![Some(3 << 20)]);
+    let mut source = EhdbSource::connect(fast(&proxy.addr)).unwrap();
+    let positions = pull_until(&mut source, |p| p.len() >= COUNT as usize);
+    assert_eq!(
+        positions,
+        (1..=COUNT).collect::<Vec<_>>(),
+        "no gap, no duplicate"
+    );
+    let cursors = proxy.cursors();
+    assert_eq!(cursors.len(), 2, "one cut, one resume: {cursors:?}");
+    assert!(
+        cursors[1] > 100 && cursors[1] < COUNT,
+        "the resume starts after the records handed over before the cut: {cursors:?}"
+    );
+}
+
+#[test]
+fn a_stopped_writer_is_an_outage_found_by_the_idle_deadline() {
+    let Some(writer) = Writer::start("sigstop") else {
+        return;
+    };
+    publish(&writer, 0..100);
+    let mut config = fast(&writer.feed);
+    config.idle_deadline = Some(Duration::from_millis(400));
+    let mut source = EhdbSource::connect(config).unwrap();
+    assert_eq!(pull_until(&mut source, |p| p.len() >= 100).len(), 100);
+    writer.pause();
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut outage = None;
+    while Instant::now() < until && outage.is_none() {
+        outage = source.pull(10, Duration::from_millis(50)).err();
+    }
+    writer.resume();
+    let outage = outage.expect("the stopped writer was reported");
+    assert_eq!(outage.kind(), std::io::ErrorKind::NotConnected, "{outage}");
+    publish(&writer, 100..200);
+    let after = pull_until(&mut source, |p| p.len() >= 100);
+    assert_eq!(after, (101..=200).collect::<Vec<_>>());
+    assert!(source.stats().outages >= 1);
 }

@@ -1,7 +1,8 @@
 //! A writer of our own that speaks the feed's protocol (no code of the real one): it
 //! serves a fixed log of shard 0, answers each subscription with every record after the
 //! subscriber's cursor in one frame, and can cut a connection after a given number of bytes
-//! or send raw frames, which the real writer never does.
+//! or send raw frames, which the real writer never does. The real writer is
+//! `wal_source_ehdb::test_writer`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{Read, Write};
@@ -33,6 +34,23 @@ impl LogRecord {
             execution_id: execution.to_string(),
             payload,
         }
+    }
+
+    /// As [`LogRecord::event`], its payload padded with a string of `pad` bytes (an
+    /// envelope's size, for tests that need frames of many megabytes).
+    pub fn padded(
+        global_sequence: u64,
+        execution: i64,
+        id: i64,
+        prev: Option<i64>,
+        pad: usize,
+    ) -> LogRecord {
+        let mut record = LogRecord::event(global_sequence, execution, id, prev);
+        record.payload.pop();
+        record
+            .payload
+            .push_str(&format!(r#","pad":"{}"}}"#, "p".repeat(pad)));
+        record
     }
 
     /// The record as the feed writes it, encoded by serde_json (an encoder independent of
@@ -153,103 +171,76 @@ fn read_subscription(connection: &mut TcpStream) -> Option<u64> {
     request["cursor"].as_u64()
 }
 
-/// The real writer (`scripts/ehdb-writer.sh` builds its harness; `EHDB_WRITER` names the
-/// binary). `None`, saying so, where it is absent, unless `SB_REQUIRE_EHDB` is set, where a
-/// missing writer fails the test instead of skipping it.
-pub fn real_writer_binary() -> Option<std::path::PathBuf> {
-    match std::env::var_os("EHDB_WRITER") {
-        Some(path) => Some(path.into()),
-        None => {
-            assert!(
-                std::env::var_os("SB_REQUIRE_EHDB").is_none(),
-                "SB_REQUIRE_EHDB is set but EHDB_WRITER is not"
-            );
-            eprintln!("SKIP: EHDB_WRITER is not set (scripts/ehdb-writer.sh builds the writer)");
-            None
-        }
-    }
+/// A TCP proxy in front of a writer that cuts chosen connections after a number of bytes
+/// from the writer, and keeps the cursor each subscription asked for.
+pub struct CutProxy {
+    pub addr: String,
+    pub cursors: Arc<Mutex<Vec<u64>>>,
+    _thread: JoinHandle<()>,
 }
 
-/// A running real writer over a directory it can be killed and restarted on.
-pub struct RealWriter {
-    binary: std::path::PathBuf,
-    pub dir: std::path::PathBuf,
-    pub feed: String,
-    pub ingest: String,
-    /// The tip the writer reported when it last started.
-    pub tip: u64,
-    child: Option<std::process::Child>,
-}
-
-impl RealWriter {
-    /// Starts the writer on a fresh directory under the system's temp dir.
-    pub fn start(binary: std::path::PathBuf, name: &str) -> RealWriter {
-        let dir = std::env::temp_dir().join(format!("sb-ehdb-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut writer = RealWriter {
-            binary,
-            dir,
-            feed: "127.0.0.1:0".into(),
-            ingest: "127.0.0.1:0".into(),
-            tip: 0,
-            child: None,
-        };
-        writer.launch();
-        writer
-    }
-
-    /// Starts the process and waits for its ready line (the feed face must not be probed:
-    /// this writer version stops accepting after one malformed subscription).
-    fn launch(&mut self) {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(&self.binary)
-            .args([
-                "--dir",
-                &self.dir.to_string_lossy(),
-                "--feed",
-                &self.feed,
-                "--ingest",
-                &self.ingest,
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("the writer starts");
-        let stdout = child.stdout.take().expect("piped");
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the writer's ready line");
-        let field = |name: &str| -> String {
-            line.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_owned))
-                .unwrap_or_else(|| panic!("no {name} in the ready line {line:?}"))
-        };
-        self.feed = field("feed");
-        self.ingest = field("ingest");
-        self.tip = field("tip").parse().expect("a numeric tip");
-        self.child = Some(child);
-    }
-
-    /// SIGKILL: no shutdown, no flush beyond what was acknowledged.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+impl CutProxy {
+    /// Proxies to `upstream`; connection `n` is cut after `cuts[n]` bytes from the writer
+    /// (`None`, or past the end of `cuts`: never).
+    pub fn start(upstream: &str, cuts: Vec<Option<usize>>) -> CutProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let cursors = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&cursors);
+        let upstream = upstream.to_owned();
+        let thread = std::thread::spawn(move || {
+            for (n, client) in listener.incoming().enumerate() {
+                let Ok(mut client) = client else { return };
+                let Ok(mut writer) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                // The subscription: kept, then forwarded whole.
+                let mut prefix = [0u8; 4];
+                if client.read_exact(&mut prefix).is_err() {
+                    continue;
+                }
+                let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
+                if client.read_exact(&mut body).is_err() {
+                    continue;
+                }
+                let request: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+                seen.lock()
+                    .unwrap()
+                    .push(request["cursor"].as_u64().expect("a cursor"));
+                let _ = writer.write_all(&prefix);
+                let _ = writer.write_all(&body);
+                let cut = cuts.get(n).copied().flatten();
+                std::thread::spawn(move || {
+                    let mut sent = 0usize;
+                    let mut buf = vec![0u8; 64 << 10];
+                    loop {
+                        let want = cut.map_or(buf.len(), |c| (c - sent).min(buf.len()));
+                        if want == 0 {
+                            break;
+                        }
+                        match writer.read(&mut buf[..want]) {
+                            Ok(0) | Err(_) => break,
+                            Ok(got) => {
+                                if client.write_all(&buf[..got]).is_err() {
+                                    break;
+                                }
+                                sent += got;
+                            }
+                        }
+                    }
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    let _ = writer.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        CutProxy {
+            addr,
+            cursors,
+            _thread: thread,
         }
     }
 
-    /// Starts it again on the same directory and the same ports.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.launch();
-    }
-}
-
-impl Drop for RealWriter {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+    pub fn cursors(&self) -> Vec<u64> {
+        self.cursors.lock().unwrap().clone()
     }
 }
