@@ -18,10 +18,13 @@
 //! # let _ = (feed, ingest);
 //! ```
 
-use std::io::BufRead;
+use std::io::{BufRead, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
 
 /// A writer process over a directory of its own. Dropping it kills the process and removes
 /// the directory.
@@ -169,4 +172,138 @@ impl Drop for Writer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// When a [`CutProxy`] cuts a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Never.
+    Never,
+    /// After this many bytes from the writer.
+    After(u64),
+    /// Halfway through the first frame, as its length prefix states it.
+    HalfOfFirstFrame,
+}
+
+/// A TCP proxy in front of a writer's feed face that cuts chosen connections after some of
+/// the writer's bytes, and keeps the cursor each subscription asked for: a dropped
+/// connection mid-frame, on demand.
+pub struct CutProxy {
+    /// Where subscribers connect, `127.0.0.1:PORT`.
+    pub addr: String,
+    cursors: Arc<Mutex<Vec<u64>>>,
+    bytes: Arc<AtomicU64>,
+    _thread: JoinHandle<()>,
+}
+
+impl CutProxy {
+    /// Proxies to `upstream`; connection `n` is cut as `cuts[n]` says (past the end of
+    /// `cuts`: never).
+    pub fn start(upstream: &str, cuts: Vec<Cut>) -> std::io::Result<CutProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?.to_string();
+        let cursors = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&cursors);
+        let bytes = Arc::new(AtomicU64::new(0));
+        let forwarded = Arc::clone(&bytes);
+        let upstream = upstream.to_owned();
+        let thread = std::thread::spawn(move || {
+            for (n, client) in listener.incoming().enumerate() {
+                let Ok(client) = client else { return };
+                let Ok(writer) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let cut = cuts.get(n).copied().unwrap_or(Cut::Never);
+                let (seen, forwarded) = (Arc::clone(&seen), Arc::clone(&forwarded));
+                std::thread::spawn(move || proxy(client, writer, cut, &seen, &forwarded));
+            }
+        });
+        Ok(CutProxy {
+            addr,
+            cursors,
+            bytes,
+            _thread: thread,
+        })
+    }
+
+    /// The cursors the subscriptions asked for, in order.
+    pub fn cursors(&self) -> Vec<u64> {
+        self.cursors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Bytes forwarded from the writer so far, over every connection.
+    pub fn bytes_from_writer(&self) -> u64 {
+        // Relaxed: a statistic; it pairs with nothing.
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// One proxied connection: the subscription forwarded (its cursor kept), then the writer's
+/// bytes copied until the cut.
+fn proxy(
+    mut client: TcpStream,
+    mut writer: TcpStream,
+    cut: Cut,
+    seen: &Mutex<Vec<u64>>,
+    forwarded: &AtomicU64,
+) {
+    let mut prefix = [0u8; 4];
+    if client.read_exact(&mut prefix).is_err() {
+        return;
+    }
+    let mut body = vec![0u8; u32::from_be_bytes(prefix).min(1 << 16) as usize];
+    if client.read_exact(&mut body).is_err() {
+        return;
+    }
+    let text = String::from_utf8_lossy(&body);
+    let cursor = text
+        .split("\"cursor\":")
+        .nth(1)
+        .map(|rest| {
+            rest.trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(u64::MAX);
+    seen.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(cursor);
+    if writer.write_all(&prefix).is_err() || writer.write_all(&body).is_err() {
+        return;
+    }
+    let mut limit = match cut {
+        Cut::Never => u64::MAX,
+        Cut::After(bytes) => bytes,
+        Cut::HalfOfFirstFrame => {
+            let mut frame_prefix = [0u8; 4];
+            if writer.read_exact(&mut frame_prefix).is_err()
+                || client.write_all(&frame_prefix).is_err()
+            {
+                return;
+            }
+            forwarded.fetch_add(4, Ordering::Relaxed);
+            u64::from(u32::from_be_bytes(frame_prefix)) / 2
+        }
+    };
+    let mut buf = vec![0u8; 64 << 10];
+    while limit > 0 {
+        let want = usize::try_from(limit).unwrap_or(usize::MAX).min(buf.len());
+        match writer.read(&mut buf[..want]) {
+            Ok(0) | Err(_) => break,
+            Ok(got) => {
+                if client.write_all(&buf[..got]).is_err() {
+                    break;
+                }
+                limit -= got as u64;
+                forwarded.fetch_add(got as u64, Ordering::Relaxed);
+            }
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+    let _ = writer.shutdown(Shutdown::Both);
 }

@@ -8,11 +8,11 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{CutProxy, LogRecord};
+use common::LogRecord;
 use wal_index::WalSource;
 use wal_index::ingest::Pull;
 use wal_index::{Drain, DrainConfig, DriveFallbacks, StateIndex, WalIndex};
-use wal_source_ehdb::test_writer::Writer;
+use wal_source_ehdb::test_writer::{Cut, CutProxy, Writer};
 use wal_source_ehdb::{EhdbConfig, EhdbPublisher, EhdbSource, FeedRehydrate};
 
 const EXECUTIONS: i64 = 10;
@@ -225,7 +225,7 @@ fn a_connection_cut_mid_frame_resumes_after_the_last_record_handed_over() {
     const COUNT: u64 = 600;
     publish_large(&writer, COUNT);
     // The first connection is cut 3 MB into its ~10 MB frame.
-    let proxy = CutProxy::start(&writer.feed, vec![Some(3 << 20)]);
+    let proxy = CutProxy::start(&writer.feed, vec![Cut::After(3 << 20)]).unwrap();
     let mut source = EhdbSource::connect(fast(&proxy.addr)).unwrap();
     let positions = pull_until(&mut source, |p| p.len() >= COUNT as usize);
     assert_eq!(
