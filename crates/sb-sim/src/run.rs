@@ -396,7 +396,11 @@ fn finish_drain<I: StateIndex>(
         return Ok((drain.join(runtime)?, None));
     }
     let stored = wal.publisher_figures().map_or(0, |p| p.stored);
-    let total = stored.max((plan.backlog.len() + plan.live.len()) as u64);
+    let total = match wal {
+        // The writer's count is read from its log: a record it lost is not waited for.
+        Feed::Ehdb(_) => stored,
+        _ => stored.max((plan.backlog.len() + plan.live.len()) as u64),
+    };
     let waiting = Instant::now();
     let deadline = waiting + Duration::from_secs(120);
     let mut said = waiting;

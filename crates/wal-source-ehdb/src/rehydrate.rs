@@ -88,7 +88,7 @@ impl FeedRehydrate {
     pub fn read(&self, execution_id: ExecutionId) -> io::Result<Vec<Event>> {
         let until = Instant::now() + self.deadline;
         let shard = shard_of(execution_id, self.shards);
-        let mut input = subscribe(&self.addr, shard, until)?;
+        let mut input = subscribe(&self.addr, shard, 0, until)?;
         let mut events = Vec::new();
         let mut reader = FrameReader::new(self.limits);
         let read = reader.read_frame_of(&mut input, execution_id, self.max_records, |record| {
@@ -103,19 +103,23 @@ impl FeedRehydrate {
     }
 }
 
-/// Reads everything the writer retains on `shard`: one subscription from cursor 0, up to
-/// the end of its first frame (the subscription is caught up there), each record handed to
-/// `each` as it is parsed, bad ones included. It is what a rehydrate reads, unfiltered; the
-/// simulator's `replay ehdb://` uses it. An error if the writer cannot be reached, the
-/// connection ends inside the frame or `deadline` passes first: the read is whole or it is
-/// an error.
+/// Reads everything the writer retains on `shard` after `cursor` (`0`: all of it): one
+/// subscription, up to the end of its first frame (the subscription is caught up there),
+/// each record handed to `each` as it is parsed, bad ones included. It is what a rehydrate
+/// reads, unfiltered; the simulator's `replay ehdb://` uses it. An error if the writer
+/// cannot be reached, the connection ends inside the frame or `deadline` passes first: the
+/// read is whole or it is an error.
+///
+/// This writer version sends no frame at all while nothing follows the cursor, so an empty
+/// shard is a [`TimedOut`](io::ErrorKind::TimedOut) error at the deadline, indistinguishable
+/// from a writer still preparing a large frame (production's backlog takes ~36 s).
 ///
 /// ```no_run
 /// use std::time::Duration;
 /// use wal_source_ehdb::{frame::Limits, read_retained};
 ///
 /// let mut events = 0;
-/// let summary = read_retained("127.0.0.1:7070", 0, Duration::from_secs(600), Limits::default(), |record| {
+/// let summary = read_retained("127.0.0.1:7070", 0, 0, Duration::from_secs(600), Limits::default(), |record| {
 ///     events += usize::from(record.event.is_ok());
 /// })?;
 /// println!("{events} events in a frame of {} bytes", summary.bytes);
@@ -124,11 +128,12 @@ impl FeedRehydrate {
 pub fn read_retained(
     addr: &str,
     shard: u32,
+    cursor: u64,
     deadline: Duration,
     limits: Limits,
     each: impl FnMut(Decoded),
 ) -> io::Result<FrameSummary> {
-    let mut input = subscribe(addr, shard, Instant::now() + deadline)?;
+    let mut input = subscribe(addr, shard, cursor, Instant::now() + deadline)?;
     match FrameReader::new(limits).read_frame(&mut input, each) {
         Ok(Some(summary)) => Ok(summary),
         Ok(None) => Err(io::Error::new(
@@ -140,10 +145,15 @@ pub fn read_retained(
     }
 }
 
-/// Dials `addr` and subscribes to `shard` from cursor 0; reads end at `until`.
-fn subscribe(addr: &str, shard: u32, until: Instant) -> io::Result<BufReader<Deadline>> {
+/// Dials `addr` and subscribes to `shard` from `cursor`; reads end at `until`.
+fn subscribe(
+    addr: &str,
+    shard: u32,
+    cursor: u64,
+    until: Instant,
+) -> io::Result<BufReader<Deadline>> {
     let stream = dial(addr, until)?;
-    let request = format!(r#"{{"shard":{shard},"cursor":0}}"#);
+    let request = format!(r#"{{"shard":{shard},"cursor":{cursor}}}"#);
     (&stream).write_all(&frame(request.as_bytes()))?;
     Ok(BufReader::with_capacity(
         256 << 10,

@@ -163,6 +163,7 @@ fn served(writer: &Writer) -> Vec<u64> {
     wal_source_ehdb::read_retained(
         &writer.feed,
         0,
+        0,
         Duration::from_secs(60),
         Default::default(),
         |d| positions.push(d.position),

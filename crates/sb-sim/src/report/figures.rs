@@ -182,6 +182,9 @@ fn wal_health(run: &EngineRun) -> WalHealth {
         unconsumed: run
             .publisher
             .map_or(0, |p| p.stored.saturating_sub(run.observer.wal_events())),
+        lost_by_server: run
+            .publisher
+            .map_or(0, |p| p.published.saturating_sub(p.stored)),
     }
 }
 

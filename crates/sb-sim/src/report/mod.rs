@@ -251,8 +251,8 @@ pub struct WalHealth {
     pub recoveries: u64,
     /// Seconds the drain was unhealthy.
     pub unhealthy_s: f64,
-    /// The producer's figures (broker runs only): re-sends are counted here, apart from the
-    /// records.
+    /// The producer's figures (broker and writer runs): re-sends are counted here, apart
+    /// from the records.
     pub publisher: Option<crate::wal::PublisherFigures>,
     /// Messages the stream held beyond the run's records: duplicates of re-sent records whose
     /// first copy had been stored.
@@ -260,6 +260,10 @@ pub struct WalHealth {
     /// Stored messages the drain had not consumed when the run stopped waiting for it
     /// (after 120 s); 0 in a run that completed.
     pub unconsumed: u64,
+    /// Acknowledged records the log no longer holds at the end of the run: lost by the WAL
+    /// server after it acknowledged them (an EHDB writer of this version loses its unsealed
+    /// tail to a SIGKILL); 0 where the server kept its word.
+    pub lost_by_server: u64,
 }
 
 /// The whole report.

@@ -149,7 +149,7 @@ fn wal_health(out: &mut String, e: &EngineReport) {
     if let Some(p) = &h.publisher {
         let _ = writeln!(
             out,
-            "WAL on the broker: {} records published, {} re-sent ({} acks missing, {} sends refused, {} waits); {} messages stored ({} duplicates)",
+            "WAL on the server: {} records published, {} re-sent ({} acks missing, {} sends refused, {} waits); {} messages stored ({} duplicates)",
             p.published,
             p.republished,
             p.ack_failures,
@@ -157,6 +157,13 @@ fn wal_health(out: &mut String, e: &EngineReport) {
             p.waits,
             p.stored,
             h.duplicates_stored
+        );
+    }
+    if h.lost_by_server > 0 {
+        let _ = writeln!(
+            out,
+            "WAL LOST BY THE SERVER: {} acknowledged records are no longer in the log",
+            h.lost_by_server
         );
     }
     if h.unconsumed > 0 {

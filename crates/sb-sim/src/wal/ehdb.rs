@@ -179,11 +179,35 @@ impl EhdbFeed {
         Ok(self.publisher.as_mut().expect("connected above"))
     }
 
-    /// What the producer did; `stored` is what it published (the writer has no count to
-    /// ask for).
+    /// What the producer did, and what the writer holds of the run: `stored` is the
+    /// records its feed serves after the run's base, counted by reading them (every shard;
+    /// 30 s each at most). A shard that sends nothing within that counts as holding none:
+    /// this writer version sends no frame while nothing follows the cursor.
     pub fn figures(&self) -> PublisherFigures {
+        let mut stored = 0;
+        for shard in 0..self.target.shards {
+            let mut records = 0u64;
+            let read = wal_source_ehdb::read_retained(
+                &self.target.feed,
+                shard,
+                self.base,
+                Duration::from_secs(30),
+                wal_source_ehdb::frame::Limits::default(),
+                |_| records += 1,
+            );
+            match read {
+                Ok(_) => stored += records,
+                Err(error) if error.kind() == io::ErrorKind::TimedOut && records == 0 => {}
+                Err(error) => {
+                    eprintln!(
+                        "sb-sim: cannot count shard {shard}'s records on the writer: {error}"
+                    );
+                    stored += records;
+                }
+            }
+        }
         PublisherFigures {
-            stored: self.figures.published,
+            stored,
             ..self.figures
         }
     }

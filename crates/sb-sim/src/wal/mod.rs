@@ -287,6 +287,7 @@ pub fn read_writer(
         wal_source_ehdb::read_retained(
             &target.feed,
             shard,
+            0,
             Duration::from_secs(600),
             wal_source_ehdb::frame::Limits::default(),
             |record| match record.event {
