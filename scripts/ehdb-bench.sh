@@ -51,7 +51,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 def f(v, fmt="{:.1f}"):
     return "-" if v is None else fmt.format(v)
 print()
-print("| row | first byte (s) | first event (s) | caught up (s) | MB/s | peak RSS (MB) | held (MB) | subscriptions |")
+print("| row | first byte (s) | first event (s) | caught up (s) | MB/s | peak RSS (MB) | index peak (MB) | subscriptions |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     name = r["mode"] + (", cut at 50%" if r["cut_at_half"] else "")
