@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The worker-pool example (crates/sb-sim/examples/worker_pool.rs) as a pool's engineer runs
 # it: first on its default (an in-process WAL, 20 s, a clean shutdown by itself), then
-# through a real NATS JetStream broker for 5 s. Each run must exit 0 having served drives.
+# through a real NATS JetStream broker for 5 s, then through the real EHDB writer for 5 s.
+# Each run must exit 0 having served drives.
 #
 # Usage: scripts/worker-example.sh     (NATS_SERVER=/path/to/nats-server to pick the binary;
-#        without one the broker run is skipped, or fails when SB_REQUIRE_NATS is set)
+#        without one the broker run is skipped, or fails when SB_REQUIRE_NATS is set;
+#        EHDB_WRITER=/path/to/ehdb-writer, as scripts/ehdb-writer.sh prints it, for the
+#        writer run, skipped without it, or failing when SB_REQUIRE_EHDB is set)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +16,30 @@ run() { cargo run --locked -q -p sb-sim --example worker_pool -- --metrics-addr 
 
 echo "worker_pool on its default (in-process WAL):"
 run
+
+through_writer() {
+  if [ -z "${EHDB_WRITER:-}" ]; then
+    echo "SKIP worker_pool through the EHDB writer: EHDB_WRITER is not set"
+    [ -z "${SB_REQUIRE_EHDB:-}" ] || exit 1
+    return 0
+  fi
+  local wdir
+  wdir=$(mktemp -d)
+  "$EHDB_WRITER" --dir "$wdir" >"$wdir/ready" 2>"$wdir/writer.log" &
+  local wpid=$!
+  for _ in $(seq 100); do grep -q '^ready' "$wdir/ready" 2>/dev/null && break; sleep 0.1; done
+  local feed ingest
+  feed=$(sed -n 's/^ready feed=\([^ ]*\) .*/\1/p' "$wdir/ready")
+  ingest=$(sed -n 's/.* ingest=[^ ]*:\([0-9]*\) .*/\1/p' "$wdir/ready")
+  echo "worker_pool through the EHDB writer (ehdb://$feed?ingest=$ingest):"
+  local status=0
+  run --wal "ehdb://$feed?ingest=$ingest" --duration 5 || status=$?
+  kill "$wpid" 2>/dev/null || true
+  wait "$wpid" 2>/dev/null || true
+  rm -rf "$wdir"
+  return "$status"
+}
+through_writer
 
 server=${NATS_SERVER:-$(command -v nats-server || true)}
 if [ -z "$server" ]; then
