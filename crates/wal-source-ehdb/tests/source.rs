@@ -201,19 +201,24 @@ fn a_writer_that_accepts_and_never_sends_is_redialled_after_the_idle_deadline() 
     assert_eq!((stats.connects, stats.redials, stats.outages), (1, 1, 1));
 }
 
+/// Drops `source` on a thread of its own; whether that returned within `limit`.
+fn drops_within(source: EhdbSource, limit: Duration) -> bool {
+    let (done, dropped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(source);
+        let _ = done.send(());
+    });
+    dropped.recv_timeout(limit).is_ok()
+}
+
 #[test]
 fn dropping_the_source_returns_while_its_reader_waits_on_a_silent_writer() {
     let writer = FakeWriter::start(Vec::new(), vec![Behaviour::Raw(Vec::new())]);
     for pause in [0, 5, 50, 300] {
         let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
         std::thread::sleep(Duration::from_millis(pause));
-        let (done, dropped) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            drop(source);
-            let _ = done.send(());
-        });
         assert!(
-            dropped.recv_timeout(Duration::from_secs(5)).is_ok(),
+            drops_within(source, Duration::from_secs(5)),
             "dropping the source {pause} ms after it started did not return within 5 s"
         );
     }
@@ -228,13 +233,8 @@ fn a_drop_while_a_frame_is_still_streaming_in_returns_promptly() {
     let writer = FakeWriter::start(Vec::new(), vec![Behaviour::Trickle(trickle)]);
     let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let (done, dropped) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        drop(source);
-        let _ = done.send(());
-    });
     assert!(
-        dropped.recv_timeout(Duration::from_secs(5)).is_ok(),
+        drops_within(source, Duration::from_secs(5)),
         "dropping the source waited for the frame's end"
     );
 }
