@@ -404,7 +404,7 @@ fn finish_drain<I: StateIndex>(
     let waiting = Instant::now();
     let deadline = waiting + Duration::from_secs(120);
     let mut said = waiting;
-    while observer.wal_events() < total && Instant::now() < deadline {
+    while observer.wal_events() < total && Instant::now() < deadline && !drain.is_finished() {
         if said.elapsed() >= Duration::from_secs(5) {
             said = Instant::now();
             eprintln!(
@@ -460,6 +460,14 @@ impl DrainRun {
                 .block_on(task)
                 .map_err(|_| std::io::Error::other("the drain task panicked"))?,
             DrainRun::Thread(handle) => handle.join(),
+        }
+    }
+
+    /// Whether the drain ended by itself (a source that closed or failed for good).
+    fn is_finished(&self) -> bool {
+        match self {
+            DrainRun::Task { task, .. } => task.is_finished(),
+            DrainRun::Thread(handle) => handle.is_finished(),
         }
     }
 

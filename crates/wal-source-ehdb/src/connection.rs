@@ -42,3 +42,12 @@ pub(crate) fn keepalive(stream: &TcpStream, idle: Duration) -> io::Result<()> {
     let probes = probes.with_interval(idle).with_retries(3);
     socket2::SockRef::from(stream).set_tcp_keepalive(&probes)
 }
+
+/// `wait` from now, or a year from now for a wait too long to add to an `Instant` (a
+/// `Duration::MAX` timeout meaning "none").
+pub(crate) fn after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
+        .unwrap_or(now)
+}

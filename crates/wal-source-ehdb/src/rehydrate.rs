@@ -9,7 +9,7 @@ use chain_fold::{Event, ExecutionId};
 use wal_index::DriveFallbacks;
 use wal_index::ingest::Decoded;
 
-use crate::connection::dial;
+use crate::connection::{after, dial};
 use crate::frame::{FeedError, FrameReader, FrameSummary, Limits, frame};
 use crate::shard::shard_of;
 
@@ -133,7 +133,7 @@ pub fn read_retained(
     limits: Limits,
     each: impl FnMut(Decoded),
 ) -> io::Result<FrameSummary> {
-    let mut input = subscribe(addr, shard, cursor, Instant::now() + deadline)?;
+    let mut input = subscribe(addr, shard, cursor, after(deadline))?;
     match FrameReader::new(limits).read_frame(&mut input, each) {
         Ok(Some(summary)) => Ok(summary),
         Ok(None) => Err(io::Error::new(
@@ -175,14 +175,23 @@ struct Deadline {
 
 impl Read for Deadline {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let passed = || io::Error::new(io::ErrorKind::TimedOut, "the read's deadline passed");
         let left = self.until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the replay's deadline passed",
-            ));
+            return Err(passed());
         }
         self.stream.set_read_timeout(Some(left))?;
-        self.stream.read(buf)
+        match self.stream.read(buf) {
+            // A socket's read timeout is `WouldBlock` on Unix and `TimedOut` on Windows.
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(passed())
+            }
+            read => read,
+        }
     }
 }

@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySen
 use wal_index::WalSource;
 use wal_index::ingest::{Backoff, Decoded, Pull};
 
-use crate::connection::{dial, keepalive};
+use crate::connection::{after, dial, keepalive};
 use crate::frame::{FeedError, FrameReader, Limits};
 
 /// How often a reader blocked on its socket looks at the stop flag and the idle deadline:
@@ -249,8 +249,8 @@ impl Shared {
 /// off), every time until the shard is up again: its first byte arrived, or (without an
 /// idle deadline) its subscription stayed open a second without an error. Records other shards queued are
 /// still delivered meanwhile, so with several shards `healthy` reads 1 while the others
-/// deliver; [`FeedStats::outages`] and the drain's source errors count every outage. The
-/// reader redials with [`EhdbConfig::redial`]'s backoff. A
+/// deliver; [`FeedStats::outages`] counts every outage (the drain's source errors count
+/// failed pulls, not outages). The reader redials with [`EhdbConfig::redial`]'s backoff. A
 /// connection cut mid-frame, a writer that closes the feed, a connection silent past
 /// [`EhdbConfig::idle_deadline`] and a dead peer found by keepalive are all outages.
 ///
@@ -541,10 +541,7 @@ impl ShardReader {
 
     /// Dials the writer and sends the subscription from the cursor.
     fn subscribe(&self) -> io::Result<TcpStream> {
-        let stream = dial(
-            &self.config.addr,
-            Instant::now() + self.config.connect_timeout,
-        )?;
+        let stream = dial(&self.config.addr, after(self.config.connect_timeout))?;
         if let Some(idle) = self.config.keepalive {
             keepalive(&stream, idle)?;
         }
@@ -561,7 +558,7 @@ impl ShardReader {
 
     /// Sleeps `pause`, in slices, so a dropped source is not kept waiting.
     fn pause(&self, pause: Duration) {
-        let until = Instant::now() + pause;
+        let until = after(pause);
         while !self.shared.stopping() {
             let now = Instant::now();
             if now >= until {
@@ -629,7 +626,10 @@ impl Read for FeedStream<'_> {
             match self.stream.read(buf) {
                 Ok(n) => {
                     self.last_byte = Instant::now();
-                    self.mark_up(n > 0);
+                    // Only a byte brings a shard up: an end of file never does.
+                    if n > 0 {
+                        self.mark_up(true);
+                    }
                     return Ok(n);
                 }
                 Err(error)

@@ -270,3 +270,20 @@ fn a_shard_named_twice_is_refused() {
         "{error}"
     );
 }
+
+#[test]
+fn with_an_idle_deadline_a_connection_that_ends_without_a_byte_never_brings_its_shard_up() {
+    // Each connection stays open 1.2 s (past the quiet second that counts as up without an
+    // idle deadline), sends nothing and closes.
+    let writer = FakeWriter::start(Vec::new(), vec![Behaviour::CloseAfterMs(1_200)]);
+    let mut config = fast(&writer.addr);
+    config.idle_deadline = Some(Duration::from_secs(5));
+    let mut source = EhdbSource::connect(config).unwrap();
+    let until = Instant::now() + Duration::from_millis(3_000);
+    while Instant::now() < until {
+        let _ = source.pull(10, Duration::from_millis(50));
+    }
+    assert!(writer.cursors().len() >= 2, "it redialled");
+    let stats = source.stats();
+    assert_eq!((stats.connects, stats.redials, stats.outages), (0, 0, 1));
+}

@@ -258,7 +258,9 @@ pub struct WalHealth {
     /// first copy had been stored.
     pub duplicates_stored: u64,
     /// Stored messages the drain had not consumed when the run stopped waiting for it
-    /// (after 120 s); 0 in a run that completed.
+    /// (after 120 s, or when the drain ended by itself); 0 in a run that completed. A count:
+    /// where the server lost records the drain had already consumed, those stand in for
+    /// stored ones it had not.
     pub unconsumed: u64,
     /// Acknowledged records the log no longer holds at the end of the run: lost by the WAL
     /// server after it acknowledged them (an EHDB writer of this version loses its unsealed

@@ -81,6 +81,8 @@ pub struct EhdbFeed {
     base: u64,
     next: u64,
     figures: PublisherFigures,
+    /// What the writer holds of the run, once counted.
+    stored: std::sync::OnceLock<u64>,
 }
 
 impl EhdbFeed {
@@ -103,6 +105,7 @@ impl EhdbFeed {
             base,
             next: base + 1,
             figures: PublisherFigures::default(),
+            stored: std::sync::OnceLock::new(),
         })
     }
 
@@ -123,45 +126,53 @@ impl EhdbFeed {
         let transaction = format!("sb-sim-{}", self.next);
         let started = Instant::now();
         let mut said = started - Duration::from_secs(60);
-        let mut attempt = 0u32;
+        let mut failures = 0u32;
+        // Whether an earlier attempt reached the writer (the record may be stored already).
+        let mut sent_before = false;
         loop {
             let sequence = self.next;
-            let sent = self
-                .publisher()
-                .and_then(|p| p.publish(sequence, execution, &transaction, &payload));
-            match sent {
-                Ok(ack) if ack == sequence => break,
-                Ok(ack) => {
-                    return Err(io::Error::other(format!(
-                        "the writer acknowledged sequence {ack} for a record published as {}",
-                        self.next
-                    )));
-                }
+            let error = match self.publisher() {
                 Err(error) => {
-                    self.publisher = None;
-                    self.figures.ack_failures += 1;
-                    self.figures.waits += 1;
-                    if started.elapsed() >= Self::OUTAGE_MAX {
-                        return Err(io::Error::other(format!(
-                            "the writer at {} did not acknowledge a record for {:?}: {error}",
-                            self.ingest,
-                            Self::OUTAGE_MAX
-                        )));
-                    }
-                    if said.elapsed() >= Duration::from_secs(1) {
-                        said = Instant::now();
-                        eprintln!(
-                            "sb-sim: the writer at {} is away for {:.1} s ({error}); re-sending",
-                            self.ingest,
-                            started.elapsed().as_secs_f64()
-                        );
-                    }
-                    attempt += 1;
-                    std::thread::sleep(Duration::from_millis(u64::from(attempt.min(20)) * 25));
+                    self.figures.send_failures += 1;
+                    error
                 }
+                Ok(publisher) => {
+                    match publisher.publish(sequence, execution, &transaction, &payload) {
+                        Ok(ack) if ack == sequence => break,
+                        Ok(ack) => {
+                            return Err(io::Error::other(format!(
+                                "the writer acknowledged sequence {ack} for a record published as {sequence}"
+                            )));
+                        }
+                        Err(error) => {
+                            self.figures.ack_failures += 1;
+                            sent_before = true;
+                            error
+                        }
+                    }
+                }
+            };
+            self.publisher = None;
+            self.figures.waits += 1;
+            if started.elapsed() >= Self::OUTAGE_MAX {
+                return Err(io::Error::other(format!(
+                    "the writer at {} did not acknowledge a record for {:?}: {error}",
+                    self.ingest,
+                    Self::OUTAGE_MAX
+                )));
             }
+            if said.elapsed() >= Duration::from_secs(1) {
+                said = Instant::now();
+                eprintln!(
+                    "sb-sim: the writer at {} is away for {:.1} s ({error}); re-sending",
+                    self.ingest,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            failures += 1;
+            std::thread::sleep(Duration::from_millis(u64::from(failures.min(20)) * 25));
         }
-        if attempt > 0 {
+        if sent_before {
             self.figures.republished += 1;
         }
         self.figures.published += 1;
@@ -179,11 +190,26 @@ impl EhdbFeed {
         Ok(self.publisher.as_mut().expect("connected above"))
     }
 
-    /// What the producer did, and what the writer holds of the run: `stored` is the
-    /// records its feed serves after the run's base, counted by reading them (every shard;
-    /// 30 s each at most). A shard that sends nothing within that counts as holding none:
-    /// this writer version sends no frame while nothing follows the cursor.
+    /// What the producer did, and what the writer holds of the run (`stored`).
+    ///
+    /// A writer that acknowledged every record at its first attempt holds them all. After an
+    /// outage (a writer killed and restarted can lose acknowledged records), `stored` is
+    /// counted by reading the records its feed serves after the run's base, every shard, 60 s
+    /// each at most, once per run. A shard that sends nothing within that counts as holding
+    /// none: this writer version sends no frame while nothing follows the cursor.
     pub fn figures(&self) -> PublisherFigures {
+        let stored = if self.figures.ack_failures == 0 && self.figures.send_failures == 0 {
+            self.figures.published
+        } else {
+            *self.stored.get_or_init(|| self.count_stored())
+        };
+        PublisherFigures {
+            stored,
+            ..self.figures
+        }
+    }
+
+    fn count_stored(&self) -> u64 {
         let mut stored = 0;
         for shard in 0..self.target.shards {
             let mut records = 0u64;
@@ -191,7 +217,7 @@ impl EhdbFeed {
                 &self.target.feed,
                 shard,
                 self.base,
-                Duration::from_secs(30),
+                Duration::from_secs(60),
                 wal_source_ehdb::frame::Limits::default(),
                 |_| records += 1,
             );
@@ -206,10 +232,7 @@ impl EhdbFeed {
                 }
             }
         }
-        PublisherFigures {
-            stored,
-            ..self.figures
-        }
+        stored
     }
 }
 

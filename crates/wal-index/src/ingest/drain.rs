@@ -428,6 +428,12 @@ impl DrainHandle {
             .map_err(|_| io::Error::other("the drain thread panicked"))?
     }
 
+    /// Whether the drain has ended by itself (its source closed, or failed with an error
+    /// that is not retried): [`join`](Self::join) then returns at once.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().map_or(true, |t| t.is_finished())
+    }
+
     /// Stops the drain after its current step and returns the report.
     pub fn stop(self) -> io::Result<DrainReport> {
         self.stop.store(true, Ordering::Relaxed);

@@ -83,6 +83,8 @@ pub enum Behaviour {
     Raw(Vec<u8>),
     /// Write these bytes, then a space every 20 ms, for as long as the connection lasts.
     Trickle(Vec<u8>),
+    /// Send nothing, and close after this many milliseconds.
+    CloseAfterMs(u64),
 }
 
 /// The writer: a listener on loopback and the subscriptions it received.
@@ -136,6 +138,12 @@ impl FakeWriter {
                     Behaviour::Raw(bytes) => {
                         let _ = connection.write_all(&bytes);
                         open.push(connection);
+                    }
+                    Behaviour::CloseAfterMs(ms) => {
+                        std::thread::spawn(move || {
+                            std::thread::sleep(std::time::Duration::from_millis(ms));
+                            let _ = connection.shutdown(std::net::Shutdown::Both);
+                        });
                     }
                     Behaviour::Trickle(bytes) => {
                         std::thread::spawn(move || {
