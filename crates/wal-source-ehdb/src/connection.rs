@@ -1,8 +1,8 @@
 //! Dialling the writer: every address a name resolves to, within one deadline, with
 //! `TCP_NODELAY` (the feed's frames are small once caught up) and, where asked, TCP
-//! keepalive.
+//! keepalive; the subscription a connection opens with.
 
-use std::io;
+use std::io::{self, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -50,4 +50,11 @@ pub(crate) fn after(wait: Duration) -> Instant {
     now.checked_add(wait)
         .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
         .unwrap_or(now)
+}
+
+/// Sends the one frame a subscriber writes: `{"shard": S, "cursor": C}`.
+pub(crate) fn send_subscription(stream: &TcpStream, shard: u32, cursor: u64) -> io::Result<()> {
+    let request = format!(r#"{{"shard":{shard},"cursor":{cursor}}}"#);
+    let mut stream = stream;
+    stream.write_all(&crate::frame::frame(request.as_bytes()))
 }

@@ -1,7 +1,7 @@
 //! Rehydrate on a miss through the feed: one execution's retained events, read from its
 //! shard's feed within a deadline and a message cap, as today's worker bounds it.
 
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -9,8 +9,8 @@ use chain_fold::{Event, ExecutionId};
 use wal_index::DriveFallbacks;
 use wal_index::ingest::Decoded;
 
-use crate::connection::{after, dial};
-use crate::frame::{FeedError, FrameReader, FrameSummary, Limits, frame};
+use crate::connection::{after, dial, send_subscription};
+use crate::frame::{FeedError, FrameReader, FrameSummary, Limits};
 use crate::shard::shard_of;
 
 /// A [`DriveFallbacks`] whose retained WAL is the writer's feed.
@@ -153,8 +153,7 @@ fn subscribe(
     until: Instant,
 ) -> io::Result<BufReader<Deadline>> {
     let stream = dial(addr, until)?;
-    let request = format!(r#"{{"shard":{shard},"cursor":{cursor}}}"#);
-    (&stream).write_all(&frame(request.as_bytes()))?;
+    send_subscription(&stream, shard, cursor)?;
     Ok(BufReader::with_capacity(
         256 << 10,
         Deadline { stream, until },

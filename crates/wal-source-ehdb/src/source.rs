@@ -1,6 +1,6 @@
 //! [`EhdbSource`]: a [`WalSource`] over the writer's feed, one connection per shard.
 
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySen
 use wal_index::WalSource;
 use wal_index::ingest::{Backoff, Decoded, Pull};
 
-use crate::connection::{after, dial, keepalive};
+use crate::connection::{after, dial, keepalive, send_subscription};
 use crate::frame::{FeedError, FrameReader, Limits};
 
 /// How often a reader blocked on its socket looks at the stop flag and the idle deadline:
@@ -211,11 +211,8 @@ impl Shared {
 
     /// A fatal outage's error, if a shard has one.
     fn fatal_error(&self, addr: &str) -> Option<io::Error> {
-        let fatal = self
-            .lock()
-            .iter()
-            .any(|s| s.outage.as_ref().is_some_and(|o| o.fatal));
-        if fatal { self.outage_error(addr) } else { None }
+        self.outage_error(addr)
+            .filter(|error| error.kind() == io::ErrorKind::InvalidInput)
     }
 }
 
@@ -356,6 +353,17 @@ impl EhdbSource {
     fn outage(&self) -> Option<io::Error> {
         self.shared.outage_error(&self.config.addr)
     }
+
+    /// Every reader has ended and the queue is empty: each reader ends only at a fatal
+    /// outage (the source itself is still here), so this is that outage.
+    fn ended(&self) -> io::Result<Pull> {
+        Err(self.outage().unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("EHDB feed {}: every shard's reader ended", self.config.addr),
+            )
+        }))
+    }
 }
 
 impl WalSource for EhdbSource {
@@ -389,19 +397,6 @@ impl WalSource for EhdbSource {
             }
         }
         Ok(Pull::Decoded(batch))
-    }
-}
-
-impl EhdbSource {
-    /// Every reader has ended and the queue is empty: each reader ends only at a fatal
-    /// outage (the source itself is still here), so this is that outage.
-    fn ended(&self) -> io::Result<Pull> {
-        Err(self.outage().unwrap_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("EHDB feed {}: every shard's reader ended", self.config.addr),
-            )
-        }))
     }
 }
 
@@ -482,10 +477,8 @@ impl ShardReader {
             shared: &self.shared,
             idle_deadline: self.config.idle_deadline,
             last_byte: Instant::now(),
-            up: Up::Pending {
-                slot: self.slot,
-                since: Instant::now(),
-            },
+            slot: self.slot,
+            up_pending_since: Some(Instant::now()),
         };
         let mut input = BufReader::with_capacity(256 << 10, feed);
         let mut frames = FrameReader::new(self.config.limits);
@@ -551,8 +544,7 @@ impl ShardReader {
             .map_or(TICK, |idle| idle.min(TICK));
         stream.set_read_timeout(Some(tick.max(Duration::from_millis(1))))?;
         stream.set_write_timeout(Some(self.config.connect_timeout))?;
-        let request = format!(r#"{{"shard":{},"cursor":{}}}"#, self.shard, self.cursor);
-        (&stream).write_all(&crate::frame::frame(request.as_bytes()))?;
+        send_subscription(&stream, self.shard, self.cursor)?;
         Ok(stream)
     }
 
@@ -576,16 +568,6 @@ impl ShardReader {
 /// accepts connections.
 const UP_AFTER: Duration = Duration::from_secs(1);
 
-/// Whether a session has brought its shard up yet.
-enum Up {
-    /// Not yet: the shard's slot, and when the subscription was sent.
-    Pending {
-        slot: usize,
-        since: Instant,
-    },
-    Done,
-}
-
 /// The connection as the frame reader sees it: a read that times out every `TICK` is
 /// retried until a byte arrives, the source is dropped (an error that ends the session),
 /// or the idle deadline passes without a byte (an outage). The first byte, or [`UP_AFTER`]
@@ -595,17 +577,20 @@ struct FeedStream<'a> {
     shared: &'a Shared,
     idle_deadline: Option<Duration>,
     last_byte: Instant,
-    up: Up,
+    /// The shard's slot in `Shared::shards`.
+    slot: usize,
+    /// When the subscription was sent, until the session brings its shard up.
+    up_pending_since: Option<Instant>,
 }
 
 impl FeedStream<'_> {
     /// Brings the shard up if the session has earned it: a byte, or [`UP_AFTER`] open.
     fn mark_up(&mut self, got_byte: bool) {
-        if let Up::Pending { slot, since } = self.up
+        if let Some(since) = self.up_pending_since
             && (got_byte || since.elapsed() >= UP_AFTER)
         {
-            self.up = Up::Done;
-            self.shared.shard_up(slot);
+            self.up_pending_since = None;
+            self.shared.shard_up(self.slot);
         }
     }
 
