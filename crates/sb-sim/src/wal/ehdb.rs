@@ -4,6 +4,7 @@
 use std::io;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use wal_index::ingest::Backoff;
 use wal_source_ehdb::{EhdbConfig, EhdbPublisher, EhdbSource};
 
 use super::PublisherFigures;
@@ -88,6 +89,11 @@ pub struct EhdbFeed {
 impl EhdbFeed {
     /// How long a record may wait for the writer before the run fails.
     const OUTAGE_MAX: Duration = Duration::from_secs(120);
+    /// The pause between attempts to publish one record.
+    const RETRY: Backoff = Backoff {
+        first: Duration::from_millis(25),
+        max: Duration::from_millis(500),
+    };
 
     /// The producer for one run on `target` (its ingest face is dialled on first use).
     pub fn open(target: &EhdbTarget) -> io::Result<EhdbFeed> {
@@ -170,7 +176,7 @@ impl EhdbFeed {
                 );
             }
             failures += 1;
-            std::thread::sleep(Duration::from_millis(u64::from(failures.min(20)) * 25));
+            std::thread::sleep(Self::RETRY.pause(failures));
         }
         if sent_before {
             self.figures.republished += 1;
