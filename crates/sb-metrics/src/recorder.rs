@@ -61,6 +61,7 @@ pub struct StateBuilderMetrics {
     rehydrate: [Counter; 4],
     wal_events: Counter,
     healthy: Gauge,
+    backfilling: Gauge,
 }
 
 fn labelled<T, const N: usize>(
@@ -143,6 +144,7 @@ impl StateBuilderMetrics {
             ),
             wal_events: counter(name::WAL_EVENTS_TOTAL)(Vec::new()),
             healthy: gauge(name::HEALTHY)(Vec::new()),
+            backfilling: gauge(name::BACKFILLING)(Vec::new()),
         };
         let counters = m
             .builds
@@ -156,11 +158,13 @@ impl StateBuilderMetrics {
         for c in counters {
             c.increment(0);
         }
-        for g in m
-            .lock_wait
-            .iter()
-            .chain([&m.executions, &m.events, &m.bytes, &m.healthy])
-        {
+        for g in m.lock_wait.iter().chain([
+            &m.executions,
+            &m.events,
+            &m.bytes,
+            &m.healthy,
+            &m.backfilling,
+        ]) {
             g.increment(0.0);
         }
         Arc::new(m)
@@ -213,6 +217,11 @@ impl IndexObserver for StateBuilderMetrics {
 
     fn wal_events(&self, count: u64) {
         self.wal_events.increment(count);
+    }
+
+    fn backfill(&self, state: wal_index::ingest::Backfill) {
+        self.backfilling
+            .set(if state.is_behind() { 1.0 } else { 0.0 });
     }
 
     fn healthy(&self, up: bool) {

@@ -85,10 +85,12 @@ pub mod name {
     pub const WAL_EVENTS_TOTAL: &str = "wal_events_total";
     /// 1 while the drain's feed is healthy.
     pub const HEALTHY: &str = "healthy";
+    /// 1 while the drain replays the log's history (behind the head it saw at subscription).
+    pub const BACKFILLING: &str = "backfilling";
 }
 
 /// The whole catalogue, in the order of docs/domain.md.
-pub const SERIES: [Series; 14] = [
+pub const SERIES: [Series; 15] = [
     Series {
         name: name::BUILDS_TOTAL,
         kind: Kind::Counter,
@@ -186,5 +188,12 @@ pub const SERIES: [Series; 14] = [
         label: None,
         unit: Unit::Count,
         help: "1 while the drain's WAL feed is healthy, 0 while it is failing.",
+    },
+    Series {
+        name: name::BACKFILLING,
+        kind: Kind::Gauge,
+        label: None,
+        unit: Unit::Count,
+        help: "1 while the drain replays the WAL's history (behind the head its source saw at subscription), 0 once caught up or when the source cannot tell.",
     },
 ];

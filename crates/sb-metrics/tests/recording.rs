@@ -250,18 +250,36 @@ fn every_series_moves_as_documented<I: StateIndex>() {
     assert_gauges_match(&*index, &mut seen, &snapshotter, "after the drain");
     assert_eq!(seen.get("wal_events_total"), 2.0);
     assert_eq!(seen.get("healthy"), 1.0);
+
+    // A backfill: 1 while the drain is behind the head it saw, 0 once it caught up.
+    let (writer, source) = wal_index::ingest::channel_wal();
+    for id in 1..=2 {
+        writer.append(format!(r#"{{"event_id":{id},"execution_id":11}}"#));
+    }
+    let one = DrainConfig {
+        batch_max: 1,
+        ..DrainConfig::default()
+    };
+    let mut drain = Drain::new(Arc::clone(&index), source, one);
+    drain.step().unwrap();
+    assert_gauges_match(&*index, &mut seen, &snapshotter, "behind");
+    assert_eq!(seen.get("backfilling"), 1.0);
+    drain.step().unwrap();
+    assert_gauges_match(&*index, &mut seen, &snapshotter, "caught up");
+    assert_eq!(seen.get("backfilling"), 0.0);
+    drop((drain, writer));
 }
 
 /// A retained WAL holding `.0` events of each execution.
 struct Retained(i64);
 
 impl DriveFallbacks for Retained {
-    fn retained(&self, execution: i64) -> Option<Vec<Event>> {
-        Some(if self.0 == 0 {
+    fn retained(&self, execution: i64) -> wal_index::flow::FallbackRead<'_> {
+        Box::pin(std::future::ready(Some(if self.0 == 0 {
             Vec::new()
         } else {
             chain(execution, self.0)
-        })
+        })))
     }
 }
 

@@ -59,6 +59,7 @@
 //! shares; [`ingest`] feeds an index; `baseline` holds the comparators. Imports run one
 //! way: the engine never imports a comparator, and no module imports the crate root.
 
+mod backfill;
 pub mod config;
 #[doc = include_str!("protocol.md")]
 pub mod protocol {}

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chain_fold::AdvanceOutcome;
 
+use crate::backfill::Backfill;
 use crate::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
 use crate::report::{Build, IndexStats};
 
@@ -58,6 +59,11 @@ pub trait IndexObserver: Send + Sync + 'static {
     /// The drain's feed is healthy (or not).
     fn healthy(&self, up: bool) {
         let _ = up;
+    }
+    /// Where the drain stands against the log's head at subscription, after a pull (the
+    /// `backfilling` gauge: 1 while [`Backfill::Behind`]).
+    fn backfill(&self, state: Backfill) {
+        let _ = state;
     }
 }
 
@@ -146,6 +152,10 @@ impl<A: IndexObserver, B: IndexObserver> IndexObserver for (A, B) {
         self.0.healthy(up);
         self.1.healthy(up);
     }
+    fn backfill(&self, state: Backfill) {
+        self.0.backfill(state);
+        self.1.backfill(state);
+    }
 }
 
 /// A shared observer observes as the one it points to.
@@ -176,5 +186,8 @@ impl<T: IndexObserver + ?Sized> IndexObserver for std::sync::Arc<T> {
     }
     fn healthy(&self, up: bool) {
         (**self).healthy(up);
+    }
+    fn backfill(&self, state: Backfill) {
+        (**self).backfill(state);
     }
 }

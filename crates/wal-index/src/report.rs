@@ -97,8 +97,12 @@ pub struct Drive {
     /// Tail events skipped: undecodable, of another execution, or of an execution the
     /// engine knows finished and was evicted (applying them would re-create it).
     pub tail_rejected: u32,
-    /// The replay after the deadline, if one was attempted.
+    /// The last replay attempted, if any (after the deadline, or early: see
+    /// `backfill_skip`).
     pub rehydrate: Option<RehydrateLabel>,
+    /// The drive left its deadline loop at an unserved build because the engine's drain was
+    /// backfilling, and read its execution at once ([`flow`](crate::flow) says when).
+    pub backfill_skip: bool,
     /// From the drive's start to its end.
     pub elapsed: Duration,
 }

@@ -169,6 +169,79 @@ fn workload<I: StateIndex>() {
     }
 }
 
+/// The retained WAL of the backfill model: a fixed answer, at once.
+struct Retained(Vec<Event>);
+
+impl crate::DriveFallbacks for Retained {
+    fn retained(&self, _: crate::ExecutionId) -> crate::flow::FallbackRead<'_> {
+        Box::pin(std::future::ready(Some(self.0.clone())))
+    }
+}
+
+/// A restart: the engine's drain backfills one execution's history event by event and then
+/// says it caught up, while two drives for its tip run, each of which the engine sends to
+/// its per-execution read at once. One reads the whole history, racing the drain's apply of
+/// the same events; the other reads nothing (the retained WAL lost it), so only going back
+/// to waiting can serve it. Both must be served, each with the whole spine and the bytes
+/// the drain applies: never a short chain, never a byte the drain's replay changes.
+fn backfill_workload() {
+    use crate::ingest::Backfill;
+    let index = Arc::new(crate::WalIndex::default());
+    index.note_backfill(Backfill::Behind { remaining: None });
+    let history: Vec<Event> = (1..=3)
+        .map(|id| ev(7, id, (id > 1).then(|| id - 1)))
+        .collect();
+    let expected: Vec<u8> = {
+        let mut chain = chain_fold::Chain::new(chain_fold::SpineOrder::Causal);
+        history.iter().cloned().for_each(|e| {
+            chain.apply(e);
+        });
+        chain
+            .walk_from(3)
+            .expect("whole")
+            .json_array()
+            .to_bytes()
+            .to_vec()
+    };
+    let drain = {
+        let (index, history) = (Arc::clone(&index), history.clone());
+        thread::spawn(move || {
+            for event in history {
+                index.apply_batch(vec![event]);
+            }
+            index.note_backfill(Backfill::CaughtUp);
+        })
+    };
+    let drives: Vec<_> = [history.clone(), Vec::new()]
+        .into_iter()
+        .map(|read| {
+            let (index, expected) = (Arc::clone(&index), expected.clone());
+            thread::spawn(move || {
+                let retained = Retained(read);
+                let gate = crate::rehydrate::RehydrateGate::new(1);
+                let flow = crate::DriveFlow::new(DriveBudget {
+                    attempts: 10_000,
+                    retry: Duration::from_secs(1),
+                })
+                .fallbacks(&retained)
+                .rehydrate_gate(&gate);
+                let drive = index.drive_flow_blocking(7, Some(3), &flow);
+                let served = drive.outcome.spine().map(|s| s.json_array().to_bytes());
+                assert_eq!(
+                    served.as_deref(),
+                    Some(&expected[..]),
+                    "drive for 7 behind the backfill: {:?}",
+                    drive.label
+                );
+            })
+        })
+        .collect();
+    drain.join().expect("the drain panicked");
+    for drive in drives {
+        drive.join().expect("a drive was not served");
+    }
+}
+
 /// Iterations per scheduler; `SHUTTLE_ITERATIONS` raises it for long runs.
 fn iterations() -> usize {
     std::env::var("SHUTTLE_ITERATIONS")
@@ -186,6 +259,16 @@ macro_rules! engines {
             $( #[test] fn $name() { shuttle::check_pct(super::workload::<$engine>, super::iterations(), 3) } )*
         }
     };
+}
+
+#[test]
+fn backfill_random() {
+    shuttle::check_random(backfill_workload, iterations());
+}
+
+#[test]
+fn backfill_pct() {
+    shuttle::check_pct(backfill_workload, iterations(), 3);
 }
 
 engines!(

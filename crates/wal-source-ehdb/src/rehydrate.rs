@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{Event, ExecutionId};
 use wal_index::DriveFallbacks;
+use wal_index::flow::{FallbackRead, blocking_read};
 use wal_index::ingest::Decoded;
 
 use crate::connection::{after, dial, send_subscription};
@@ -160,9 +161,13 @@ fn subscribe(
     ))
 }
 
+/// Each read runs on a thread of its own ([`blocking_read`]): the feed's client blocks, and
+/// an async drive must not park its executor's worker on it. The read ends at its own
+/// deadline even when the drive stopped waiting for it first.
 impl DriveFallbacks for FeedRehydrate {
-    fn retained(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
-        self.read(execution_id).ok()
+    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
+        let feed = self.clone();
+        blocking_read(move || feed.read(execution_id).ok())
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use wal_index::WalSource;
-use wal_index::ingest::{Backoff, Decoded, Pull};
+use wal_index::ingest::{Backfill, Backoff, Decoded, Pull};
 
 use crate::connection::{after, dial, keepalive, send_subscription};
 use crate::frame::{FeedError, FrameReader, Limits};
@@ -147,6 +147,9 @@ struct ShardState {
     outage: Option<Outage>,
     /// Whether it has been down before (its next way up is a redial).
     down_before: bool,
+    /// The highest `global_sequence` queued when the shard's first frame ended: the head of
+    /// its log at subscription, which the drain has backfilled once it pulled that far.
+    head: Option<u64>,
 }
 
 /// The state the readers and the source share.
@@ -207,6 +210,11 @@ impl Shared {
                 first.why
             ),
         ))
+    }
+
+    /// Records the head of a shard's log at its first frame's end (later frames are live).
+    fn first_frame_ended(&self, slot: usize, cursor: u64) {
+        self.lock()[slot].head.get_or_insert(cursor);
     }
 
     /// A fatal outage's error, if a shard has one.
@@ -276,9 +284,12 @@ impl Shared {
 /// - `pull(0, _)` is read as `pull(1, _)`, as the other sources do.
 pub struct EhdbSource {
     config: EhdbConfig,
-    queue: Receiver<Decoded>,
+    /// Each record with the slot of the shard that read it.
+    queue: Receiver<(usize, Decoded)>,
     shared: Arc<Shared>,
     readers: Vec<JoinHandle<()>>,
+    /// The highest `global_sequence` handed to the drain, per shard slot.
+    pulled: Vec<u64>,
 }
 
 impl std::fmt::Debug for EhdbSource {
@@ -322,6 +333,7 @@ impl EhdbSource {
             queue,
             shared: Arc::clone(&shared),
             readers: Vec::with_capacity(config.shards.len()),
+            pulled: vec![config.cursor; config.shards.len()],
         };
         for (slot, &shard) in config.shards.iter().enumerate() {
             let reader = ShardReader {
@@ -352,6 +364,12 @@ impl EhdbSource {
 
     fn outage(&self) -> Option<io::Error> {
         self.shared.outage_error(&self.config.addr)
+    }
+
+    /// Notes how far the drain got in the record's shard, and hands the record over.
+    fn handed_over(&mut self, (slot, record): (usize, Decoded)) -> Decoded {
+        self.pulled[slot] = self.pulled[slot].max(record.position);
+        record
     }
 
     /// Every reader has ended and the queue is empty: each reader ends only at a fatal
@@ -389,14 +407,31 @@ impl WalSource for EhdbSource {
             Err(TryRecvError::Disconnected) => return self.ended(),
         };
         let mut batch = Vec::with_capacity(max.clamp(1, 1024));
-        batch.push(first);
+        batch.push(self.handed_over(first));
         while batch.len() < max {
             match self.queue.try_recv() {
-                Ok(record) => batch.push(record),
+                Ok(record) => batch.push(self.handed_over(record)),
                 Err(_) => break,
             }
         }
         Ok(Pull::Decoded(batch))
+    }
+
+    /// Behind until every shard's first frame has ended and the drain has pulled each one
+    /// up to that frame's last record: the feed's head is known only when its first frame
+    /// ends. A shard with nothing after the cursor sends no frame at all, so it reads as
+    /// behind until its first live record (the feed cannot tell it from a slow one).
+    fn backfill(&self) -> Backfill {
+        let shards = self.shared.lock();
+        let caught_up = shards
+            .iter()
+            .zip(&self.pulled)
+            .all(|(shard, &pulled)| shard.head.is_some_and(|head| pulled >= head));
+        if caught_up {
+            Backfill::CaughtUp
+        } else {
+            Backfill::Behind { remaining: None }
+        }
     }
 }
 
@@ -419,7 +454,7 @@ struct ShardReader {
     slot: usize,
     /// The highest `global_sequence` queued: where the next subscription starts.
     cursor: u64,
-    sender: Sender<Decoded>,
+    sender: Sender<(usize, Decoded)>,
     shared: Arc<Shared>,
 }
 
@@ -485,13 +520,13 @@ impl ShardReader {
         loop {
             let mut gone = false;
             let cursor = &mut self.cursor;
-            let (sender, shared) = (&self.sender, &*self.shared);
+            let (sender, shared, slot) = (&self.sender, &*self.shared, self.slot);
             let read = frames.read_frame(&mut input, |record| {
                 if gone {
                     return;
                 }
                 let position = record.position;
-                if send(sender, shared, record) {
+                if send(sender, shared, (slot, record)) {
                     progressed = true;
                     Counters::add(&counters.records, 1);
                     // Bad records too: they are counted once, and not asked for again.
@@ -506,6 +541,7 @@ impl ShardReader {
             match read {
                 Ok(Some(summary)) => {
                     progressed = true;
+                    self.shared.first_frame_ended(self.slot, self.cursor);
                     Counters::add(&counters.frames, 1);
                     Counters::add(&counters.bytes, summary.bytes);
                     if summary.abandoned {
@@ -644,7 +680,7 @@ impl Read for FeedStream<'_> {
 }
 
 /// Queues `record`, waiting for room; false once the source is gone.
-fn send(sender: &Sender<Decoded>, shared: &Shared, mut record: Decoded) -> bool {
+fn send(sender: &Sender<(usize, Decoded)>, shared: &Shared, mut record: (usize, Decoded)) -> bool {
     loop {
         match sender.try_send(record) {
             Ok(()) => return true,

@@ -120,9 +120,8 @@ fn a_replay_reads_one_execution_from_the_real_writer() {
         return;
     };
     publish(&writer, 0..200);
-    let events = FeedRehydrate::new(writer.feed.clone(), 1)
-        .retained(103)
-        .expect("reachable");
+    let feed = FeedRehydrate::new(writer.feed.clone(), 1);
+    let events = futures_lite::future::block_on(feed.retained(103)).expect("reachable");
     assert_eq!(
         events.iter().map(|e| e.id()).collect::<Vec<_>>(),
         (1..=20).collect::<Vec<_>>()

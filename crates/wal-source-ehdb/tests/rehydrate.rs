@@ -30,7 +30,7 @@ fn shared_log() -> Vec<LogRecord> {
 fn a_replay_reads_its_execution_alone_and_serves_the_drive() {
     let writer = FakeWriter::start(shared_log(), vec![Behaviour::Serve]);
     let retained = FeedRehydrate::new(writer.addr.clone(), 1);
-    let events = retained.retained(7).expect("reachable");
+    let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
     assert_eq!(
         events.iter().map(|e| e.id()).collect::<Vec<_>>(),
         vec![1, 2, 3, 4]
@@ -54,7 +54,7 @@ fn the_message_cap_bounds_the_records_read_of_any_execution() {
     let writer = FakeWriter::start(shared_log(), vec![Behaviour::Serve]);
     let retained = FeedRehydrate::new(writer.addr.clone(), 1).max_records(3);
     // Records 1 (7), 2 (8), 3 (7): the cap stops the read before 7's third and fourth.
-    let events = retained.retained(7).expect("reachable");
+    let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
     assert_eq!(
         events.iter().map(|e| e.id()).collect::<Vec<_>>(),
         vec![1, 2]
@@ -72,7 +72,7 @@ fn the_deadline_bounds_a_writer_that_stops_mid_frame() {
     );
     let retained = FeedRehydrate::new(writer.addr.clone(), 1).deadline(Duration::from_millis(300));
     let started = Instant::now();
-    let events = retained.retained(7).expect("reachable");
+    let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(250) && took < Duration::from_secs(5),
@@ -91,5 +91,5 @@ fn an_unreachable_writer_is_no_replay() {
         .port();
     let retained =
         FeedRehydrate::new(format!("127.0.0.1:{port}"), 1).deadline(Duration::from_millis(100));
-    assert!(retained.retained(7).is_none());
+    assert!(futures_lite::future::block_on(retained.retained(7)).is_none());
 }

@@ -8,7 +8,7 @@ use async_nats::connection::State;
 use async_nats::jetstream::{self, consumer};
 use futures_util::{FutureExt, StreamExt};
 use wal_index::WalSource;
-use wal_index::ingest::{Pull, Record};
+use wal_index::ingest::{Backfill, Pull, Record};
 
 use crate::config::{ConsumerMode, NatsWalConfig};
 use crate::connect::{NatsWalError, Runtime, open};
@@ -65,6 +65,8 @@ pub struct JetStreamSource {
     /// The first stream sequence this source has not returned yet (replay-on-boot resumes
     /// here after a consumer is lost).
     next_sequence: u64,
+    /// The stream's last sequence when the first consumer was created: the backfill's head.
+    head: Option<u64>,
     /// Durable mode: the messages returned and not yet acknowledged.
     unacked: Vec<jetstream::Message>,
     stats: SourceStats,
@@ -106,6 +108,7 @@ impl JetStreamSource {
             config,
             feed: None,
             next_sequence: 1,
+            head: None,
             unacked: Vec::new(),
             stats: SourceStats::default(),
             runtime,
@@ -145,11 +148,12 @@ impl JetStreamSource {
         context: &jetstream::Context,
         config: &NatsWalConfig,
         next_sequence: u64,
-    ) -> io::Result<consumer::pull::Stream> {
+    ) -> io::Result<(consumer::pull::Stream, u64)> {
         let stream = context
             .get_stream(&config.stream)
             .await
             .map_err(|e| feed_error("cannot look up the stream", &config.stream, e))?;
+        let last_sequence = stream.cached_info().state.last_sequence;
         let filter_subject = config.filter_subject.clone().unwrap_or_default();
         let consumer: consumer::PullConsumer = match &config.mode {
             ConsumerMode::ReplayOnBoot => stream
@@ -187,14 +191,15 @@ impl JetStreamSource {
                 .await
                 .map_err(|e| feed_error("cannot create the consumer on", &config.stream, e))?,
         };
-        consumer
+        let feed = consumer
             .stream()
             .max_messages_per_batch(config.prefetch.max(1))
             .heartbeat(config.heartbeat)
             .expires(config.heartbeat * 10)
             .messages()
             .await
-            .map_err(|e| feed_error("cannot start the consumer on", &config.stream, e))
+            .map_err(|e| feed_error("cannot start the consumer on", &config.stream, e))?;
+        Ok((feed, last_sequence))
     }
 
     fn interrupted(&mut self, error: io::Error) -> io::Error {
@@ -228,6 +233,26 @@ impl JetStreamSource {
 }
 
 impl WalSource for JetStreamSource {
+    /// Against the stream's last sequence when the first consumer was created. The count
+    /// of what is left is in stream sequences, so it is given only without a subject
+    /// filter (with one, some of those sequences are other pools', and the backfill also
+    /// ends when the consumer says nothing matching is pending).
+    fn backfill(&self) -> Backfill {
+        let Some(head) = self.head else {
+            return Backfill::Unknown;
+        };
+        let filtered_done = self.config.filter_subject.is_some()
+            && self.stats.messages > 0
+            && self.stats.pending == 0;
+        if self.next_sequence > head || filtered_done {
+            return Backfill::CaughtUp;
+        }
+        let remaining = head + 1 - self.next_sequence;
+        Backfill::Behind {
+            remaining: self.config.filter_subject.is_none().then_some(remaining),
+        }
+    }
+
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
         let runtime = self.runtime.handle();
         let _inside = runtime.enter();
@@ -249,7 +274,10 @@ impl WalSource for JetStreamSource {
                 Self::open_feed(&self.context, &self.config, self.next_sequence),
             );
             match opened {
-                Some(Ok(feed)) => {
+                Some(Ok((feed, last_sequence))) => {
+                    // The head is learned once: a consumer re-created after an outage
+                    // resumes the same backfill, it does not start a new one.
+                    self.head.get_or_insert(last_sequence);
                     self.feed = Some(feed);
                     self.stats.consumers_created += 1;
                 }

@@ -12,6 +12,7 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use wal_index::flow::FallbackRead;
 use wal_index::ingest::{ChannelSource, Pull, WalWriter, channel_wal};
 use wal_index::{DriveFallbacks, Event, ExecutionId, WalSource};
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
@@ -372,8 +373,16 @@ impl RetainedWal {
     }
 }
 
+/// In memory: each read answers at once, on the drive's own thread.
 impl DriveFallbacks for RetainedWal {
-    fn retained(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
+    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
+        Box::pin(std::future::ready(self.events_of(execution_id)))
+    }
+}
+
+impl RetainedWal {
+    /// One execution's retained events, decoded (`None` if it has none).
+    fn events_of(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
         let records = self.by_execution.read().ok()?;
         Some(
             records

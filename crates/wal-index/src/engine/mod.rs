@@ -24,11 +24,12 @@ use std::time::Instant;
 
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
+use crate::backfill::Backfill;
 use crate::config::IndexConfig;
 use crate::index::{DriveHooks, StateIndex};
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
-use crate::sync::{Arc, Clock};
+use crate::sync::{Arc, AtomicU64, Clock, Ordering};
 use crate::waiting_room::Registered;
 use accounting::Accounting;
 use directory::Directory;
@@ -99,6 +100,8 @@ pub struct WalIndex {
     /// The three resident totals, changed together under one lock by writers only.
     accounting: Accounting,
     clock: Clock,
+    /// The drain's last [`Backfill`], encoded by [`BackfillCell`].
+    backfill: BackfillCell,
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -191,6 +194,53 @@ impl DriveHooks for WalIndex {
     fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
         self.directory.finished_and_gone(execution_id)
     }
+
+    fn backfilling(&self) -> bool {
+        self.backfill.get().is_behind()
+    }
+}
+
+/// The drain's last [`Backfill`] in one atomic word: `u64::MAX` unknown, `u64::MAX - 1`
+/// caught up, `u64::MAX - 2` behind by an unknown count, anything less behind by that many
+/// records.
+///
+/// Relaxed on both sides: the word is a hint that decides whether a drive waits or reads its
+/// execution at once, and nothing else is read on the strength of it. A drive that reads a
+/// stale value either waits as today's worker does or reads early; either way only a build
+/// serves, and a build serves only a walk that reaches genesis.
+struct BackfillCell(AtomicU64);
+
+impl Default for BackfillCell {
+    fn default() -> Self {
+        BackfillCell(AtomicU64::new(u64::MAX))
+    }
+}
+
+impl BackfillCell {
+    const UNKNOWN: u64 = u64::MAX;
+    const CAUGHT_UP: u64 = u64::MAX - 1;
+    const BEHIND_UNCOUNTED: u64 = u64::MAX - 2;
+
+    fn set(&self, state: Backfill) {
+        let word = match state {
+            Backfill::Unknown => Self::UNKNOWN,
+            Backfill::CaughtUp => Self::CAUGHT_UP,
+            Backfill::Behind { remaining: None } => Self::BEHIND_UNCOUNTED,
+            Backfill::Behind { remaining: Some(n) } => n.min(Self::BEHIND_UNCOUNTED - 1),
+        };
+        // Relaxed: a hint (see the type's documentation); pairs with the load in `get`.
+        self.0.store(word, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Backfill {
+        // Relaxed: pairs with the store in `set`; a hint, no data depends on it.
+        match self.0.load(Ordering::Relaxed) {
+            Self::UNKNOWN => Backfill::Unknown,
+            Self::CAUGHT_UP => Backfill::CaughtUp,
+            Self::BEHIND_UNCOUNTED => Backfill::Behind { remaining: None },
+            n => Backfill::Behind { remaining: Some(n) },
+        }
+    }
 }
 
 /// The engine's surface. Each method's progress guarantee is in the table on [`WalIndex`].
@@ -203,6 +253,7 @@ impl StateIndex for WalIndex {
             directory: Directory::new(),
             accounting: Accounting::new(observer),
             clock: Clock::new(),
+            backfill: BackfillCell::default(),
         }
     }
 
@@ -264,6 +315,15 @@ impl StateIndex for WalIndex {
     /// Takes a tiny lock that only writers share: it never waits for a walk.
     fn stats(&self) -> IndexStats {
         self.accounting.get()
+    }
+
+    fn note_backfill(&self, state: Backfill) {
+        self.backfill.set(state);
+        self.observer().backfill(state);
+    }
+
+    fn backfill(&self) -> Backfill {
+        self.backfill.get()
     }
 
     /// The replay is one published snapshot that wakes the execution's waiters once.

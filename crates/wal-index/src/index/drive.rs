@@ -21,7 +21,6 @@ use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete}
 
 use super::StateIndex;
 use super::flow::DriveFlow;
-use crate::config::DriveBudget;
 use crate::labels::{DriveLabel, RehydrateLabel, WaitLabel};
 use crate::report::{Build, Drive, DriveOutcome};
 use crate::sync::Waiting;
@@ -31,20 +30,32 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The deadline loop of one drive for `expected_head`, updating `drive` (its builds,
-/// wakes, timeouts and outcome). Ends served, at the deadline, or when the index says no
-/// wait can serve it.
-pub(crate) async fn drive_loop<I: StateIndex>(
+/// Why a deadline loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LoopEnd {
+    /// A build served the drive.
+    Served,
+    /// The deadline passed, or the index says no wait can serve it (finished and gone).
+    Over,
+    /// The drain is backfilling and the drive can read its execution: it leaves at once.
+    Backfilling,
+}
+
+/// The deadline loop of one drive for `expected_head` until `deadline` (on the index's
+/// clock), updating `drive` (its builds, wakes, timeouts and outcome). Ends served, at the
+/// deadline, when the index says no wait can serve it, or, if `leave_when_backfilling`,
+/// at an unserved build while the index's drain is backfilling.
+async fn drive_loop<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
-    budget: DriveBudget,
+    (deadline, retry): (u64, Duration),
+    leave_when_backfilling: bool,
     waiting: Waiting,
     drive: &mut Drive,
-) {
+) -> LoopEnd {
     let observer = index.observer();
     let clock = index.clock();
-    let deadline = clock.now().saturating_add(nanos(budget.deadline()));
     loop {
         // Register before the build: a publish after this point wakes the listener, so one
         // that lands between the build and the wait is never lost. The mutation registers
@@ -54,13 +65,18 @@ pub(crate) async fn drive_loop<I: StateIndex>(
         let build = index.build_async(execution_id, expected_head).await;
         let registered = early.unwrap_or_else(|| index.listen(execution_id));
         if record(drive, build) {
-            return;
+            return LoopEnd::Served;
+        }
+        // A drive with a per-execution read leaves while the drain backfills.
+        if leave_when_backfilling && index.backfilling() {
+            drive.backfill_skip = true;
+            return LoopEnd::Backfilling;
         }
         let now = clock.now();
         if now >= deadline || index.finished_and_gone(execution_id) {
-            return;
+            return LoopEnd::Over;
         }
-        let cap = budget.retry.min(Duration::from_nanos(deadline - now));
+        let cap = retry.min(Duration::from_nanos(deadline - now));
         let Registered { listener, ticket } = registered;
         let woken = waiting.wait(listener, cap).await;
         drop(ticket);
@@ -85,6 +101,7 @@ fn fresh_drive() -> Drive {
         tail_applied: 0,
         tail_rejected: 0,
         rehydrate: None,
+        backfill_skip: false,
         elapsed: Duration::ZERO,
     }
 }
@@ -94,7 +111,9 @@ fn fresh_drive() -> Drive {
 /// 1. not authoritative → `fallback_disabled`, nothing built;
 /// 2. apply the dispatch's tail events (each an overwrite by id; an undecodable one is
 ///    counted and skipped);
-/// 3. the deadline loop → `served`;
+/// 3. the deadline loop → `served`; on the engine, a drive that can rehydrate leaves it at
+///    an unserved build while the drain backfills, rehydrates at once (step 5's cap and
+///    labels), and if still unserved goes back to the loop for the rest of its deadline;
 /// 4. the state shard, if a loader has one → `served_shard` / `served_shard_mismatch`;
 /// 5. rehydrate from the retained WAL, within the gate's cap → `served_rehydrated`;
 /// 6. otherwise `fallback_incomplete` (`stateless_retry` on the stateless edge).
@@ -138,29 +157,78 @@ pub(crate) async fn run_flow<I: StateIndex>(
             .observer()
             .drive_tail(drive.tail_applied, drive.tail_rejected);
     }
-    drive_loop(
+    let deadline = index
+        .clock()
+        .now()
+        .saturating_add(nanos(flow.budget.deadline()));
+    let window = (deadline, flow.budget.retry);
+    let mut end = drive_loop(
         index,
         execution_id,
         expected_head,
-        flow.budget,
+        window,
+        flow.can_rehydrate(),
         waiting,
         &mut drive,
     )
     .await;
-    if drive.outcome.spine().is_some() {
-        drive.label = DriveLabel::Served;
-    } else if let Some(label) =
-        serve_from_shard(index, execution_id, expected_head, flow, &mut drive).await
+    if end == LoopEnd::Backfilling {
+        // The drain is replaying history this drive's chain is still behind: read the
+        // execution now rather than after the deadline, then wait out what is left of it.
+        if rehydrate_and_report(
+            index,
+            execution_id,
+            expected_head,
+            flow,
+            waiting,
+            &mut drive,
+        )
+        .await
+        {
+            end = LoopEnd::Served;
+        } else if cfg!(feature = "mutation-backfill-read-ends-drive") {
+            // The mutation: an early read that did not serve ends the drive, which then
+            // gives up a tip the drain was about to apply (the shuttle model's drive with
+            // an empty retained WAL must still be served, by waiting).
+            end = LoopEnd::Over;
+        } else {
+            end = drive_loop(
+                index,
+                execution_id,
+                expected_head,
+                window,
+                false,
+                waiting,
+                &mut drive,
+            )
+            .await;
+        }
+    }
+    if end == LoopEnd::Served && drive.outcome.spine().is_some() {
+        if drive.label != DriveLabel::ServedRehydrated {
+            drive.label = DriveLabel::Served;
+        }
+    } else if let Some(label) = serve_from_shard(
+        index,
+        execution_id,
+        expected_head,
+        flow,
+        waiting,
+        &mut drive,
+    )
+    .await
     {
         drive.label = label;
-    } else if let Some(replay) =
-        rehydrate(index, execution_id, expected_head, flow, &mut drive).await
-    {
-        index.observer().rehydrate(replay);
-        drive.rehydrate = Some(replay);
-        if replay == RehydrateLabel::Served {
-            drive.label = DriveLabel::ServedRehydrated;
-        }
+    } else {
+        rehydrate_and_report(
+            index,
+            execution_id,
+            expected_head,
+            flow,
+            waiting,
+            &mut drive,
+        )
+        .await;
     }
     if drive.outcome.spine().is_none() {
         drive.label = if flow.stateless {
@@ -182,9 +250,11 @@ async fn serve_from_shard<I: StateIndex>(
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     flow: &DriveFlow<'_>,
+    waiting: Waiting,
     drive: &mut Drive,
 ) -> Option<DriveLabel> {
-    let shard = flow.fallbacks?.state_shard(execution_id)?;
+    let read = flow.fallbacks?.state_shard(execution_id);
+    let shard = waiting.within(read, flow.fallback_timeout).await??;
     let mut chain = Chain::new(index.config().order);
     for event in shard.iter().filter(|e| e.execution_id() == execution_id) {
         chain.apply(event.clone());
@@ -207,13 +277,38 @@ async fn serve_from_shard<I: StateIndex>(
     })
 }
 
-/// Step 5: replay the retained events within the gate's cap, then build once more.
-/// `None` when the flow has no retained WAL or no gate.
+/// Step 5, and the early read of a drive behind a backfill: replay the retained events
+/// within the gate's cap, build once more, and report the attempt. True when served (the
+/// drive is then `served_rehydrated`).
+async fn rehydrate_and_report<I: StateIndex>(
+    index: &I,
+    execution_id: ExecutionId,
+    expected_head: Option<EventId>,
+    flow: &DriveFlow<'_>,
+    waiting: Waiting,
+    drive: &mut Drive,
+) -> bool {
+    let Some(replay) = rehydrate(index, execution_id, expected_head, flow, waiting, drive).await
+    else {
+        return false;
+    };
+    index.observer().rehydrate(replay);
+    drive.rehydrate = Some(replay);
+    let served = replay == RehydrateLabel::Served;
+    if served {
+        drive.label = DriveLabel::ServedRehydrated;
+    }
+    served
+}
+
+/// Replays the retained events within the gate's cap, then builds once more. `None` when
+/// the flow has no retained WAL or no gate, or the read gave no answer in time.
 async fn rehydrate<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     flow: &DriveFlow<'_>,
+    waiting: Waiting,
     drive: &mut Drive,
 ) -> Option<RehydrateLabel> {
     let (fallbacks, gate) = (flow.fallbacks?, flow.rehydrate_gate?);
@@ -222,7 +317,8 @@ async fn rehydrate<I: StateIndex>(
     if permit.is_none() {
         return Some(RehydrateLabel::Throttled);
     }
-    let events = fallbacks.retained(execution_id)?;
+    let read = fallbacks.retained(execution_id);
+    let events = waiting.within(read, flow.fallback_timeout).await??;
     if events.is_empty() {
         return Some(RehydrateLabel::Empty);
     }

@@ -15,6 +15,20 @@
 //! on any index. The shard loader and the retained WAL are the caller's, behind
 //! [`DriveFallbacks`].
 //!
+//! # While the drain backfills
+//!
+//! After a restart the drain replays the log's history, and until it is through, a drive
+//! whose execution is still behind it cannot be served by waiting: step 2 would spend the
+//! whole deadline and serve nothing. The engine knows when its drain is behind
+//! ([`Backfill`](crate::ingest::Backfill)); a drive on it that can read its execution
+//! ([`DriveFlow::can_rehydrate`]) then goes from its first unserved build straight to step 4
+//! (within the same cap), and only if that does not serve it back to step 2 for what is left
+//! of its deadline, then on as above. A rehydrated execution is served only when its walk
+//! reaches genesis, like any build, and the drain's later replay of the same events is an
+//! overwrite that changes no served byte. The outcomes stay the worker's: such a drive is
+//! `served_rehydrated`, and [`Drive::backfill_skip`](crate::Drive::backfill_skip) says it
+//! left its wait early. Today's design keeps the worker's flow exactly.
+//!
 //! ```
 //! use bytes::Bytes;
 //! use wal_index::{DriveBudget, DriveFlow, StateIndex, WalIndex};
@@ -35,31 +49,84 @@
 //!
 //! [`StateIndex::drive_flow`]: crate::StateIndex::drive_flow
 
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
 use bytes::Bytes;
 use chain_fold::{Event, ExecutionId};
 
 use crate::config::DriveBudget;
 use crate::rehydrate::RehydrateGate;
 
-/// The worker's sources for the steps after the deadline. Both default to "none".
+/// What a fallback read returns: a boxed future, so [`DriveFallbacks`] stays usable as a
+/// `dyn` object while its reads are network I/O that a drive awaits.
+pub type FallbackRead<'a> = Pin<Box<dyn Future<Output = Option<Vec<Event>>> + Send + 'a>>;
+
+/// The worker's per-execution reads for the steps after the deadline (and, on the engine,
+/// for a drive whose execution is still behind a backfilling drain). Both default to
+/// "none".
 ///
-/// Called at most once per drive each, only after the deadline loop ended unserved, from
-/// the drive's own task or thread: an implementation may block briefly (an object-store or
-/// a retained-WAL read) but should keep it bounded.
+/// Both reads are async: an object-store GET, a broker or feed read. A drive awaits each
+/// one for at most [`DriveFlow::fallback_timeout`] and drops it there, so a read must be
+/// cancel-safe (dropping the future abandons it). The blocking drive runs the same future
+/// to completion on its own thread. A source whose client only blocks wraps each read in
+/// [`blocking_read`], which runs it on a thread of its own and never parks the thread that
+/// polls the future (an executor's worker, for the async drive).
+///
+/// ```
+/// use wal_index::{Event, ExecutionId};
+/// use wal_index::flow::{DriveFallbacks, FallbackRead, blocking_read};
+///
+/// struct Retained;
+/// impl DriveFallbacks for Retained {
+///     fn retained(&self, execution: ExecutionId) -> FallbackRead<'_> {
+///         // A blocking client: the read runs on a thread of its own.
+///         blocking_read(move || Some(vec![Event::minimal(1, execution, None, "playbook_started")]))
+///     }
+/// }
+/// let events = futures_lite::future::block_on(Retained.retained(4)).unwrap();
+/// assert_eq!(events[0].execution_id(), 4);
+/// ```
 pub trait DriveFallbacks: Send + Sync {
     /// The execution's state shard: each of its events with its slim payload, any order.
     /// `None` when this worker has no shard loader or no shard for the execution.
-    fn state_shard(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
+    fn state_shard(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
         let _ = execution_id;
-        None
+        Box::pin(std::future::ready(None))
     }
 
-    /// The execution's events retained by the WAL, for rehydrate on miss. `None` when this
-    /// worker cannot read the retained WAL (no replay is attempted).
-    fn retained(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
+    /// The execution's events retained by the WAL, for rehydrate. `None` when this worker
+    /// cannot read the retained WAL (no replay is attempted).
+    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
         let _ = execution_id;
-        None
+        Box::pin(std::future::ready(None))
     }
+}
+
+/// A [`FallbackRead`] for a client that blocks: `read` runs on a thread of its own, and the
+/// future waits for its answer without blocking the thread that polls it.
+///
+/// Dropping the future (a drive at its fallback timeout) stops waiting at once; the read
+/// itself runs on until it returns, and its answer is discarded, so `read` should carry a
+/// deadline of its own. A thread per read is the price of never parking an executor's
+/// worker: reads are rare (at most two per unserved drive, capped by the
+/// [`RehydrateGate`] for replays), and a thread costs tens of microseconds against a
+/// network read's milliseconds. `None` if the thread cannot be started.
+pub fn blocking_read(
+    read: impl FnOnce() -> Option<Vec<Event>> + Send + 'static,
+) -> FallbackRead<'static> {
+    let (answer, receiver) = futures_channel::oneshot::channel();
+    let started = std::thread::Builder::new()
+        .name("wal-index-fallback".into())
+        .spawn(move || {
+            // The drive may have stopped waiting: then nobody takes the answer.
+            let _ = answer.send(read());
+        });
+    Box::pin(async move {
+        started.ok()?;
+        receiver.await.ok().flatten()
+    })
 }
 
 /// How one drive runs: its budget, its tail, and which steps after the deadline the worker
@@ -72,6 +139,8 @@ pub struct DriveFlow<'a> {
     pub tail_events: Vec<Bytes>,
     /// The shard loader and retained WAL.
     pub fallbacks: Option<&'a dyn DriveFallbacks>,
+    /// How long the drive awaits one fallback read before it drops it (default 3 s).
+    pub fallback_timeout: Duration,
     /// The cap on concurrent replays; without one no replay is attempted.
     pub rehydrate_gate: Option<&'a RehydrateGate>,
     /// The stateless edge: an unserved drive is `stateless_retry`, not
@@ -88,6 +157,7 @@ impl std::fmt::Debug for DriveFlow<'_> {
             .field("budget", &self.budget)
             .field("tail_events", &self.tail_events.len())
             .field("fallbacks", &self.fallbacks.is_some())
+            .field("fallback_timeout", &self.fallback_timeout)
             .field("rehydrate_gate", &self.rehydrate_gate)
             .field("stateless", &self.stateless)
             .field("authoritative", &self.authoritative)
@@ -103,12 +173,16 @@ impl Default for DriveFlow<'_> {
 }
 
 impl<'a> DriveFlow<'a> {
+    /// The default bound on one fallback read: 3 s, the retained-WAL read's deadline.
+    pub const DEFAULT_FALLBACK_TIMEOUT: Duration = Duration::from_secs(3);
+
     /// The deadline loop alone: no tail, no shard, no replay.
     pub fn new(budget: DriveBudget) -> DriveFlow<'a> {
         DriveFlow {
             budget,
             tail_events: Vec::new(),
             fallbacks: None,
+            fallback_timeout: DriveFlow::DEFAULT_FALLBACK_TIMEOUT,
             rehydrate_gate: None,
             stateless: false,
             authoritative: true,
@@ -126,6 +200,19 @@ impl<'a> DriveFlow<'a> {
     pub fn fallbacks(mut self, fallbacks: &'a dyn DriveFallbacks) -> Self {
         self.fallbacks = Some(fallbacks);
         self
+    }
+
+    /// With `timeout` as the bound on each fallback read (a read still running then is
+    /// dropped, and the step reports what it would without a source).
+    pub fn fallback_timeout(mut self, timeout: Duration) -> Self {
+        self.fallback_timeout = timeout;
+        self
+    }
+
+    /// Whether this flow can read its execution (a retained WAL and a replay cap): only
+    /// such a drive leaves its wait early while the drain backfills.
+    pub fn can_rehydrate(&self) -> bool {
+        self.fallbacks.is_some() && self.rehydrate_gate.is_some()
     }
 
     /// With rehydrate on miss, capped by `gate`.

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
+use crate::backfill::Backfill;
 use crate::config::{DriveBudget, IndexConfig};
 use crate::observe::IndexObserver;
 use crate::report::{
@@ -41,6 +42,15 @@ pub trait DriveHooks {
     /// the execution finished and was evicted). Today's design never ends a drive early.
     fn finished_and_gone(&self, execution_id: ExecutionId) -> bool {
         let _ = execution_id;
+        false
+    }
+
+    /// Asked after an unserved build of a drive that has a per-execution read: true while
+    /// the drain is replaying the log's history ([`Backfill::Behind`]), so the drive reads
+    /// its execution at once instead of waiting out its deadline first. A hint: a stale
+    /// answer costs a wait or an early read, never a wrong spine (only a build serves).
+    /// Today's design keeps the worker's flow and never says so.
+    fn backfilling(&self) -> bool {
         false
     }
 }
@@ -141,6 +151,31 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// The resident totals, all three from one state.
     fn stats(&self) -> IndexStats;
 
+    /// The drain's word on where it stands against the log's head (see [`Backfill`]),
+    /// after each pull and once more, as [`Backfill::Unknown`], when a drain that was
+    /// behind goes away. Every index reports it to its observer (the `backfilling` gauge);
+    /// the engine also keeps it for its drives ([`DriveHooks::backfilling`]).
+    ///
+    /// ```
+    /// use wal_index::ingest::Backfill;
+    /// use wal_index::{StateIndex, WalIndex};
+    ///
+    /// let index = WalIndex::default();
+    /// index.note_backfill(Backfill::Behind { remaining: Some(17_803) });
+    /// assert!(index.backfill().is_behind());
+    /// index.note_backfill(Backfill::CaughtUp);
+    /// assert_eq!(index.backfill(), Backfill::CaughtUp);
+    /// ```
+    fn note_backfill(&self, state: Backfill) {
+        self.observer().backfill(state);
+    }
+
+    /// The last [`Backfill`] the drain noted, as far as this index keeps it (today's design
+    /// keeps nothing: always [`Backfill::Unknown`]).
+    fn backfill(&self) -> Backfill {
+        Backfill::Unknown
+    }
+
     /// Replays one execution's retained events into the index (rehydrate on miss). Events
     /// of other executions are skipped and counted. Never evicts, even if a terminal event
     /// is replayed.
@@ -225,16 +260,17 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     ///
     /// ```
     /// use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, Event, ExecutionId, StateIndex, WalIndex};
+    /// use wal_index::flow::FallbackRead;
     /// use wal_index::labels::{DriveLabel, RehydrateLabel};
     /// use wal_index::rehydrate::RehydrateGate;
     ///
     /// struct RetainedWal;
     /// impl DriveFallbacks for RetainedWal {
-    ///     fn retained(&self, execution: ExecutionId) -> Option<Vec<Event>> {
-    ///         Some(vec![
+    ///     fn retained(&self, execution: ExecutionId) -> FallbackRead<'_> {
+    ///         Box::pin(std::future::ready(Some(vec![
     ///             Event::minimal(1, execution, None, "playbook_started"),
     ///             Event::minimal(2, execution, Some(1), "step"),
-    ///         ])
+    ///         ])))
     ///     }
     /// }
     ///

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use chain_fold::Event;
 
-use super::source::{Pull, RecordError, WalSource};
+use super::source::{Backfill, Pull, RecordError, WalSource};
 use crate::StateIndex;
 use crate::report::EvictionStats;
 use crate::sync::{Waiting, run_to_completion};
@@ -190,9 +190,11 @@ impl DrainReport {
 /// assert_eq!(report.bad_samples[0].position, 2);
 /// assert_eq!(index.build(5, Some(2)).spine.unwrap().ids(), vec![1, 2]);
 /// ```
-pub struct Drain<I, S> {
+pub struct Drain<I: StateIndex, S> {
     index: Arc<I>,
     source: S,
+    /// The last backfill state noted to the index.
+    backfill: Backfill,
     config: DrainConfig,
     report: DrainReport,
     last_sweep: Instant,
@@ -209,6 +211,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             source,
             config,
             report: DrainReport::default(),
+            backfill: Backfill::Unknown,
             last_sweep: Instant::now(),
             healthy: None,
             failing: None,
@@ -246,6 +249,9 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             Waiting::Timer => Duration::ZERO,
         };
         let pulled = self.source.pull(self.config.batch_max, pull_wait);
+        if pulled.is_ok() {
+            self.note_backfill(self.source.backfill());
+        }
         let more = match self.decode(pulled) {
             Err(error) => return self.source_failed(error),
             Ok(Step::Closed) => false,
@@ -347,6 +353,14 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         Ok(true)
     }
 
+    /// Tells the index where the source stands, when that changed.
+    fn note_backfill(&mut self, state: Backfill) {
+        if state != self.backfill {
+            self.backfill = state;
+            self.index.note_backfill(state);
+        }
+    }
+
     fn set_healthy(&mut self, up: bool) {
         if self.healthy != Some(up) {
             self.healthy = Some(up);
@@ -398,6 +412,16 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// The report so far.
     pub fn report(&self) -> &DrainReport {
         &self.report
+    }
+}
+
+/// A drain that goes away while it was behind takes its word back: with no drain left to
+/// catch up, the index's drives wait (or read their execution) as today's worker does.
+impl<I: StateIndex, S> Drop for Drain<I, S> {
+    fn drop(&mut self) {
+        if self.backfill.is_behind() {
+            self.index.note_backfill(Backfill::Unknown);
+        }
     }
 }
 

@@ -6,6 +6,6 @@ mod source;
 
 pub use drain::{Backoff, BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
 pub use source::{
-    ChannelSource, Decoded, JsonLinesSource, Pull, Record, RecordError, WalSource, WalWriter,
-    channel_wal,
+    Backfill, ChannelSource, Decoded, JsonLinesSource, Pull, Record, RecordError, WalSource,
+    WalWriter, channel_wal,
 };

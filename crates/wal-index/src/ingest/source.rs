@@ -6,6 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use chain_fold::{Event, EventError};
 
+pub use crate::backfill::Backfill;
+
 /// One raw WAL record: its position in the log and its payload, not yet decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -58,6 +60,13 @@ pub trait WalSource: Send {
     /// Returns up to `max` records, waiting at most `wait` for the first one.
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull>;
 
+    /// Where this source stands against the head it learned at subscription (see
+    /// [`Backfill`]). Asked after every pull; the default is [`Backfill::Unknown`], which
+    /// leaves every drive on today's flow.
+    fn backfill(&self) -> Backfill {
+        Backfill::Unknown
+    }
+
     /// Called by the drain once everything `pull` returned so far has been applied (bad
     /// records included: they were counted and skipped). A source whose log wants
     /// acknowledgements (a durable broker consumer) acknowledges here; the default does
@@ -75,6 +84,10 @@ impl<S: WalSource + ?Sized> WalSource for Box<S> {
 
     fn commit(&mut self) -> io::Result<()> {
         (**self).commit()
+    }
+
+    fn backfill(&self) -> Backfill {
+        (**self).backfill()
     }
 }
 
@@ -99,7 +112,11 @@ pub fn channel_wal() -> (WalWriter, ChannelSource) {
             tx,
             next: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
         },
-        ChannelSource { rx },
+        ChannelSource {
+            rx,
+            backlog: None,
+            taken: 0,
+        },
     )
 }
 
@@ -126,13 +143,46 @@ impl WalWriter {
 }
 
 /// The reading end of [`channel_wal`].
+///
+/// Its head is the number of records queued when it is first pulled (a drain started on a
+/// channel that already holds a backlog backfills exactly those):
+///
+/// ```
+/// use std::time::Duration;
+/// use wal_index::WalSource;
+/// use wal_index::ingest::{Backfill, channel_wal};
+///
+/// let (writer, mut source) = channel_wal();
+/// for id in 1..=3 {
+///     writer.append(format!(r#"{{"event_id":{id},"execution_id":1}}"#));
+/// }
+/// source.pull(2, Duration::ZERO).unwrap();
+/// assert_eq!(source.backfill(), Backfill::Behind { remaining: Some(1) });
+/// source.pull(2, Duration::ZERO).unwrap();
+/// assert_eq!(source.backfill(), Backfill::CaughtUp);
+/// ```
 #[derive(Debug)]
 pub struct ChannelSource {
     rx: crossbeam_channel::Receiver<Record>,
+    /// Records queued at the first pull (the backlog), once that pull happened.
+    backlog: Option<u64>,
+    /// Records handed over so far.
+    taken: u64,
 }
 
 impl WalSource for ChannelSource {
+    fn backfill(&self) -> Backfill {
+        match self.backlog {
+            None => Backfill::Unknown,
+            Some(backlog) if self.taken >= backlog => Backfill::CaughtUp,
+            Some(backlog) => Backfill::Behind {
+                remaining: Some(backlog - self.taken),
+            },
+        }
+    }
+
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
+        self.backlog.get_or_insert(self.rx.len() as u64);
         let first = match self.rx.recv_timeout(wait) {
             Ok(record) => record,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Ok(Pull::Idle),
@@ -146,6 +196,7 @@ impl WalSource for ChannelSource {
                 Err(_) => break,
             }
         }
+        self.taken += batch.len() as u64;
         Ok(Pull::Records(batch))
     }
 }

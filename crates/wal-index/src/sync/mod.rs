@@ -92,6 +92,29 @@ impl Waiting {
         }
     }
 
+    /// Awaits `operation` for at most `cap`; `None` if the cap passed first (the operation
+    /// is dropped). Under a model, whose clock has no timers, it awaits the operation.
+    pub(crate) async fn within<F: ::std::future::Future>(
+        self,
+        operation: F,
+        cap: ::std::time::Duration,
+    ) -> Option<F::Output> {
+        #[cfg(any(wal_index_loom, wal_index_shuttle))]
+        {
+            let _ = cap;
+            Some(operation.await)
+        }
+        #[cfg(not(any(wal_index_loom, wal_index_shuttle)))]
+        {
+            // Both sides time out on a timer: a parked thread polls it like any executor.
+            futures_lite::future::or(async { Some(operation.await) }, async {
+                futures_timer::Delay::new(cap).await;
+                None
+            })
+            .await
+        }
+    }
+
     /// Lets `pause` pass.
     pub(crate) async fn sleep(self, pause: ::std::time::Duration) {
         match self {

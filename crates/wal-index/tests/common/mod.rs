@@ -3,6 +3,7 @@
 
 use chain_fold::{Event, EventId, ExecutionId};
 use wal_index::DriveFallbacks;
+use wal_index::flow::FallbackRead;
 
 /// An event with a minimal envelope; a root is a genesis.
 pub fn ev(execution: ExecutionId, id: EventId, prev: Option<EventId>) -> Event {
@@ -49,10 +50,10 @@ pub struct Sources {
 }
 
 impl DriveFallbacks for Sources {
-    fn state_shard(&self, _: ExecutionId) -> Option<Vec<Event>> {
-        self.shard.clone()
+    fn state_shard(&self, _: ExecutionId) -> FallbackRead<'_> {
+        Box::pin(std::future::ready(self.shard.clone()))
     }
-    fn retained(&self, _: ExecutionId) -> Option<Vec<Event>> {
-        self.retained.clone()
+    fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
+        Box::pin(std::future::ready(self.retained.clone()))
     }
 }

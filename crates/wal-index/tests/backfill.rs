@@ -1,0 +1,328 @@
+//! A drive while the drain backfills (docs/domain.md, "The drive while the drain backfills"):
+//! the engine sends a drive that can read its execution to that read at once; a drive
+//! without one, and every drive on today's design, keeps the worker's flow; a hydrated
+//! execution is served only when its walk reaches genesis, and the drain's later replay of
+//! the same events changes no served byte.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Sources, ev, linear};
+use wal_index::baseline::MutexIndex;
+use wal_index::flow::{DriveFallbacks, FallbackRead, blocking_read};
+use wal_index::ingest::{Backfill, channel_wal};
+use wal_index::labels::{DriveLabel, RehydrateLabel};
+use wal_index::rehydrate::RehydrateGate;
+use wal_index::{
+    Drain, DrainConfig, DriveBudget, DriveFlow, Event, ExecutionId, StateIndex, WalIndex,
+};
+
+const BEHIND: Backfill = Backfill::Behind {
+    remaining: Some(1_000),
+};
+
+/// Today's budget: five waits of 200 ms.
+fn budget() -> DriveBudget {
+    DriveBudget::default()
+}
+
+fn payloads(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| String::from_utf8(e.payload().to_vec()).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_drive_behind_the_backfill_reads_its_execution_at_once() {
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let retained = Sources {
+        shard: None,
+        retained: Some(linear(7, 1, 4)),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(budget())
+        .fallbacks(&retained)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(4), &flow);
+    assert_eq!(drive.label, DriveLabel::ServedRehydrated);
+    assert_eq!(drive.rehydrate, Some(RehydrateLabel::Served));
+    assert!(drive.backfill_skip);
+    // One build found the chain behind, one after the replay served it; no wait at all.
+    assert_eq!((drive.builds, drive.wakes, drive.timeouts), (2, 0, 0));
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn caught_up_or_unknown_the_drive_keeps_the_workers_flow() {
+    for state in [Backfill::CaughtUp, Backfill::Unknown] {
+        let index = WalIndex::default();
+        index.note_backfill(state);
+        let retained = Sources {
+            shard: None,
+            retained: Some(linear(7, 1, 2)),
+        };
+        let gate = RehydrateGate::default();
+        let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(10)))
+            .fallbacks(&retained)
+            .rehydrate_gate(&gate);
+        let drive = index.drive_flow_blocking(7, Some(2), &flow);
+        assert_eq!(drive.label, DriveLabel::ServedRehydrated, "{state:?}");
+        assert!(!drive.backfill_skip, "{state:?}");
+        assert!(
+            drive.timeouts > 0,
+            "{state:?}: the deadline was waited out first"
+        );
+    }
+}
+
+#[test]
+fn a_drive_without_a_read_waits_for_the_drain_even_while_it_backfills() {
+    let index = Arc::new(WalIndex::default());
+    index.note_backfill(BEHIND);
+    let drain = {
+        let index = Arc::clone(&index);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            index.apply_batch(linear(7, 1, 3));
+        })
+    };
+    let drive = index.drive_blocking(7, Some(3), DriveBudget::new(50, Duration::from_secs(1)));
+    drain.join().unwrap();
+    assert_eq!(drive.label, DriveLabel::Served);
+    assert!(!drive.backfill_skip);
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
+}
+
+#[test]
+fn an_early_read_that_does_not_serve_goes_back_to_waiting() {
+    // The retained WAL has only the execution's tail (its history is older than the
+    // retention): the replay leaves the chain short, and the drive waits for the drain.
+    let index = Arc::new(WalIndex::default());
+    index.note_backfill(BEHIND);
+    let retained = Sources {
+        shard: None,
+        retained: Some(vec![ev(7, 3, Some(2))]),
+    };
+    let gate = RehydrateGate::default();
+    let drain = {
+        let index = Arc::clone(&index);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            index.apply_batch(linear(7, 1, 3));
+            index.note_backfill(Backfill::CaughtUp);
+        })
+    };
+    let flow = DriveFlow::new(DriveBudget::new(50, Duration::from_secs(1)))
+        .fallbacks(&retained)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(3), &flow);
+    drain.join().unwrap();
+    assert!(drive.backfill_skip);
+    assert_eq!(drive.rehydrate, Some(RehydrateLabel::Incomplete));
+    assert_eq!(
+        drive.label,
+        DriveLabel::Served,
+        "served by the wait after the read"
+    );
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
+}
+
+#[test]
+fn a_hydrated_execution_that_does_not_reach_genesis_is_never_served() {
+    // The retained read has a root that is not `playbook_started`: no spine, whatever the
+    // backfill says.
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let odd = vec![
+        Event::minimal(1, 7, None, "step"),
+        Event::minimal(2, 7, Some(1), "step"),
+    ];
+    let retained = Sources {
+        shard: None,
+        retained: Some(odd),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(1, Duration::from_millis(5)))
+        .fallbacks(&retained)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    assert!(drive.outcome.spine().is_none());
+    assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
+    assert_eq!(drive.rehydrate, Some(RehydrateLabel::Incomplete));
+}
+
+#[test]
+fn the_drains_later_replay_changes_no_served_byte() {
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let history = linear(7, 1, 5);
+    let retained = Sources {
+        shard: None,
+        retained: Some(history.clone()),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(budget())
+        .fallbacks(&retained)
+        .rehydrate_gate(&gate);
+    let hydrated = index.drive_flow_blocking(7, Some(5), &flow);
+    let before = hydrated.outcome.spine().unwrap().json_array().to_bytes();
+    // The drain reaches the same events: an overwrite by id with the same bytes.
+    let report = index.apply_batch(history.clone());
+    assert_eq!(report.new, 0, "nothing new: every event was already there");
+    index.note_backfill(Backfill::CaughtUp);
+    let after = index.build(7, Some(5));
+    assert_eq!(after.spine.unwrap().json_array().to_bytes(), before);
+    assert_eq!(
+        payloads(&index.chain(7).unwrap().iter().cloned().collect::<Vec<_>>()),
+        payloads(&history)
+    );
+}
+
+#[test]
+fn todays_design_keeps_the_workers_flow_while_the_drain_backfills() {
+    let index = MutexIndex::default();
+    index.note_backfill(BEHIND);
+    assert_eq!(
+        index.backfill(),
+        Backfill::Unknown,
+        "today's design keeps no state"
+    );
+    let retained = Sources {
+        shard: None,
+        retained: Some(linear(7, 1, 2)),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(10)))
+        .fallbacks(&retained)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    assert!(!drive.backfill_skip);
+    assert!(drive.timeouts > 0);
+    assert_eq!(drive.label, DriveLabel::ServedRehydrated);
+}
+
+#[test]
+fn the_drain_says_when_it_is_behind_and_takes_it_back_when_it_goes() {
+    let index = Arc::new(WalIndex::default());
+    let (wal, source) = channel_wal();
+    for id in 1..=5 {
+        let prev = if id == 1 {
+            String::new()
+        } else {
+            format!(r#","prev_event_id":{}"#, id - 1)
+        };
+        wal.append(format!(r#"{{"event_id":{id},"execution_id":3{prev}}}"#));
+    }
+    let config = DrainConfig {
+        batch_max: 2,
+        ..DrainConfig::default()
+    };
+    let mut drain = Drain::new(Arc::clone(&index), source, config);
+    assert_eq!(index.backfill(), Backfill::Unknown, "nothing pulled yet");
+    drain.step().unwrap();
+    assert_eq!(index.backfill(), Backfill::Behind { remaining: Some(3) });
+    drain.step().unwrap();
+    drain.step().unwrap();
+    assert_eq!(index.backfill(), Backfill::CaughtUp);
+
+    // A drain dropped while it was behind leaves no drive skipping its wait forever.
+    let (wal2, source2) = channel_wal();
+    wal2.append(r#"{"event_id":1,"execution_id":4}"#);
+    wal2.append(r#"{"event_id":2,"execution_id":4}"#);
+    let one_at_a_time = DrainConfig {
+        batch_max: 1,
+        ..config
+    };
+    let mut behind = Drain::new(Arc::clone(&index), source2, one_at_a_time);
+    behind.step().unwrap();
+    assert!(index.backfill().is_behind());
+    drop(behind);
+    assert_eq!(index.backfill(), Backfill::Unknown);
+    drop((wal, wal2));
+}
+
+/// A blocking client: each read sleeps `pause`, then answers, counting its reads.
+struct SlowFeed {
+    pause: Duration,
+    reads: Arc<AtomicU64>,
+}
+
+impl DriveFallbacks for SlowFeed {
+    fn retained(&self, execution: ExecutionId) -> FallbackRead<'_> {
+        let (pause, reads) = (self.pause, Arc::clone(&self.reads));
+        blocking_read(move || {
+            std::thread::sleep(pause);
+            reads.fetch_add(1, Ordering::Relaxed);
+            Some(linear(execution, 1, 2))
+        })
+    }
+}
+
+#[test]
+fn a_blocking_read_never_parks_the_executors_worker() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let feed = SlowFeed {
+        pause: Duration::from_millis(200),
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let ticks = Arc::new(AtomicU64::new(0));
+    let drive = runtime.block_on(async {
+        // A task on the same (single) worker: it runs only while the drive awaits.
+        let counter = Arc::clone(&ticks);
+        let ticker = tokio::spawn(async move {
+            loop {
+                counter.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let flow = DriveFlow::new(budget())
+            .fallbacks(&feed)
+            .rehydrate_gate(&gate);
+        let drive = index.drive_flow(9, Some(2), &flow).await;
+        ticker.abort();
+        drive
+    });
+    assert_eq!(drive.label, DriveLabel::ServedRehydrated);
+    assert!(
+        ticks.load(Ordering::Relaxed) >= 5,
+        "the worker ran other tasks during the 200 ms read: {} ticks",
+        ticks.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn a_read_past_the_fallback_timeout_is_dropped() {
+    let index = WalIndex::default();
+    let feed = SlowFeed {
+        pause: Duration::from_millis(500),
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(1, Duration::from_millis(1)))
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate)
+        .fallback_timeout(Duration::from_millis(20));
+    let drive = index.drive_flow_blocking(9, Some(2), &flow);
+    assert_eq!(drive.rehydrate, None, "no answer in time: no replay");
+    assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
+    assert_eq!(
+        feed.reads.load(Ordering::Relaxed),
+        0,
+        "the drive did not wait for it"
+    );
+    assert!(
+        gate.try_enter().is_some() && gate.try_enter().is_some(),
+        "its permit was freed"
+    );
+}
