@@ -18,7 +18,8 @@ use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::report::IndexStats;
 use wal_index::{
-    Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex,
+    Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, IndexObserver,
+    StateIndex,
 };
 
 use crate::observer::SimObserver;
@@ -150,6 +151,9 @@ pub struct DriveRecord {
     pub wakes: u32,
     /// Waits ended by the per-wait cap.
     pub timeouts: u32,
+    /// It left its wait at once because the engine's drain was backfilling, and read its
+    /// execution instead.
+    pub backfill_skip: bool,
 }
 
 /// Everything one engine's run produced.
@@ -203,6 +207,7 @@ pub fn run_engine<I: StateIndex>(
     // A broker's or a writer's backlog is stored before the drain starts: a replay-on-boot
     // cold start.
     wal.flush()?;
+    let reads = wal.per_execution_reads(Arc::clone(&retained))?;
     let source = wal.source()?;
     let started = observer.started();
     let drain = DrainRun::start(
@@ -215,6 +220,7 @@ pub fn run_engine<I: StateIndex>(
         records: Mutex::new(Vec::with_capacity(plan.drives())),
         permits: tokio::sync::Semaphore::new(config.drive_concurrency.max(1)),
         retained,
+        reads,
         gate: RehydrateGate::new(config.rehydrate_concurrency),
         budget: config.budget,
         drives_on: config.drives_on,
@@ -299,6 +305,8 @@ struct DriveContext<I> {
     /// Drives in flight at once.
     permits: tokio::sync::Semaphore,
     retained: Arc<RetainedWal>,
+    /// The per-execution read on a miss (the broker by subject, or `retained`).
+    reads: Arc<dyn DriveFallbacks>,
     gate: RehydrateGate,
     budget: DriveBudget,
     drives_on: RunOn,
@@ -339,6 +347,7 @@ impl<I: StateIndex> DriveContext<I> {
                 tail_applied: drive.tail_applied,
                 wakes: drive.wakes,
                 timeouts: drive.timeouts,
+                backfill_skip: drive.backfill_skip,
             };
             if let Ok(mut records) = self.records.lock() {
                 records.push(record);
@@ -371,7 +380,7 @@ impl<I: StateIndex> DriveContext<I> {
     fn flow(&self, tail: &[Bytes]) -> DriveFlow<'_> {
         let flow = DriveFlow::new(self.budget)
             .tail_events(tail.to_vec())
-            .fallbacks(&*self.retained);
+            .fallbacks(&*self.reads);
         if self.gate.max_concurrent() > 0 {
             flow.rehydrate_gate(&self.gate)
         } else {

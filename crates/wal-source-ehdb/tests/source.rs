@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{Behaviour, FakeWriter, LogRecord, frame_of};
 use std::io::ErrorKind;
-use wal_index::ingest::Pull;
+use wal_index::ingest::{Backfill, Pull};
 use wal_index::{Drain, DrainConfig, StateIndex, WalIndex, WalSource};
 use wal_source_ehdb::{EhdbConfig, EhdbSource};
 
@@ -286,4 +286,42 @@ fn with_an_idle_deadline_a_connection_that_ends_without_a_byte_never_brings_its_
     assert!(writer.cursors().len() >= 2, "it redialled");
     let stats = source.stats();
     assert_eq!((stats.connects, stats.redials, stats.outages), (0, 0, 1));
+}
+
+#[test]
+fn the_backfill_ends_when_the_first_frame_is_pulled_through() {
+    // The writer's first frame holds the log at subscription: 5 records.
+    let writer = FakeWriter::start(chain(5), vec![Behaviour::Serve]);
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    assert_eq!(
+        source.backfill(),
+        Backfill::Behind { remaining: None },
+        "behind until the first frame ends"
+    );
+    let mut positions = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while positions.len() < 5 && Instant::now() < deadline {
+        // Two at a time: the drain is behind until it has pulled the frame's last record.
+        if let Ok(Pull::Decoded(batch)) = source.pull(2, Duration::from_millis(50)) {
+            positions.extend(batch.iter().map(|d| d.position));
+            if positions.len() < 5 {
+                assert!(source.backfill().is_behind(), "after {positions:?}");
+            }
+        }
+    }
+    assert_eq!(positions, vec![10, 20, 30, 40, 50]);
+    assert!(wait(Duration::from_secs(10), || source.backfill()
+        == Backfill::CaughtUp));
+}
+
+/// Polls `done` every 10 ms up to `limit`.
+fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
 }

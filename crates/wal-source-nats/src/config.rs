@@ -226,7 +226,7 @@ fn valid_subject(subject: &str, wildcards: bool) -> bool {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subjects {
-    prefix: String,
+    pub(crate) prefix: String,
 }
 
 impl Default for Subjects {

@@ -51,6 +51,7 @@
 mod config;
 mod connect;
 mod publisher;
+mod rehydrate;
 mod source;
 #[cfg(feature = "test-broker")]
 pub mod test_broker;
@@ -58,6 +59,7 @@ pub mod test_broker;
 pub use config::{ConsumerMode, DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, NatsWalConfig, Subjects};
 pub use connect::NatsWalError;
 pub use publisher::{PublisherStats, Waiting, WalPublisher};
+pub use rehydrate::{JetStreamRehydrate, LayoutError, SubjectLayout};
 pub use source::{JetStreamSource, SourceStats};
 
 #[cfg(doctest)]

@@ -13,8 +13,8 @@ use common::{chain, sample, tip, wait_for};
 use sb_metrics::StateBuilderMetrics;
 use sb_metrics::series::name;
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
-use wal_index::ingest::DrainHandle;
-use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
+use wal_index::ingest::{Backfill, DrainHandle};
+use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex, WalSource};
 use wal_source_nats::test_broker::Broker;
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
@@ -376,4 +376,45 @@ fn a_deleted_durable_consumer_is_recreated() {
     );
     pool.assert_served(0..40, 10);
     assert_eq!(pool.metric(name::HEALTHY), 1.0);
+}
+
+#[test]
+fn the_source_counts_its_backfill_against_the_stream_head() {
+    let Some(broker) = Broker::start("the_source_counts_its_backfill_against_the_stream_head")
+    else {
+        return;
+    };
+    let stream = stream_name("backfill_head");
+    let mut publisher = publisher(&broker, &stream, 1);
+    publish_chains(&mut publisher, 1..6, 10);
+    let config = NatsWalConfig::new(broker.url()).stream(&stream);
+    let source = JetStreamSource::connect(config).unwrap();
+    assert_eq!(source.backfill(), Backfill::Unknown, "no consumer yet");
+    let index = Arc::new(WalIndex::default());
+    let drain_config = DrainConfig {
+        batch_max: 20,
+        ..DrainConfig::default()
+    };
+    let mut drain = Drain::new(Arc::clone(&index), source, drain_config);
+    assert!(wait_for(LIMIT, || {
+        drain.step().unwrap();
+        index.backfill() != Backfill::Unknown
+    }));
+    assert!(
+        matches!(index.backfill(), Backfill::Behind { remaining: Some(n) } if n < 50),
+        "{:?}",
+        index.backfill()
+    );
+    assert!(wait_for(LIMIT, || {
+        drain.step().unwrap();
+        index.backfill() == Backfill::CaughtUp
+    }));
+    assert_eq!(drain.report().events, 50, "caught up exactly at the head");
+    // Live messages after the head leave it caught up.
+    publish_chains(&mut publisher, 6..7, 3);
+    assert!(wait_for(LIMIT, || {
+        drain.step().unwrap();
+        drain.report().events == 53
+    }));
+    assert_eq!(index.backfill(), Backfill::CaughtUp);
 }

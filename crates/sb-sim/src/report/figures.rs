@@ -163,6 +163,7 @@ fn cold_start(run: &EngineRun) -> Option<ColdStart> {
             .collect(),
         drives_during_backfill: during.len(),
         served_during_backfill: during_records.iter().filter(|d| d.served).count(),
+        left_wait_during_backfill: during_records.iter().filter(|d| d.backfill_skip).count(),
         during_backfill: Latency::of(during),
     })
 }

@@ -118,6 +118,9 @@ pub struct ColdStart {
     pub drives_during_backfill: usize,
     /// Of those, served (the rest fell back).
     pub served_during_backfill: usize,
+    /// Of those, the drives that left their wait at once to read their execution (the
+    /// engine, while its drain said it was behind).
+    pub left_wait_during_backfill: usize,
     /// Their tip-to-end latency.
     pub during_backfill: Latency,
 }

@@ -121,13 +121,18 @@ fn cold_start_columns(line: &mut impl FnMut(&str, &dyn Fn(&EngineReport) -> Stri
             )
         })
     });
-    line("  their tip → end p50 / max (ms)", &|e| {
+    line("  their tip → end p50 / p99 / max (ms)", &|e| {
         e.cold_start.as_ref().map_or("-".into(), |c| {
             format!(
-                "{:.0} / {:.0}",
-                c.during_backfill.p50_ms, c.during_backfill.max_ms
+                "{:.0} / {:.0} / {:.0}",
+                c.during_backfill.p50_ms, c.during_backfill.p99_ms, c.during_backfill.max_ms
             )
         })
+    });
+    line("  left their wait to read the execution", &|e| {
+        e.cold_start
+            .as_ref()
+            .map_or("-".into(), |c| c.left_wait_during_backfill.to_string())
     });
 }
 
@@ -298,9 +303,10 @@ fn cold_start(out: &mut String, c: &super::ColdStart) {
     );
     let _ = writeln!(
         out,
-        "            {} drives dispatched during the backfill ({} served): {}",
+        "            {} drives dispatched during the backfill ({} served, {} left their wait to read their execution): {}",
         c.drives_during_backfill,
         c.served_during_backfill,
+        c.left_wait_during_backfill,
         latency(&c.during_backfill, 1)
     );
 }

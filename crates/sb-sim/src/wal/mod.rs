@@ -8,14 +8,16 @@ pub use ehdb::{EhdbFeed, EhdbTarget};
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use wal_index::flow::FallbackRead;
 use wal_index::ingest::{ChannelSource, Pull, WalWriter, channel_wal};
 use wal_index::{DriveFallbacks, Event, ExecutionId, WalSource};
-use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
+use wal_source_nats::{
+    JetStreamRehydrate, JetStreamSource, NatsWalConfig, SubjectLayout, Subjects, WalPublisher,
+};
 
 use crate::workload::{Item, items_from_payloads};
 
@@ -167,6 +169,31 @@ impl Feed {
                     config: Some(Box::new(config)),
                 })
             }
+        }
+    }
+
+    /// The per-execution read a drive uses when waiting cannot serve it: on a broker, the
+    /// run's stream read by the execution's subject ([`JetStreamRehydrate`]); elsewhere
+    /// `retained`, the records the producer published, by execution. (An EHDB writer's
+    /// feed has no read by execution: a filtered rehydrate waits for the writer to prepare
+    /// the shard's whole log, 17-22 s at production volume, so it cannot serve a drive.)
+    /// Call it before [`Feed::source`] takes the broker's configuration.
+    pub fn per_execution_reads(
+        &self,
+        retained: Arc<RetainedWal>,
+    ) -> io::Result<Arc<dyn DriveFallbacks>> {
+        match self {
+            Feed::Nats {
+                subjects,
+                config: Some(config),
+                ..
+            } => {
+                let reads =
+                    JetStreamRehydrate::connect((**config).clone(), SubjectLayout::of(subjects))
+                        .map_err(io::Error::other)?;
+                Ok(Arc::new(reads))
+            }
+            _ => Ok(retained),
         }
     }
 
