@@ -169,21 +169,24 @@ fn workload<I: StateIndex>() {
     }
 }
 
-/// The retained WAL of the backfill model: a fixed answer, at once.
-struct Retained(Vec<Event>);
+/// The retained WAL of the backfill model: a fixed answer, at once, counting its reads.
+struct Retained(Vec<Event>, std::sync::atomic::AtomicU32);
 
 impl crate::DriveFallbacks for Retained {
     fn retained(&self, _: crate::ExecutionId) -> crate::flow::FallbackRead<'_> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Box::pin(std::future::ready(Some(self.0.clone())))
     }
 }
 
-/// A restart: the engine's drain backfills one execution's history event by event and then
-/// says it caught up, while two drives for its tip run, each of which the engine sends to
-/// its per-execution read at once. One reads the whole history, racing the drain's apply of
-/// the same events; the other reads nothing (the retained WAL lost it), so only going back
-/// to waiting can serve it. Both must be served, each with the whole spine and the bytes
-/// the drain applies: never a short chain, never a byte the drain's replay changes.
+/// A restart: the engine's drain backfills one execution's history event by event, saying
+/// it caught up before it applies the last one (as the drain does: it notes after the pull,
+/// before the apply), while three drives for its tip run, each of which the engine sends
+/// to its per-execution read at once, under one replay cap of 1. One reads the whole
+/// history, racing the drain's apply of the same events; one reads nothing (the retained
+/// WAL lost it); one reads the history without its tip. Throttled or not, each must be
+/// served, with the whole spine and the bytes the drain applies (never a short chain, never
+/// a byte the drain's replay changes), and none may read its execution twice.
 fn backfill_workload() {
     use crate::ingest::Backfill;
     let index = Arc::new(crate::WalIndex::default());
@@ -206,25 +209,29 @@ fn backfill_workload() {
     let drain = {
         let (index, history) = (Arc::clone(&index), history.clone());
         thread::spawn(move || {
-            for event in history {
+            let last = history.len() - 1;
+            for (k, event) in history.into_iter().enumerate() {
+                if k == last {
+                    index.note_backfill(Backfill::CaughtUp);
+                }
                 index.apply_batch(vec![event]);
             }
-            index.note_backfill(Backfill::CaughtUp);
         })
     };
-    let drives: Vec<_> = [history.clone(), Vec::new()]
+    let gate = Arc::new(crate::rehydrate::RehydrateGate::new(1));
+    let reads = [history.clone(), Vec::new(), history[..2].to_vec()];
+    let drives: Vec<_> = reads
         .into_iter()
         .map(|read| {
-            let (index, expected) = (Arc::clone(&index), expected.clone());
+            let (index, expected, gate) = (Arc::clone(&index), expected.clone(), Arc::clone(&gate));
             thread::spawn(move || {
-                let retained = Retained(read);
-                let gate = crate::rehydrate::RehydrateGate::new(1);
+                let retained = Retained(read, Default::default());
                 let flow = crate::DriveFlow::new(DriveBudget {
                     attempts: 10_000,
                     retry: Duration::from_secs(1),
                 })
                 .fallbacks(&retained)
-                .rehydrate_gate(&gate);
+                .rehydrate_gate(&*gate);
                 let drive = index.drive_flow_blocking(7, Some(3), &flow);
                 let served = drive.outcome.spine().map(|s| s.json_array().to_bytes());
                 assert_eq!(
@@ -233,6 +240,8 @@ fn backfill_workload() {
                     "drive for 7 behind the backfill: {:?}",
                     drive.label
                 );
+                let reads = retained.1.load(std::sync::atomic::Ordering::Relaxed);
+                assert!(reads <= 1, "drive for 7 read its execution {reads} times");
             })
         })
         .collect();

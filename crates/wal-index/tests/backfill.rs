@@ -326,3 +326,94 @@ fn a_read_past_the_fallback_timeout_is_dropped() {
         "its permit was freed"
     );
 }
+
+#[test]
+fn a_throttled_early_read_is_not_counted_and_the_drive_waits() {
+    let index = Arc::new(WalIndex::default());
+    index.note_backfill(BEHIND);
+    let retained = Sources {
+        shard: None,
+        retained: Some(linear(7, 1, 3)),
+    };
+    // A gate with no room: every read is throttled.
+    let gate = RehydrateGate::new(0);
+    let drain = {
+        let index = Arc::clone(&index);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            index.apply_batch(linear(7, 1, 3));
+        })
+    };
+    let flow = DriveFlow::new(DriveBudget::new(50, Duration::from_secs(1)))
+        .fallbacks(&retained)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(3), &flow);
+    drain.join().unwrap();
+    assert!(drive.backfill_skip);
+    assert_eq!(
+        drive.rehydrate, None,
+        "a throttled early read is not an attempt"
+    );
+    assert_eq!(drive.label, DriveLabel::Served);
+}
+
+#[test]
+fn a_drive_replays_at_most_once() {
+    // The retained read has no genesis: the early replay leaves the chain incomplete, and
+    // the step after the deadline does not read again.
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let feed = CountingFeed {
+        events: vec![
+            Event::minimal(1, 7, None, "step"),
+            Event::minimal(2, 7, Some(1), "step"),
+        ],
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
+    assert_eq!(drive.rehydrate, Some(RehydrateLabel::Incomplete));
+    assert_eq!(feed.reads.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn an_early_read_is_bounded_by_the_drives_deadline() {
+    // A read slower than the whole deadline: the drive stops waiting for it at the deadline
+    // (not at the 3.5 s fallback timeout), and goes on without a replay.
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let feed = SlowFeed {
+        pause: Duration::from_secs(2),
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(1, Duration::from_millis(50)))
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(9, Some(2), &flow);
+    assert!(drive.backfill_skip);
+    // The read after the deadline is step 5's, bounded by the fallback timeout: it answers
+    // after 2 s and serves.
+    assert_eq!(drive.label, DriveLabel::ServedRehydrated);
+    // The first build, the loop's build after the early read gave up at the deadline, and
+    // the build after step 5's replay. (Had the early read been waited for, it would have
+    // served with two builds.)
+    assert_eq!(drive.builds, 3);
+}
+
+/// A retained WAL with a fixed answer, counting its reads.
+struct CountingFeed {
+    events: Vec<Event>,
+    reads: Arc<AtomicU64>,
+}
+
+impl DriveFallbacks for CountingFeed {
+    fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        Box::pin(std::future::ready(Some(self.events.clone())))
+    }
+}

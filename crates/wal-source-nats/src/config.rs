@@ -58,6 +58,11 @@ pub struct NatsWalConfig {
     /// Messages the client asks the broker for ahead of the drain. Larger hides the round
     /// trip during a backfill; smaller bounds client memory. Default 1,024.
     pub prefetch: usize,
+    /// Bytes the client asks the broker for ahead of the drain, at most. The broker cuts off
+    /// a client that holds more than its `max_pending` (64 MiB by default) undelivered, and
+    /// a thousand production-sized envelopes (~73 KB) are more than that: the cap keeps a
+    /// backfill of large payloads under it. Default 16 MiB.
+    pub prefetch_bytes: usize,
     /// Idle heartbeat asked of the broker; two missed heartbeats make the source recreate
     /// its consumer. Default 1 s.
     pub heartbeat: Duration,
@@ -82,6 +87,7 @@ impl NatsWalConfig {
             filter_subject: None,
             mode: ConsumerMode::ReplayOnBoot,
             prefetch: 1024,
+            prefetch_bytes: 16 << 20,
             heartbeat: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(1),
             api_timeout: Duration::from_secs(2),

@@ -32,7 +32,7 @@ use crate::connect::{NatsWalError, Runtime, open};
 /// assert_eq!(production.execution_filter(42), "noetl.events.*.*.42.*");
 /// let custom = SubjectLayout::parse("wal.{tenant}.acme.{execution_id}").unwrap();
 /// assert_eq!(custom.execution_filter(-7), "wal.*.acme.-7");
-/// assert!(SubjectLayout::parse("noetl.events.{shard}").is_err(), "no {execution_id}");
+/// assert!(SubjectLayout::parse("noetl.events.{shard}").is_err(), "no execution id token");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubjectLayout {
@@ -268,9 +268,15 @@ async fn read_execution(
         })
         .await
         .map_err(|e| failed("cannot create the consumer", &e))?;
-    let name = consumer.cached_info().name.clone();
+    // Deleted when the read ends, however it ends (its deadline, an abort): the broker
+    // would drop it after its inactivity threshold anyway, but a burst of reads must not
+    // pile consumers up.
+    let _delete = DeleteOnDrop {
+        stream: stream.clone(),
+        name: consumer.cached_info().name.clone(),
+    };
     let pending = consumer.cached_info().num_pending;
-    let result = async {
+    async {
         if pending > cap {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -287,6 +293,9 @@ async fn read_execution(
             .messages()
             .await
             .map_err(|e| failed("cannot start the consumer", &e))?;
+        // Up to what was pending at creation: later messages are the drain's. A delivery
+        // that leaves nothing pending also ends the read (messages counted at creation may
+        // have been removed since, by age or a purge).
         let mut taken = 0;
         while taken < pending {
             let message = match messages.next().await {
@@ -295,19 +304,36 @@ async fn read_execution(
                 None => return Err(failed("the consumer ended", &"early")),
             };
             taken += 1;
+            let last = message.info().is_ok_and(|info| info.pending == 0);
             if let Ok(event) = Event::from_json_bytes(message.payload.clone())
                 && event.execution_id() == execution_id
             {
                 events.push(event);
             }
+            if last {
+                break;
+            }
         }
         Ok(events)
     }
-    .await;
-    // The consumer would go away by itself after its inactivity threshold; deleting it
-    // now keeps a burst of reads from piling consumers up on the broker.
-    let _ = stream.delete_consumer(&name).await;
-    result
+    .await
+}
+
+/// Deletes a read's consumer when the read ends, on the client's runtime.
+struct DeleteOnDrop {
+    stream: jetstream::stream::Stream,
+    name: String,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let (stream, name) = (self.stream.clone(), std::mem::take(&mut self.name));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = stream.delete_consumer(&name).await;
+            });
+        }
+    }
 }
 
 /// The read runs on the client's runtime; the future only waits for it, and dropping the

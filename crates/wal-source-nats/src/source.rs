@@ -65,8 +65,8 @@ pub struct JetStreamSource {
     /// The first stream sequence this source has not returned yet (replay-on-boot resumes
     /// here after a consumer is lost).
     next_sequence: u64,
-    /// The stream's last sequence when the first consumer was created: the backfill's head.
-    head: Option<u64>,
+    /// Where the backfill stands: `None` until the first consumer exists.
+    backfill: Option<BackfillState>,
     /// Durable mode: the messages returned and not yet acknowledged.
     unacked: Vec<jetstream::Message>,
     stats: SourceStats,
@@ -108,7 +108,7 @@ impl JetStreamSource {
             config,
             feed: None,
             next_sequence: 1,
-            head: None,
+            backfill: None,
             unacked: Vec::new(),
             stats: SourceStats::default(),
             runtime,
@@ -148,12 +148,12 @@ impl JetStreamSource {
         context: &jetstream::Context,
         config: &NatsWalConfig,
         next_sequence: u64,
-    ) -> io::Result<(consumer::pull::Stream, u64)> {
+    ) -> io::Result<(consumer::pull::Stream, BackfillState)> {
         let stream = context
             .get_stream(&config.stream)
             .await
             .map_err(|e| feed_error("cannot look up the stream", &config.stream, e))?;
-        let last_sequence = stream.cached_info().state.last_sequence;
+        let head = stream.cached_info().state.last_sequence;
         let filter_subject = config.filter_subject.clone().unwrap_or_default();
         let consumer: consumer::PullConsumer = match &config.mode {
             ConsumerMode::ReplayOnBoot => stream
@@ -191,15 +191,21 @@ impl JetStreamSource {
                 .await
                 .map_err(|e| feed_error("cannot create the consumer on", &config.stream, e))?,
         };
+        let at_subscription = BackfillState {
+            head,
+            pending: consumer.cached_info().num_pending,
+            caught_up: consumer.cached_info().num_pending == 0,
+        };
         let feed = consumer
             .stream()
             .max_messages_per_batch(config.prefetch.max(1))
+            .max_bytes_per_batch(config.prefetch_bytes.max(1 << 20))
             .heartbeat(config.heartbeat)
             .expires(config.heartbeat * 10)
             .messages()
             .await
             .map_err(|e| feed_error("cannot start the consumer on", &config.stream, e))?;
-        Ok((feed, last_sequence))
+        Ok((feed, at_subscription))
     }
 
     fn interrupted(&mut self, error: io::Error) -> io::Error {
@@ -219,6 +225,12 @@ impl JetStreamSource {
         self.next_sequence = self.next_sequence.max(position + 1);
         self.stats.messages += 1;
         self.stats.pending = pending;
+        if let Some(backfill) = &mut self.backfill {
+            backfill.pending = pending;
+            // Past the head, or nothing left for this consumer: the history is through.
+            // Once through, a redelivery does not make the source behind again.
+            backfill.caught_up |= position >= backfill.head || pending == 0;
+        }
         if delivered > 1 {
             self.stats.redelivered += 1;
         }
@@ -232,24 +244,31 @@ impl JetStreamSource {
     }
 }
 
+/// The backfill as the first consumer saw it, and how far the source got.
+#[derive(Debug, Clone, Copy)]
+struct BackfillState {
+    /// The stream's last sequence when the first consumer was created.
+    head: u64,
+    /// Messages the consumer still had to deliver, as of the last delivery.
+    pending: u64,
+    /// Sticky: the history was handed over.
+    caught_up: bool,
+}
+
 impl WalSource for JetStreamSource {
-    /// Against the stream's last sequence when the first consumer was created. The count
-    /// of what is left is in stream sequences, so it is given only without a subject
-    /// filter (with one, some of those sequences are other pools', and the backfill also
-    /// ends when the consumer says nothing matching is pending).
+    /// Against the head the first consumer saw: the stream's last sequence then, and the
+    /// consumer's own count of what it had to deliver (which honours a subject filter).
+    /// Caught up once a delivered message reaches that sequence or leaves nothing pending,
+    /// and from the start when nothing was pending (an empty stream, a filter that matches
+    /// nothing retained, a durable consumer at its acknowledgement floor). What is left is
+    /// the consumer's pending count, live messages that arrived meanwhile included.
     fn backfill(&self) -> Backfill {
-        let Some(head) = self.head else {
-            return Backfill::Unknown;
-        };
-        let filtered_done = self.config.filter_subject.is_some()
-            && self.stats.messages > 0
-            && self.stats.pending == 0;
-        if self.next_sequence > head || filtered_done {
-            return Backfill::CaughtUp;
-        }
-        let remaining = head + 1 - self.next_sequence;
-        Backfill::Behind {
-            remaining: self.config.filter_subject.is_none().then_some(remaining),
+        match self.backfill {
+            None => Backfill::Unknown,
+            Some(state) if state.caught_up => Backfill::CaughtUp,
+            Some(state) => Backfill::Behind {
+                remaining: Some(state.pending),
+            },
         }
     }
 
@@ -274,10 +293,10 @@ impl WalSource for JetStreamSource {
                 Self::open_feed(&self.context, &self.config, self.next_sequence),
             );
             match opened {
-                Some(Ok((feed, last_sequence))) => {
+                Some(Ok((feed, at_subscription))) => {
                     // The head is learned once: a consumer re-created after an outage
                     // resumes the same backfill, it does not start a new one.
-                    self.head.get_or_insert(last_sequence);
+                    self.backfill.get_or_insert(at_subscription);
                     self.feed = Some(feed);
                     self.stats.consumers_created += 1;
                 }

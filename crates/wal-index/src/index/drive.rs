@@ -172,19 +172,30 @@ pub(crate) async fn run_flow<I: StateIndex>(
         &mut drive,
     )
     .await;
+    // Whether this drive has replayed its execution: at most once per drive, as today.
+    let mut replayed = false;
     if end == LoopEnd::Backfilling {
         // The drain is replaying history this drive's chain is still behind: read the
-        // execution now rather than after the deadline, then wait out what is left of it.
-        if rehydrate_and_report(
+        // execution now rather than after the deadline, within what is left of the
+        // deadline, then wait out the rest of it.
+        let left = Duration::from_nanos(deadline.saturating_sub(index.clock().now()));
+        let bound = flow.fallback_timeout.min(left);
+        let attempt = rehydrate(
             index,
             execution_id,
             expected_head,
             flow,
-            waiting,
+            (waiting, bound),
             &mut drive,
         )
-        .await
-        {
+        .await;
+        // A throttled early read is not an attempt: the drive waits, and may replay after
+        // its deadline like any other. One that read is its replay, reported once.
+        if let Some(replay) = attempt.filter(|r| *r != RehydrateLabel::Throttled) {
+            replayed = true;
+            report_replay(index, replay, &mut drive);
+        }
+        if drive.label == DriveLabel::ServedRehydrated {
             end = LoopEnd::Served;
         } else if cfg!(feature = "mutation-backfill-read-ends-drive") {
             // The mutation: an early read that did not serve ends the drive, which then
@@ -219,16 +230,12 @@ pub(crate) async fn run_flow<I: StateIndex>(
     .await
     {
         drive.label = label;
-    } else {
-        rehydrate_and_report(
-            index,
-            execution_id,
-            expected_head,
-            flow,
-            waiting,
-            &mut drive,
-        )
-        .await;
+    } else if !replayed {
+        let bound = (waiting, flow.fallback_timeout);
+        let attempt = rehydrate(index, execution_id, expected_head, flow, bound, &mut drive).await;
+        if let Some(replay) = attempt {
+            report_replay(index, replay, &mut drive);
+        }
     }
     if drive.outcome.spine().is_none() {
         drive.label = if flow.stateless {
@@ -277,38 +284,24 @@ async fn serve_from_shard<I: StateIndex>(
     })
 }
 
-/// Step 5, and the early read of a drive behind a backfill: replay the retained events
-/// within the gate's cap, build once more, and report the attempt. True when served (the
-/// drive is then `served_rehydrated`).
-async fn rehydrate_and_report<I: StateIndex>(
-    index: &I,
-    execution_id: ExecutionId,
-    expected_head: Option<EventId>,
-    flow: &DriveFlow<'_>,
-    waiting: Waiting,
-    drive: &mut Drive,
-) -> bool {
-    let Some(replay) = rehydrate(index, execution_id, expected_head, flow, waiting, drive).await
-    else {
-        return false;
-    };
+/// Reports one replay attempt and keeps it on the drive (`served_rehydrated` if it served).
+fn report_replay<I: StateIndex>(index: &I, replay: RehydrateLabel, drive: &mut Drive) {
     index.observer().rehydrate(replay);
     drive.rehydrate = Some(replay);
-    let served = replay == RehydrateLabel::Served;
-    if served {
+    if replay == RehydrateLabel::Served {
         drive.label = DriveLabel::ServedRehydrated;
     }
-    served
 }
 
-/// Replays the retained events within the gate's cap, then builds once more. `None` when
-/// the flow has no retained WAL or no gate, or the read gave no answer in time.
+/// Step 5, and the early read of a drive behind a backfill: replays the retained events
+/// within the gate's cap, then builds once more. The read is awaited for at most `bound`.
+/// `None` when the flow has no retained WAL or no gate, or the read gave no answer in time.
 async fn rehydrate<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     flow: &DriveFlow<'_>,
-    waiting: Waiting,
+    (waiting, bound): (Waiting, Duration),
     drive: &mut Drive,
 ) -> Option<RehydrateLabel> {
     let (fallbacks, gate) = (flow.fallbacks?, flow.rehydrate_gate?);
@@ -318,7 +311,7 @@ async fn rehydrate<I: StateIndex>(
         return Some(RehydrateLabel::Throttled);
     }
     let read = fallbacks.retained(execution_id);
-    let events = waiting.within(read, flow.fallback_timeout).await??;
+    let events = waiting.within(read, bound).await??;
     if events.is_empty() {
         return Some(RehydrateLabel::Empty);
     }

@@ -22,8 +22,10 @@
 //! whole deadline and serve nothing. The engine knows when its drain is behind
 //! ([`Backfill`](crate::ingest::Backfill)); a drive on it that can read its execution
 //! ([`DriveFlow::can_rehydrate`]) then goes from its first unserved build straight to step 4
-//! (within the same cap), and only if that does not serve it back to step 2 for what is left
-//! of its deadline, then on as above. A rehydrated execution is served only when its walk
+//! (within the same cap, its read bounded by what is left of the deadline), and only if
+//! that does not serve it back to step 2 for the rest of its deadline, then on as above. A
+//! drive replays at most once: an early read that replayed is its step 4 (a throttled one
+//! is not, and is not counted). A rehydrated execution is served only when its walk
 //! reaches genesis, like any build, and the drain's later replay of the same events is an
 //! overwrite that changes no served byte. The outcomes stay the worker's: such a drive is
 //! `served_rehydrated`, and [`Drive::backfill_skip`](crate::Drive::backfill_skip) says it
@@ -51,6 +53,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -108,25 +111,57 @@ pub trait DriveFallbacks: Send + Sync {
 /// future waits for its answer without blocking the thread that polls it.
 ///
 /// Dropping the future (a drive at its fallback timeout) stops waiting at once; the read
-/// itself runs on until it returns, and its answer is discarded, so `read` should carry a
-/// deadline of its own. A thread per read is the price of never parking an executor's
-/// worker: reads are rare (at most two per unserved drive, capped by the
-/// [`RehydrateGate`] for replays), and a thread costs tens of microseconds against a
-/// network read's milliseconds. `None` if the thread cannot be started.
+/// itself runs on until it returns, and its answer is discarded, so `read` must carry a
+/// deadline of its own, and the flow's [`fallback_timeout`](DriveFlow::fallback_timeout)
+/// should sit above it (the defaults: 3 s and 3.5 s). A dropped read no longer holds its
+/// drive's [`RehydrateGate`] permit, so at most [`MAX_BLOCKING_READS`] run at once in the
+/// process: past that a read answers `None` at once, as a worker without the source would.
+///
+/// A thread per read is the price of never parking an executor's worker: reads are rare (at
+/// most one replay and one shard read per unserved drive, replays capped by the gate), and
+/// a thread costs tens of microseconds against a network read's milliseconds. `None` if
+/// the thread cannot be started.
 pub fn blocking_read(
     read: impl FnOnce() -> Option<Vec<Event>> + Send + 'static,
 ) -> FallbackRead<'static> {
+    // Relaxed: a count that bounds threads; no data is published through it.
+    let running = BLOCKING_READS.fetch_add(1, Ordering::Relaxed);
+    if running >= MAX_BLOCKING_READS {
+        BLOCKING_READS.fetch_sub(1, Ordering::Relaxed);
+        return Box::pin(std::future::ready(None));
+    }
     let (answer, receiver) = futures_channel::oneshot::channel();
     let started = std::thread::Builder::new()
         .name("wal-index-fallback".into())
         .spawn(move || {
+            let ends = ReadEnds;
             // The drive may have stopped waiting: then nobody takes the answer.
             let _ = answer.send(read());
+            drop(ends);
         });
+    if started.is_err() {
+        BLOCKING_READS.fetch_sub(1, Ordering::Relaxed);
+    }
     Box::pin(async move {
         started.ok()?;
         receiver.await.ok().flatten()
     })
+}
+
+/// The most [`blocking_read`] threads that run at once in a process.
+pub const MAX_BLOCKING_READS: usize = 16;
+
+/// [`blocking_read`] threads running now.
+static BLOCKING_READS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a blocking read's thread out when it ends, a panicking read included.
+struct ReadEnds;
+
+impl Drop for ReadEnds {
+    fn drop(&mut self) {
+        // Relaxed: as in `blocking_read`.
+        BLOCKING_READS.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How one drive runs: its budget, its tail, and which steps after the deadline the worker
@@ -139,7 +174,9 @@ pub struct DriveFlow<'a> {
     pub tail_events: Vec<Bytes>,
     /// The shard loader and retained WAL.
     pub fallbacks: Option<&'a dyn DriveFallbacks>,
-    /// How long the drive awaits one fallback read before it drops it (default 3 s).
+    /// How long the drive awaits one fallback read before it drops it (default 3.5 s: above
+    /// the reads' own 3 s deadline, so a read ends by its own bound, and its outcome is
+    /// reported). An early read behind a backfill is also bounded by the drive's deadline.
     pub fallback_timeout: Duration,
     /// The cap on concurrent replays; without one no replay is attempted.
     pub rehydrate_gate: Option<&'a RehydrateGate>,
@@ -173,8 +210,9 @@ impl Default for DriveFlow<'_> {
 }
 
 impl<'a> DriveFlow<'a> {
-    /// The default bound on one fallback read: 3 s, the retained-WAL read's deadline.
-    pub const DEFAULT_FALLBACK_TIMEOUT: Duration = Duration::from_secs(3);
+    /// The default bound on one fallback read: 3.5 s, half a second above the retained-WAL
+    /// reads' own 3 s deadline.
+    pub const DEFAULT_FALLBACK_TIMEOUT: Duration = Duration::from_millis(3_500);
 
     /// The deadline loop alone: no tail, no shard, no replay.
     pub fn new(budget: DriveBudget) -> DriveFlow<'a> {
@@ -210,7 +248,9 @@ impl<'a> DriveFlow<'a> {
     }
 
     /// Whether this flow can read its execution (a retained WAL and a replay cap): only
-    /// such a drive leaves its wait early while the drain backfills.
+    /// such a drive leaves its wait early while the drain backfills. (The flow cannot tell
+    /// whether its [`DriveFallbacks`] implements `retained`; one that does not answers
+    /// `None`, and the drive goes back to waiting.)
     pub fn can_rehydrate(&self) -> bool {
         self.fallbacks.is_some() && self.rehydrate_gate.is_some()
     }
