@@ -194,6 +194,9 @@ const GENESIS: u8 = 1 << 2;
 const TERMINAL: u8 = 1 << 3;
 /// `prev` is too far from `id` for `prev_back`: it is the allocation's last 8 bytes.
 const PREV_OWNED: u8 = 1 << 4;
+/// The payload is already the slim projection ([`Event::to_slim`] made it): projecting it
+/// again is the identity, so `to_slim` returns the event as it is instead of parsing it.
+const SLIM: u8 = 1 << 5;
 
 /// One decoded WAL event.
 ///
@@ -326,6 +329,7 @@ impl Event {
             decoded.prev,
             event_type,
             &decoded.bytes,
+            0,
         ))
     }
 
@@ -405,7 +409,14 @@ impl Event {
             }
             _ => EventType::InPayload { start: 0, len: 0 },
         };
-        Ok(Self::assemble(id, execution_id, prev, event_type, payload))
+        Ok(Self::assemble(
+            id,
+            execution_id,
+            prev,
+            event_type,
+            payload,
+            0,
+        ))
     }
 
     /// Decodes one WAL payload received as a [`Bytes`].
@@ -438,14 +449,8 @@ impl Event {
         payload: impl AsRef<[u8]>,
     ) -> Event {
         let payload = payload.as_ref();
-        let event_type = match find(payload, event_type.as_bytes()) {
-            Some(start) => EventType::InPayload {
-                start,
-                len: event_type.len(),
-            },
-            None => EventType::Owned(event_type.to_owned()),
-        };
-        Self::assemble(id, execution_id, prev, event_type, payload)
+        let event_type = EventType::located(payload, event_type);
+        Self::assemble(id, execution_id, prev, event_type, payload, 0)
     }
 
     /// Builds an event whose payload is the minimal envelope of its four fields.
@@ -481,6 +486,7 @@ impl Event {
         prev: Option<EventId>,
         event_type: EventType,
         payload: &[u8],
+        extra_flags: u8,
     ) -> Event {
         // A type inside the payload that the header cannot point at is stored owned.
         let event_type = match event_type {
@@ -491,7 +497,7 @@ impl Event {
             }
             other => other,
         };
-        let mut flags = 0;
+        let mut flags = extra_flags;
         let mut tail: Vec<u8> = Vec::new();
         let (type_start, type_len, type_text) = match &event_type {
             // Both fit: checked above.
@@ -577,16 +583,33 @@ impl Event {
     ///
     /// The decoded fields are unchanged (the chain link survives even though
     /// `prev_event_id` is not a slim key). Key order of the kept keys is preserved.
+    ///
+    /// Projecting a projection is free: the result remembers that it is slim, and its own
+    /// `to_slim` is a reference-count increment (so a drain may project events on its
+    /// decode threads and the index's projection on apply costs nothing).
+    ///
+    /// ```
+    /// let e = chain_fold::Event::from_json(br#"{"event_id":1,"execution_id":2,"result":{"big":1},"extra":3}"#).unwrap();
+    /// let slim = e.to_slim();
+    /// let again = slim.to_slim();
+    /// assert_eq!(again, slim);
+    /// assert!(again.ptr_eq(&slim), "no second projection");
+    /// ```
     pub fn to_slim(&self) -> Event {
+        if self.header().flags & SLIM != 0 {
+            return self.clone();
+        }
         let Some(kept) = slim_payload(self.payload()) else {
             return self.clone();
         };
-        Self::from_parts(
+        let event_type = EventType::located(&kept, self.event_type());
+        Self::assemble(
             self.id(),
             self.execution_id(),
             self.prev(),
-            self.event_type(),
-            kept,
+            event_type,
+            &kept,
+            SLIM,
         )
     }
 
@@ -661,6 +684,19 @@ impl Event {
 enum EventType {
     InPayload { start: usize, len: usize },
     Owned(String),
+}
+
+impl EventType {
+    /// `text` where it first occurs verbatim in `payload`, else a copy of it.
+    fn located(payload: &[u8], text: &str) -> EventType {
+        match find(payload, text.as_bytes()) {
+            Some(start) => EventType::InPayload {
+                start,
+                len: text.len(),
+            },
+            None => EventType::Owned(text.to_owned()),
+        }
+    }
 }
 
 /// The first position of `needle` in `haystack` (an empty needle is at 0): memchr's

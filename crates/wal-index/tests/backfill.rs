@@ -381,13 +381,51 @@ fn a_drive_replays_at_most_once() {
 }
 
 #[test]
-fn an_early_read_is_bounded_by_the_drives_deadline() {
-    // A read slower than the whole deadline: the drive stops waiting for it at the deadline
-    // (not at the 3.5 s fallback timeout), and goes on without a replay.
-    let index = WalIndex::default();
+fn an_async_drive_served_by_the_drain_stops_waiting_for_its_read() {
+    // A read slower than the drain: the async drive keeps waiting while it reads, and the
+    // drain's apply serves it first; the read is dropped.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let index = Arc::new(WalIndex::default());
     index.note_backfill(BEHIND);
     let feed = SlowFeed {
         pause: Duration::from_secs(2),
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let drain = {
+        let index = Arc::clone(&index);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            index.apply_batch(linear(9, 1, 2));
+        })
+    };
+    let flow = DriveFlow::new(budget())
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate);
+    let drive = runtime.block_on(index.drive_flow(9, Some(2), &flow));
+    drain.join().unwrap();
+    assert!(drive.backfill_skip);
+    assert_eq!(drive.label, DriveLabel::Served, "the drain served it first");
+    assert_eq!(drive.rehydrate, None, "no replay");
+    assert_eq!(
+        feed.reads.load(Ordering::Relaxed),
+        0,
+        "the read was still running"
+    );
+}
+
+#[test]
+fn an_early_read_that_outlasts_the_deadline_is_still_the_drives_one_read() {
+    // A read longer than the 50 ms deadline but within the fallback timeout: the blocking
+    // drive reads first, is served by the replay, and reads nothing after the deadline.
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let feed = SlowFeed {
+        pause: Duration::from_millis(300),
         reads: Arc::default(),
     };
     let gate = RehydrateGate::default();
@@ -396,13 +434,12 @@ fn an_early_read_is_bounded_by_the_drives_deadline() {
         .rehydrate_gate(&gate);
     let drive = index.drive_flow_blocking(9, Some(2), &flow);
     assert!(drive.backfill_skip);
-    // The read after the deadline is step 5's, bounded by the fallback timeout: it answers
-    // after 2 s and serves.
     assert_eq!(drive.label, DriveLabel::ServedRehydrated);
-    // The first build, the loop's build after the early read gave up at the deadline, and
-    // the build after step 5's replay. (Had the early read been waited for, it would have
-    // served with two builds.)
-    assert_eq!(drive.builds, 3);
+    assert_eq!(
+        drive.builds, 2,
+        "the first build, and the one after the replay"
+    );
+    assert_eq!(feed.reads.load(Ordering::Relaxed), 1);
 }
 
 /// A retained WAL with a fixed answer, counting its reads.

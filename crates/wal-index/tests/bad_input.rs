@@ -162,3 +162,63 @@ fn lockfree_self_loop_and_cycle_are_incomplete_not_hangs() {
 fn mutex_self_loop_and_cycle_are_incomplete_not_hangs() {
     self_loop_and_cycle_are_incomplete_not_hangs::<MutexIndex>();
 }
+
+/// A large pull is decoded on several threads: the events reach the index in log order,
+/// every bad record is counted at its own position, and the outcome is the one-thread
+/// drain's, slim or not.
+#[test]
+fn a_parallel_decode_keeps_log_order_and_every_bad_record() {
+    let filler = "y".repeat(8_000);
+    let mut wal = String::new();
+    let mut id = 0;
+    for n in 1..=300 {
+        if n % 37 == 0 {
+            wal.push_str("{not json\n");
+            continue;
+        }
+        id += 1;
+        let prev = if id == 1 {
+            "null".to_owned()
+        } else {
+            (id - 1).to_string()
+        };
+        let ty = if id == 1 { "playbook_started" } else { "step" };
+        wal.push_str(&format!(
+            r#"{{"event_id":{id},"execution_id":5,"prev_event_id":{prev},"event_type":"{ty}","result":"{filler}","context":{{"k":{n}}}}}"#
+        ));
+        wal.push('\n');
+    }
+    let run = |threads: usize, slim: bool| {
+        let index = Arc::new(WalIndex::new(IndexConfig {
+            slim,
+            ..IndexConfig::default()
+        }));
+        let config = DrainConfig {
+            decode_threads: threads,
+            ..DrainConfig::default()
+        };
+        let report = Drain::new(
+            Arc::clone(&index),
+            JsonLinesSource::new(wal.as_bytes()),
+            config,
+        )
+        .run_until_closed()
+        .unwrap()
+        .clone();
+        let spine = index
+            .build(5, Some(id))
+            .spine
+            .expect("every good event, linked");
+        (report, spine.json_array().to_bytes())
+    };
+    for slim in [false, true] {
+        let (one, one_bytes) = run(1, slim);
+        let (four, four_bytes) = run(4, slim);
+        assert_eq!(one.events, id as u64);
+        assert_eq!(one.bad, 8);
+        let positions: Vec<u64> = four.bad_samples.iter().map(|b| b.position).collect();
+        assert_eq!(positions, (1..=8).map(|k| 37 * k).collect::<Vec<u64>>());
+        assert_eq!(four, one, "slim {slim}");
+        assert_eq!(four_bytes, one_bytes, "slim {slim}");
+    }
+}

@@ -22,6 +22,7 @@ use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete}
 use super::StateIndex;
 use super::flow::DriveFlow;
 use crate::labels::{DriveLabel, RehydrateLabel, WaitLabel};
+use crate::rehydrate::RehydratePermit;
 use crate::report::{Build, Drive, DriveOutcome};
 use crate::sync::Waiting;
 use crate::waiting_room::Registered;
@@ -172,30 +173,22 @@ pub(crate) async fn run_flow<I: StateIndex>(
         &mut drive,
     )
     .await;
-    // Whether this drive has replayed its execution: at most once per drive, as today.
+    // Whether this drive has read its execution: at most once per drive, as today.
     let mut replayed = false;
     if end == LoopEnd::Backfilling {
         // The drain is replaying history this drive's chain is still behind: read the
-        // execution now rather than after the deadline, within what is left of the
-        // deadline, then wait out the rest of it.
-        let left = Duration::from_nanos(deadline.saturating_sub(index.clock().now()));
-        let bound = flow.fallback_timeout.min(left);
-        let attempt = rehydrate(
+        // execution now rather than after the deadline.
+        let (read, served) = early_read(
             index,
             execution_id,
             expected_head,
             flow,
-            (waiting, bound),
+            waiting,
             &mut drive,
         )
         .await;
-        // A throttled early read is not an attempt: the drive waits, and may replay after
-        // its deadline like any other. One that read is its replay, reported once.
-        if let Some(replay) = attempt.filter(|r| *r != RehydrateLabel::Throttled) {
-            replayed = true;
-            report_replay(index, replay, &mut drive);
-        }
-        if drive.label == DriveLabel::ServedRehydrated {
+        replayed = read;
+        if served {
             end = LoopEnd::Served;
         } else if cfg!(feature = "mutation-backfill-read-ends-drive") {
             // The mutation: an early read that did not serve ends the drive, which then
@@ -203,6 +196,7 @@ pub(crate) async fn run_flow<I: StateIndex>(
             // an empty retained WAL must still be served, by waiting).
             end = LoopEnd::Over;
         } else {
+            // Then wait out what is left of the deadline (nothing, if the read took it).
             end = drive_loop(
                 index,
                 execution_id,
@@ -231,9 +225,8 @@ pub(crate) async fn run_flow<I: StateIndex>(
     {
         drive.label = label;
     } else if !replayed {
-        let bound = (waiting, flow.fallback_timeout);
-        let attempt = rehydrate(index, execution_id, expected_head, flow, bound, &mut drive).await;
-        if let Some(replay) = attempt {
+        let read = read_retained(execution_id, flow, waiting).await;
+        if let Some(replay) = replay(index, execution_id, expected_head, read, &mut drive).await {
             report_replay(index, replay, &mut drive);
         }
     }
@@ -293,28 +286,56 @@ fn report_replay<I: StateIndex>(index: &I, replay: RehydrateLabel, drive: &mut D
     }
 }
 
-/// Step 5, and the early read of a drive behind a backfill: replays the retained events
-/// within the gate's cap, then builds once more. The read is awaited for at most `bound`.
-/// `None` when the flow has no retained WAL or no gate, or the read gave no answer in time.
-async fn rehydrate<I: StateIndex>(
+/// What a read of the retained WAL gave.
+enum Read<'g> {
+    /// The flow has no retained WAL or no replay cap.
+    NoSource,
+    /// The cap was reached; nothing was read.
+    Throttled,
+    /// The read gave no answer within the fallback timeout (or the source has none).
+    NoAnswer,
+    /// The execution's retained events, and the place under the cap they hold until they
+    /// are replayed.
+    Events(Vec<Event>, RehydratePermit<'g>),
+}
+
+/// Reads the execution's retained events within the gate's cap, for at most the flow's
+/// fallback timeout. Touches neither the index nor the drive, so it can race a wait.
+async fn read_retained<'g>(
+    execution_id: ExecutionId,
+    flow: &DriveFlow<'g>,
+    waiting: Waiting,
+) -> Read<'g> {
+    let (Some(fallbacks), Some(gate)) = (flow.fallbacks, flow.rehydrate_gate) else {
+        return Read::NoSource;
+    };
+    // The cap covers the retained read and the replay, not the build after it.
+    let Some(permit) = gate.try_enter() else {
+        return Read::Throttled;
+    };
+    let read = fallbacks.retained(execution_id);
+    match waiting.within(read, flow.fallback_timeout).await {
+        Some(Some(events)) => Read::Events(events, permit),
+        Some(None) | None => Read::NoAnswer,
+    }
+}
+
+/// Step 5's replay of what `read` gave, then one build. `None` when nothing was replayed
+/// and nothing is to be reported (no source, no answer); `Throttled` and `Empty` replay
+/// nothing.
+async fn replay<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
-    flow: &DriveFlow<'_>,
-    (waiting, bound): (Waiting, Duration),
+    read: Read<'_>,
     drive: &mut Drive,
 ) -> Option<RehydrateLabel> {
-    let (fallbacks, gate) = (flow.fallbacks?, flow.rehydrate_gate?);
-    // The cap covers the retained read and the replay, not the build after it.
-    let permit = gate.try_enter();
-    if permit.is_none() {
-        return Some(RehydrateLabel::Throttled);
-    }
-    let read = fallbacks.retained(execution_id);
-    let events = waiting.within(read, bound).await??;
-    if events.is_empty() {
-        return Some(RehydrateLabel::Empty);
-    }
+    let (events, permit) = match read {
+        Read::NoSource | Read::NoAnswer => return None,
+        Read::Throttled => return Some(RehydrateLabel::Throttled),
+        Read::Events(events, _) if events.is_empty() => return Some(RehydrateLabel::Empty),
+        Read::Events(events, permit) => (events, permit),
+    };
     let _replayed = index.rehydrate_async(execution_id, events).await;
     drop(permit);
     let build = index.build_async(execution_id, expected_head).await;
@@ -323,6 +344,64 @@ async fn rehydrate<I: StateIndex>(
     } else {
         RehydrateLabel::Incomplete
     })
+}
+
+/// What raced in an async drive's early read.
+enum Race<'g> {
+    /// The read ended first.
+    Read(Read<'g>),
+    /// Waiting ended first: served by the drain, or the execution finished and is gone.
+    Waited(LoopEnd),
+}
+
+/// The early read of a drive behind a backfill. An async drive reads while it keeps
+/// waiting, with no deadline, for the drain to serve it, and whichever ends first wins: the
+/// drain's apply (the read is dropped), or the read (its events are replayed and built
+/// once; the wait is dropped). A blocking drive cannot wait and read at once, so it reads
+/// first. Returns whether the drive read its execution (its one replay: a throttled read is
+/// not one, and is not reported) and whether it is served.
+async fn early_read<I: StateIndex>(
+    index: &I,
+    execution_id: ExecutionId,
+    expected_head: Option<EventId>,
+    flow: &DriveFlow<'_>,
+    waiting: Waiting,
+    drive: &mut Drive,
+) -> (bool, bool) {
+    let read = read_retained(execution_id, flow, waiting);
+    let raced = match waiting {
+        Waiting::Timer => {
+            let until_served = (u64::MAX, flow.budget.retry);
+            futures_lite::future::or(async { Race::Read(read.await) }, async {
+                let ended = drive_loop(
+                    index,
+                    execution_id,
+                    expected_head,
+                    until_served,
+                    false,
+                    waiting,
+                    drive,
+                )
+                .await;
+                Race::Waited(ended)
+            })
+            .await
+        }
+        Waiting::Park => Race::Read(read.await),
+    };
+    let read = match raced {
+        Race::Waited(ended) => return (false, ended == LoopEnd::Served),
+        Race::Read(Read::Throttled) => return (false, false),
+        Race::Read(read) => read,
+    };
+    let attempted = !matches!(read, Read::NoSource);
+    match replay(index, execution_id, expected_head, read, drive).await {
+        Some(label) => {
+            report_replay(index, label, drive);
+            (true, label == RehydrateLabel::Served)
+        }
+        None => (attempted, false),
+    }
 }
 
 /// Counts one build of `drive` and keeps what it gave: the spine, or why it is incomplete.
