@@ -411,10 +411,78 @@ fn an_async_drive_served_by_the_drain_stops_waiting_for_its_read() {
     assert!(drive.backfill_skip);
     assert_eq!(drive.label, DriveLabel::Served, "the drain served it first");
     assert_eq!(drive.rehydrate, None, "no replay");
-    assert_eq!(
-        feed.reads.load(Ordering::Relaxed),
-        0,
-        "the read was still running"
+    assert!(
+        gate.try_enter().is_some() && gate.try_enter().is_some(),
+        "the dropped read's permit was freed"
+    );
+}
+
+#[test]
+fn an_async_drive_whose_read_does_not_serve_it_waits_for_the_drain() {
+    // The read answers first, with the history but no tip: replayed, still short; the
+    // drive then waits for the drain, and reads nothing after its deadline.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let index = Arc::new(WalIndex::default());
+    index.note_backfill(BEHIND);
+    let feed = CountingFeed {
+        events: linear(9, 1, 2),
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let drain = {
+        let index = Arc::clone(&index);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            index.apply_batch(linear(9, 1, 3));
+        })
+    };
+    let flow = DriveFlow::new(budget())
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate);
+    let drive = runtime.block_on(index.drive_flow(9, Some(3), &flow));
+    drain.join().unwrap();
+    assert_eq!(drive.rehydrate, Some(RehydrateLabel::Incomplete));
+    assert_eq!(drive.label, DriveLabel::Served);
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
+    assert_eq!(feed.reads.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn an_async_drive_whose_read_never_answers_keeps_its_replay_for_after_the_deadline() {
+    // No drain, and a read slower than the fallback timeout: the early read gives up and
+    // is not counted, the deadline passes, and step 5 reads once more (and gives up too).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let feed = SlowFeed {
+        pause: Duration::from_secs(5),
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(20)))
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate)
+        .fallback_timeout(Duration::from_millis(100));
+    let drive = runtime.block_on(index.drive_flow(9, Some(2), &flow));
+    assert!(drive.backfill_skip);
+    assert_eq!(drive.rehydrate, None, "no read answered: nothing to report");
+    assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
+    assert!(
+        drive.timeouts >= 1,
+        "it waited out its deadline during the read"
+    );
+    assert!(
+        drive.timeouts <= 2,
+        "no wait past its budget of two: {}",
+        drive.timeouts
     );
 }
 

@@ -163,62 +163,77 @@ fn mutex_self_loop_and_cycle_are_incomplete_not_hangs() {
     self_loop_and_cycle_are_incomplete_not_hangs::<MutexIndex>();
 }
 
-/// A large pull is decoded on several threads: the events reach the index in log order,
-/// every bad record is counted at its own position, and the outcome is the one-thread
-/// drain's, slim or not.
+/// A large pull is decoded on several threads: the events reach the index in log order
+/// (a redelivery that rewrites an earlier event, in a later run of the same pull, wins as it
+/// would applied one by one), every bad record is counted at its own position, and what the
+/// index serves is what the same records applied one at a time give, slim or not.
 #[test]
 fn a_parallel_decode_keeps_log_order_and_every_bad_record() {
     let filler = "y".repeat(8_000);
-    let mut wal = String::new();
-    let mut id = 0;
-    for n in 1..=300 {
-        if n % 37 == 0 {
-            wal.push_str("{not json\n");
-            continue;
-        }
-        id += 1;
+    let envelope = |id: i64, n: usize, extra: &str| {
         let prev = if id == 1 {
             "null".to_owned()
         } else {
             (id - 1).to_string()
         };
         let ty = if id == 1 { "playbook_started" } else { "step" };
-        wal.push_str(&format!(
-            r#"{{"event_id":{id},"execution_id":5,"prev_event_id":{prev},"event_type":"{ty}","result":"{filler}","context":{{"k":{n}}}}}"#
-        ));
-        wal.push('\n');
+        format!(
+            r#"{{"event_id":{id},"execution_id":5,"prev_event_id":{prev},"event_type":"{ty}","result":"{filler}","context":{{"k":{n}{extra}}},"dropped_by_slim":1}}"#
+        )
+    };
+    let mut lines = Vec::new();
+    let mut id = 0;
+    for n in 1..=300 {
+        if n % 37 == 0 {
+            lines.push("{not json".to_owned());
+        } else if n == 290 {
+            // Event 5 again, with another payload: a rewrite, in the last run of the pull.
+            lines.push(envelope(5, n, r#","rewritten":true"#));
+        } else {
+            id += 1;
+            lines.push(envelope(id, n, ""));
+        }
     }
-    let run = |threads: usize, slim: bool| {
-        let index = Arc::new(WalIndex::new(IndexConfig {
+    let wal = lines.join("\n");
+    for slim in [false, true] {
+        let config = IndexConfig {
             slim,
             ..IndexConfig::default()
-        }));
-        let config = DrainConfig {
-            decode_threads: threads,
+        };
+        // The reference: every record applied on its own, in log order.
+        let reference = WalIndex::new(config);
+        for line in &lines {
+            let _ = reference.apply_json(line.as_bytes());
+        }
+        let expected = reference.build(5, Some(id)).spine.expect("linked");
+        let index = Arc::new(WalIndex::new(config));
+        let drain = DrainConfig {
+            decode_threads: 4,
             ..DrainConfig::default()
         };
         let report = Drain::new(
             Arc::clone(&index),
             JsonLinesSource::new(wal.as_bytes()),
-            config,
+            drain,
         )
         .run_until_closed()
         .unwrap()
         .clone();
-        let spine = index
+        let served = index
             .build(5, Some(id))
             .spine
             .expect("every good event, linked");
-        (report, spine.json_array().to_bytes())
-    };
-    for slim in [false, true] {
-        let (one, one_bytes) = run(1, slim);
-        let (four, four_bytes) = run(4, slim);
-        assert_eq!(one.events, id as u64);
-        assert_eq!(one.bad, 8);
-        let positions: Vec<u64> = four.bad_samples.iter().map(|b| b.position).collect();
+        assert_eq!(
+            (report.events, report.bad),
+            (id as u64 + 1, 8),
+            "slim {slim}"
+        );
+        let positions: Vec<u64> = report.bad_samples.iter().map(|b| b.position).collect();
         assert_eq!(positions, (1..=8).map(|k| 37 * k).collect::<Vec<u64>>());
-        assert_eq!(four, one, "slim {slim}");
-        assert_eq!(four_bytes, one_bytes, "slim {slim}");
+        let bytes = served.json_array().to_bytes();
+        assert_eq!(bytes, expected.json_array().to_bytes(), "slim {slim}");
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        assert!(text.contains(r#""rewritten":true"#), "the later record won");
+        assert_eq!(text.contains("dropped_by_slim"), !slim, "slim {slim}");
     }
 }

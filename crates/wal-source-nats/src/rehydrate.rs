@@ -258,8 +258,19 @@ async fn read_execution(
         .get_stream(stream)
         .await
         .map_err(|e| failed("cannot look up the stream", &e))?;
+    // Named before it exists, so a read dropped while the broker creates it still deletes
+    // it: the delete is armed first.
+    static READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // Relaxed: a unique suffix, nothing else.
+    let n = READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("rehydrate-{}-{n}", std::process::id());
+    let _delete = DeleteOnDrop {
+        stream: stream.clone(),
+        name: name.clone(),
+    };
     let consumer: consumer::PullConsumer = stream
         .create_consumer(consumer::pull::Config {
+            name: Some(name),
             deliver_policy: consumer::DeliverPolicy::All,
             ack_policy: consumer::AckPolicy::None,
             filter_subject,
@@ -268,13 +279,6 @@ async fn read_execution(
         })
         .await
         .map_err(|e| failed("cannot create the consumer", &e))?;
-    // Deleted when the read ends, however it ends (its deadline, an abort): the broker
-    // would drop it after its inactivity threshold anyway, but a burst of reads must not
-    // pile consumers up.
-    let _delete = DeleteOnDrop {
-        stream: stream.clone(),
-        name: consumer.cached_info().name.clone(),
-    };
     let pending = consumer.cached_info().num_pending;
     async {
         if pending > cap {
@@ -319,7 +323,9 @@ async fn read_execution(
     .await
 }
 
-/// Deletes a read's consumer when the read ends, on the client's runtime.
+/// Deletes a read's consumer when the read ends, however it ends (done, its deadline, an
+/// abort), on the client's runtime: the broker would drop it after its inactivity threshold
+/// anyway, but a burst of reads must not pile consumers up.
 struct DeleteOnDrop {
     stream: jetstream::stream::Stream,
     name: String,

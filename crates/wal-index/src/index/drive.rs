@@ -113,8 +113,8 @@ fn fresh_drive() -> Drive {
 /// 2. apply the dispatch's tail events (each an overwrite by id; an undecodable one is
 ///    counted and skipped);
 /// 3. the deadline loop → `served`; on the engine, a drive that can rehydrate leaves it at
-///    an unserved build while the drain backfills, rehydrates at once (step 5's cap and
-///    labels), and if still unserved goes back to the loop for the rest of its deadline;
+///    an unserved build while the drain backfills and reads its execution at once (step 5's
+///    cap and labels; see [`early_read`]), then waits out the rest of its deadline;
 /// 4. the state shard, if a loader has one → `served_shard` / `served_shard_mismatch`;
 /// 5. rehydrate from the retained WAL, within the gate's cap → `served_rehydrated`;
 /// 6. otherwise `fallback_incomplete` (`stateless_retry` on the stateless edge).
@@ -183,7 +183,7 @@ pub(crate) async fn run_flow<I: StateIndex>(
             execution_id,
             expected_head,
             flow,
-            waiting,
+            (waiting, window),
             &mut drive,
         )
         .await;
@@ -354,53 +354,63 @@ enum Race<'g> {
     Waited(LoopEnd),
 }
 
-/// The early read of a drive behind a backfill. An async drive reads while it keeps
-/// waiting, with no deadline, for the drain to serve it, and whichever ends first wins: the
-/// drain's apply (the read is dropped), or the read (its events are replayed and built
-/// once; the wait is dropped). A blocking drive cannot wait and read at once, so it reads
-/// first. Returns whether the drive read its execution (its one replay: a throttled read is
-/// not one, and is not reported) and whether it is served.
+/// The early read of a drive behind a backfill.
+///
+/// An async drive reads while it goes on waiting, within its deadline, for the drain to
+/// serve it: if the drain does (a tie included: the wait is polled first), the read is
+/// dropped; if the read ends first, the wait is dropped and the read's events are replayed
+/// and built once; if the deadline passes first, the drive awaits the read alone, within
+/// the fallback timeout it started with. So a drive waits no wait past its deadline, and
+/// ends within the later of its deadline and its read's timeout, plus the replay: never
+/// later than today's flow, which reads after the deadline. A blocking drive cannot wait
+/// and read at once, so it reads first and then waits out what is left of its deadline.
+///
+/// Returns whether the drive read its execution (its one replay, reported: only a read
+/// that answered counts, so a throttled or unanswered read leaves the replay after the
+/// deadline) and whether it is served.
 async fn early_read<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
     flow: &DriveFlow<'_>,
-    waiting: Waiting,
+    (waiting, window): (Waiting, (u64, Duration)),
     drive: &mut Drive,
 ) -> (bool, bool) {
-    let read = read_retained(execution_id, flow, waiting);
+    let mut read = std::pin::pin!(read_retained(execution_id, flow, waiting));
     let raced = match waiting {
         Waiting::Timer => {
-            let until_served = (u64::MAX, flow.budget.retry);
-            futures_lite::future::or(async { Race::Read(read.await) }, async {
-                let ended = drive_loop(
-                    index,
-                    execution_id,
-                    expected_head,
-                    until_served,
-                    false,
-                    waiting,
-                    drive,
-                )
-                .await;
-                Race::Waited(ended)
-            })
+            futures_lite::future::or(
+                async {
+                    let ended = drive_loop(
+                        index,
+                        execution_id,
+                        expected_head,
+                        window,
+                        false,
+                        waiting,
+                        drive,
+                    )
+                    .await;
+                    Race::Waited(ended)
+                },
+                async { Race::Read(read.as_mut().await) },
+            )
             .await
         }
-        Waiting::Park => Race::Read(read.await),
+        Waiting::Park => Race::Read(read.as_mut().await),
     };
     let read = match raced {
-        Race::Waited(ended) => return (false, ended == LoopEnd::Served),
-        Race::Read(Read::Throttled) => return (false, false),
+        Race::Waited(LoopEnd::Served) => return (false, true),
+        // The deadline passed (or the execution finished and is gone): the read alone.
+        Race::Waited(_) => read.await,
         Race::Read(read) => read,
     };
-    let attempted = !matches!(read, Read::NoSource);
     match replay(index, execution_id, expected_head, read, drive).await {
+        Some(RehydrateLabel::Throttled) | None => (false, false),
         Some(label) => {
             report_replay(index, label, drive);
             (true, label == RehydrateLabel::Served)
         }
-        None => (attempted, false),
     }
 }
 

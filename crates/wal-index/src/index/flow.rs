@@ -21,11 +21,13 @@
 //! whose execution is still behind it cannot be served by waiting: step 2 would spend the
 //! whole deadline and serve nothing. The engine knows when its drain is behind
 //! ([`Backfill`](crate::ingest::Backfill)); a drive on it that can read its execution
-//! ([`DriveFlow::can_rehydrate`]) then goes from its first unserved build straight to step 4
-//! (within the same cap, its read bounded by what is left of the deadline), and only if
-//! that does not serve it back to step 2 for the rest of its deadline, then on as above. A
-//! drive replays at most once: an early read that replayed is its step 4 (a throttled one
-//! is not, and is not counted). A rehydrated execution is served only when its walk
+//! ([`DriveFlow::can_rehydrate`]) then reads it at its first unserved build (step 4's cap
+//! and labels) instead of after the deadline. An async drive goes on waiting for the drain
+//! meanwhile, within its deadline, and whichever serves it first wins; past the deadline it
+//! awaits the read alone. A blocking drive reads first. If the read does not serve it, the
+//! drive waits out what is left of its deadline, then goes on as above. A drive reads at
+//! most once: only a read that answered counts (a throttled or unanswered one leaves step 4
+//! its read, and is not reported). A rehydrated execution is served only when its walk
 //! reaches genesis, like any build, and the drain's later replay of the same events is an
 //! overwrite that changes no served byte. The outcomes stay the worker's: such a drive is
 //! `served_rehydrated`, and [`Drive::backfill_skip`](crate::Drive::backfill_skip) says it

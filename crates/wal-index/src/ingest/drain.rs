@@ -32,7 +32,15 @@ pub struct DrainConfig {
     /// Threads that decode a large pull (a backfill's batches): its records are split in
     /// this many runs, decoded (and projected to slim, when the index stores slim events)
     /// side by side, and applied in log order. A pull under 256 KiB, or a setting of 1,
-    /// decodes on the drain's own thread. Default: the machine's cores, at most 4.
+    /// decodes on the drain's own thread and leaves the projection to the index. (With more
+    /// than one, today's design, `MutexIndex`, receives projected events, so its drain does
+    /// less than today's worker: keep 1 to measure it at today's costs.)
+    ///
+    /// Default 1. More threads pay where cores sit idle during a backfill: the drain alone
+    /// over production's retained volume ran 1.3x faster with 2 on a 2-core VM
+    /// (docs/benchmarks.md). Where the cores are shared (a broker on the same machine, or
+    /// drives that read their executions meanwhile), the decode takes them from the rest:
+    /// through a broker on the same 2 cores the backfill and the drives' reads were slower.
     pub decode_threads: usize,
 }
 
@@ -43,7 +51,7 @@ impl Default for DrainConfig {
             idle_wait: Duration::from_millis(25),
             sweep_every: Duration::from_secs(DrainConfig::DEFAULT_SWEEP_SECS),
             retry: Some(Backoff::default()),
-            decode_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            decode_threads: 1,
         }
     }
 }
@@ -177,8 +185,10 @@ impl DrainReport {
 const PARALLEL_DECODE_BYTES: usize = 256 << 10;
 
 /// Decodes `records` in log order: on `threads` threads side by side when the pull is
-/// large, else on this one. Each event is projected to slim when `slim` (the index's own
-/// projection on apply is then free).
+/// large, else on this one. On several threads, each event is also projected to slim when
+/// `slim` (the index's own projection on apply is then free); on this one the index
+/// projects on apply, as it always has (today's design then sees the whole envelope, as
+/// today's worker does).
 ///
 /// The runs are contiguous, so concatenating their results keeps the log's order. The
 /// calling thread decodes the first run itself and joins the others (scoped threads, one
@@ -189,11 +199,11 @@ fn decode_records(
     slim: bool,
     threads: usize,
 ) -> Vec<(u64, Result<Event, EventError>)> {
-    let decode = |run: &[Record]| -> Vec<(u64, Result<Event, EventError>)> {
+    let decode = |run: &[Record], project: bool| -> Vec<(u64, Result<Event, EventError>)> {
         run.iter()
             .map(|record| {
                 let event = Event::from_json_bytes(record.payload.clone());
-                let event = if slim {
+                let event = if project {
                     event.map(|e| e.to_slim())
                 } else {
                     event
@@ -205,7 +215,7 @@ fn decode_records(
     let bytes: usize = records.iter().map(|r| r.payload.len()).sum();
     let threads = threads.clamp(1, records.len().max(1));
     if threads == 1 || bytes < PARALLEL_DECODE_BYTES {
-        return decode(&records);
+        return decode(&records, false);
     }
     let per_run = records.len().div_ceil(threads);
     let runs: Vec<&[Record]> = records.chunks(per_run).collect();
@@ -215,11 +225,11 @@ fn decode_records(
             .map(|run| {
                 let started = std::thread::Builder::new()
                     .name("wal-decode".into())
-                    .spawn_scoped(scope, || decode(run));
+                    .spawn_scoped(scope, || decode(run, slim));
                 (run, started)
             })
             .collect();
-        let mut decoded = decode(runs[0]);
+        let mut decoded = decode(runs[0], slim);
         for (run, started) in spawned {
             match started.map(|thread| thread.join()) {
                 Ok(Ok(events)) => decoded.extend(events),
@@ -227,7 +237,7 @@ fn decode_records(
                 // on here, as it would have on this thread.
                 Ok(Err(panic)) => std::panic::resume_unwind(panic),
                 // The thread did not start: this thread decodes the run.
-                Err(_) => decoded.extend(decode(run)),
+                Err(_) => decoded.extend(decode(run, slim)),
             }
         }
         decoded

@@ -1,0 +1,79 @@
+//! The drain alone over a backlog of the simulator's production-sized envelopes, in
+//! process: how fast the engine indexes a restart's backlog with one decode thread and with
+//! several, side by side in one run.
+//!
+//! ```sh
+//! cargo run --release -p sb-sim --example drain_throughput -- 17803 3
+//! ```
+//!
+//! Arguments: the backlog's events (default 17,803, production's retained volume) and the
+//! rounds (default 3; each round runs every setting once, in turn). Prints each round's
+//! time and MB/s per setting, and the medians.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sb_sim::SimConfig;
+use sb_sim::workload::{Generator, Shape};
+use wal_index::ingest::channel_wal;
+use wal_index::{Drain, DrainConfig, StateIndex, WalIndex};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let events: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(17_803);
+    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let items = Generator::new(Shape::default()).take(events);
+    let bytes: usize = items.iter().map(|i| i.payload.len()).sum();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let settings: Vec<usize> = [1, 2, cores.min(4)]
+        .into_iter()
+        .fold(Vec::new(), |mut v, t| {
+            if !v.contains(&t) {
+                v.push(t);
+            }
+            v
+        });
+    println!(
+        "{events} envelopes, {:.0} MB, {cores} cores; decode threads {settings:?}",
+        bytes as f64 / 1e6
+    );
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); settings.len()];
+    for round in 0..rounds {
+        for (k, &threads) in settings.iter().enumerate() {
+            let index = Arc::new(WalIndex::new(SimConfig::production_index()));
+            let (wal, source) = channel_wal();
+            for item in &items {
+                wal.append(item.payload.clone());
+            }
+            drop(wal);
+            let config = DrainConfig {
+                decode_threads: threads,
+                ..DrainConfig::default()
+            };
+            let started = Instant::now();
+            let report = Drain::new(Arc::clone(&index), source, config)
+                .run_until_closed()
+                .expect("in-process")
+                .clone();
+            let secs = started.elapsed().as_secs_f64();
+            times[k].push(secs);
+            println!(
+                "round {round}: {threads} decode thread(s): {:.0} ms, {:.0} MB/s ({} events, {} resident)",
+                secs * 1e3,
+                bytes as f64 / 1e6 / secs,
+                report.events,
+                index.stats().events
+            );
+        }
+    }
+    for (k, &threads) in settings.iter().enumerate() {
+        let mut t = times[k].clone();
+        t.sort_by(f64::total_cmp);
+        let median = t[t.len() / 2];
+        println!(
+            "median, {threads} decode thread(s): {:.0} ms, {:.0} MB/s",
+            median * 1e3,
+            bytes as f64 / 1e6 / median
+        );
+    }
+}
