@@ -154,7 +154,7 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// The drain's word on where it stands against the log's head (see [`Backfill`]),
     /// after each pull and once more, as [`Backfill::Unknown`], when a drain that was
     /// behind goes away. Every index reports it to its observer (the `backfilling` gauge);
-    /// the engine also keeps it for its drives ([`DriveHooks::backfilling`]).
+    /// the engine also keeps it for its drives ([`flow`](crate::flow) says what they do).
     ///
     /// ```
     /// use wal_index::ingest::Backfill;
