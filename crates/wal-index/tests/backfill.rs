@@ -24,6 +24,28 @@ const BEHIND: Backfill = Backfill::Behind {
     remaining: Some(1_000),
 };
 
+/// A worker's runtime: two workers, timers on.
+fn two_worker_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The drain, standing in: applies `events` as one batch after `after`.
+fn apply_later(
+    index: &Arc<WalIndex>,
+    after: Duration,
+    events: Vec<Event>,
+) -> std::thread::JoinHandle<()> {
+    let index = Arc::clone(index);
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        index.apply_batch(events);
+    })
+}
+
 /// Today's budget: five waits of 200 ms.
 fn budget() -> DriveBudget {
     DriveBudget::default()
@@ -57,26 +79,32 @@ fn a_drive_behind_the_backfill_reads_its_execution_at_once() {
     assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3, 4]);
 }
 
+/// A drive on `index` with a retained WAL and a short budget: it waits out its deadline,
+/// then replays, as today's worker does.
+fn assert_keeps_the_workers_flow<I: StateIndex>(index: &I, what: &str) {
+    let retained = Sources {
+        shard: None,
+        retained: Some(linear(7, 1, 2)),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(10)))
+        .fallbacks(&retained)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    assert_eq!(drive.label, DriveLabel::ServedRehydrated, "{what}");
+    assert!(!drive.backfill_skip, "{what}");
+    assert!(
+        drive.timeouts > 0,
+        "{what}: the deadline was waited out first"
+    );
+}
+
 #[test]
 fn caught_up_or_unknown_the_drive_keeps_the_workers_flow() {
     for state in [Backfill::CaughtUp, Backfill::Unknown] {
         let index = WalIndex::default();
         index.note_backfill(state);
-        let retained = Sources {
-            shard: None,
-            retained: Some(linear(7, 1, 2)),
-        };
-        let gate = RehydrateGate::default();
-        let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(10)))
-            .fallbacks(&retained)
-            .rehydrate_gate(&gate);
-        let drive = index.drive_flow_blocking(7, Some(2), &flow);
-        assert_eq!(drive.label, DriveLabel::ServedRehydrated, "{state:?}");
-        assert!(!drive.backfill_skip, "{state:?}");
-        assert!(
-            drive.timeouts > 0,
-            "{state:?}: the deadline was waited out first"
-        );
+        assert_keeps_the_workers_flow(&index, &format!("{state:?}"));
     }
 }
 
@@ -84,13 +112,7 @@ fn caught_up_or_unknown_the_drive_keeps_the_workers_flow() {
 fn a_drive_without_a_read_waits_for_the_drain_even_while_it_backfills() {
     let index = Arc::new(WalIndex::default());
     index.note_backfill(BEHIND);
-    let drain = {
-        let index = Arc::clone(&index);
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            index.apply_batch(linear(7, 1, 3));
-        })
-    };
+    let drain = apply_later(&index, Duration::from_millis(50), linear(7, 1, 3));
     let drive = index.drive_blocking(7, Some(3), DriveBudget::new(50, Duration::from_secs(1)));
     drain.join().unwrap();
     assert_eq!(drive.label, DriveLabel::Served);
@@ -192,18 +214,7 @@ fn todays_design_keeps_the_workers_flow_while_the_drain_backfills() {
         Backfill::Unknown,
         "today's design keeps no state"
     );
-    let retained = Sources {
-        shard: None,
-        retained: Some(linear(7, 1, 2)),
-    };
-    let gate = RehydrateGate::default();
-    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(10)))
-        .fallbacks(&retained)
-        .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(7, Some(2), &flow);
-    assert!(!drive.backfill_skip);
-    assert!(drive.timeouts > 0);
-    assert_eq!(drive.label, DriveLabel::ServedRehydrated);
+    assert_keeps_the_workers_flow(&index, "today's design");
 }
 
 #[test]
@@ -337,13 +348,7 @@ fn a_throttled_early_read_is_not_counted_and_the_drive_waits() {
     };
     // A gate with no room: every read is throttled.
     let gate = RehydrateGate::new(0);
-    let drain = {
-        let index = Arc::clone(&index);
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            index.apply_batch(linear(7, 1, 3));
-        })
-    };
+    let drain = apply_later(&index, Duration::from_millis(50), linear(7, 1, 3));
     let flow = DriveFlow::new(DriveBudget::new(50, Duration::from_secs(1)))
         .fallbacks(&retained)
         .rehydrate_gate(&gate);
@@ -384,11 +389,7 @@ fn a_drive_replays_at_most_once() {
 fn an_async_drive_served_by_the_drain_stops_waiting_for_its_read() {
     // A read slower than the drain: the async drive keeps waiting while it reads, and the
     // drain's apply serves it first; the read is dropped.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_worker_runtime();
     let index = Arc::new(WalIndex::default());
     index.note_backfill(BEHIND);
     let feed = SlowFeed {
@@ -396,13 +397,7 @@ fn an_async_drive_served_by_the_drain_stops_waiting_for_its_read() {
         reads: Arc::default(),
     };
     let gate = RehydrateGate::default();
-    let drain = {
-        let index = Arc::clone(&index);
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            index.apply_batch(linear(9, 1, 2));
-        })
-    };
+    let drain = apply_later(&index, Duration::from_millis(50), linear(9, 1, 2));
     let flow = DriveFlow::new(budget())
         .fallbacks(&feed)
         .rehydrate_gate(&gate);
@@ -421,11 +416,7 @@ fn an_async_drive_served_by_the_drain_stops_waiting_for_its_read() {
 fn an_async_drive_whose_read_does_not_serve_it_waits_for_the_drain() {
     // The read answers first, with the history but no tip: replayed, still short; the
     // drive then waits for the drain, and reads nothing after its deadline.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_worker_runtime();
     let index = Arc::new(WalIndex::default());
     index.note_backfill(BEHIND);
     let feed = CountingFeed {
@@ -433,13 +424,7 @@ fn an_async_drive_whose_read_does_not_serve_it_waits_for_the_drain() {
         reads: Arc::default(),
     };
     let gate = RehydrateGate::default();
-    let drain = {
-        let index = Arc::clone(&index);
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            index.apply_batch(linear(9, 1, 3));
-        })
-    };
+    let drain = apply_later(&index, Duration::from_millis(100), linear(9, 1, 3));
     let flow = DriveFlow::new(budget())
         .fallbacks(&feed)
         .rehydrate_gate(&gate);
@@ -455,11 +440,7 @@ fn an_async_drive_whose_read_does_not_serve_it_waits_for_the_drain() {
 fn an_async_drive_whose_read_never_answers_keeps_its_replay_for_after_the_deadline() {
     // No drain, and a read slower than the fallback timeout: the early read gives up and
     // is not counted, the deadline passes, and step 5 reads once more (and gives up too).
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_worker_runtime();
     let index = WalIndex::default();
     index.note_backfill(BEHIND);
     let feed = SlowFeed {
