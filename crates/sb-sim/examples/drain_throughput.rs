@@ -1,6 +1,8 @@
 //! The drain alone over a backlog of the simulator's production-sized envelopes, in
 //! process: how fast the engine indexes a restart's backlog with one decode thread and with
-//! several, side by side in one run.
+//! several, side by side in one run with two references on the same bytes: the floor (one
+//! `memchr` pass over every byte, on one thread) and today's decode (each payload parsed
+//! into a `serde_json::Value`, on one thread, as today's worker does before its lock).
 //!
 //! ```sh
 //! cargo run --release -p sb-sim --example drain_throughput -- 17803 3
@@ -38,7 +40,25 @@ fn main() {
         bytes as f64 / 1e6
     );
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); settings.len()];
+    let (mut floor, mut today) = (Vec::new(), Vec::new());
     for round in 0..rounds {
+        let started = Instant::now();
+        let quotes: usize = items
+            .iter()
+            .map(|i| memchr::memchr_iter(b'"', &i.payload).count())
+            .sum();
+        floor.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let parsed = items
+            .iter()
+            .filter(|i| serde_json::from_slice::<serde_json::Value>(&i.payload).is_ok())
+            .count();
+        today.push(started.elapsed().as_secs_f64());
+        println!(
+            "round {round}: floor {:.0} ms ({quotes} quotes); today's decode {:.0} ms ({parsed} parsed)",
+            floor[round] * 1e3,
+            today[round] * 1e3
+        );
         for (k, &threads) in settings.iter().enumerate() {
             let index = Arc::new(WalIndex::new(SimConfig::production_index()));
             let (wal, source) = channel_wal();
@@ -66,14 +86,24 @@ fn main() {
             );
         }
     }
-    for (k, &threads) in settings.iter().enumerate() {
-        let mut t = times[k].clone();
+    let median = |t: &[f64]| {
+        let mut t = t.to_vec();
         t.sort_by(f64::total_cmp);
-        let median = t[t.len() / 2];
+        t[t.len() / 2]
+    };
+    let line = |what: &str, secs: f64| {
         println!(
-            "median, {threads} decode thread(s): {:.0} ms, {:.0} MB/s",
-            median * 1e3,
-            bytes as f64 / 1e6 / median
+            "median, {what}: {:.0} ms, {:.0} MB/s",
+            secs * 1e3,
+            bytes as f64 / 1e6 / secs
+        );
+    };
+    line("floor (memchr pass)", median(&floor));
+    line("today's decode (serde_json::Value)", median(&today));
+    for (k, &threads) in settings.iter().enumerate() {
+        line(
+            &format!("the drain, {threads} decode thread(s)"),
+            median(&times[k]),
         );
     }
 }

@@ -297,6 +297,9 @@ impl IndexObserver for SimObserver {
         }
         self.forward.iter().for_each(|f| f.healthy(up));
     }
+    fn backfill(&self, state: wal_index::ingest::Backfill) {
+        self.forward.iter().for_each(|f| f.backfill(state));
+    }
 }
 
 #[cfg(test)]
