@@ -16,9 +16,37 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sb_sim::SimConfig;
-use sb_sim::workload::{Generator, Shape};
+use sb_sim::workload::{Generator, Item, Shape};
 use wal_index::ingest::channel_wal;
 use wal_index::{Drain, DrainConfig, StateIndex, WalIndex};
+
+/// One drain of `items` into a fresh engine with `threads` decode threads; its seconds.
+fn drain_once(items: &[Item], threads: usize, round: usize, bytes: usize) -> f64 {
+    let index = Arc::new(WalIndex::new(SimConfig::production_index()));
+    let (wal, source) = channel_wal();
+    for item in items {
+        wal.append(item.payload.clone());
+    }
+    drop(wal);
+    let config = DrainConfig {
+        decode_threads: threads,
+        ..DrainConfig::default()
+    };
+    let started = Instant::now();
+    let report = Drain::new(Arc::clone(&index), source, config)
+        .run_until_closed()
+        .expect("in-process")
+        .clone();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "round {round}: {threads} decode thread(s): {:.0} ms, {:.0} MB/s ({} events, {} resident)",
+        secs * 1e3,
+        bytes as f64 / 1e6 / secs,
+        report.events,
+        index.stats().events
+    );
+    secs
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -60,30 +88,8 @@ fn main() {
             today[round] * 1e3
         );
         for (k, &threads) in settings.iter().enumerate() {
-            let index = Arc::new(WalIndex::new(SimConfig::production_index()));
-            let (wal, source) = channel_wal();
-            for item in &items {
-                wal.append(item.payload.clone());
-            }
-            drop(wal);
-            let config = DrainConfig {
-                decode_threads: threads,
-                ..DrainConfig::default()
-            };
-            let started = Instant::now();
-            let report = Drain::new(Arc::clone(&index), source, config)
-                .run_until_closed()
-                .expect("in-process")
-                .clone();
-            let secs = started.elapsed().as_secs_f64();
+            let secs = drain_once(&items, threads, round, bytes);
             times[k].push(secs);
-            println!(
-                "round {round}: {threads} decode thread(s): {:.0} ms, {:.0} MB/s ({} events, {} resident)",
-                secs * 1e3,
-                bytes as f64 / 1e6 / secs,
-                report.events,
-                index.stats().events
-            );
         }
     }
     let median = |t: &[f64]| {
