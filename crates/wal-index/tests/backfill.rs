@@ -437,14 +437,15 @@ fn an_async_drive_whose_read_does_not_serve_it_waits_for_the_drain() {
 }
 
 #[test]
-fn an_async_drive_whose_read_never_answers_keeps_its_replay_for_after_the_deadline() {
-    // No drain, and a read slower than the fallback timeout: the early read gives up and
-    // is not counted, the deadline passes, and step 5 reads once more (and gives up too).
+fn an_early_read_that_runs_out_its_timeout_is_the_drives_one_read() {
+    // No drain, and a read that never answers: the early read runs out its timeout, is not
+    // reported (as an unanswered read after the deadline is not), and is not made again
+    // after the deadline, which would end the drive later than today's flow.
     let runtime = two_worker_runtime();
     let index = WalIndex::default();
     index.note_backfill(BEHIND);
-    let feed = SlowFeed {
-        pause: Duration::from_secs(5),
+    let feed = AnswerFeed {
+        answer: Answer::Never,
         reads: Arc::default(),
     };
     let gate = RehydrateGate::default();
@@ -456,6 +457,7 @@ fn an_async_drive_whose_read_never_answers_keeps_its_replay_for_after_the_deadli
     assert!(drive.backfill_skip);
     assert_eq!(drive.rehydrate, None, "no read answered: nothing to report");
     assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
+    assert_eq!(feed.reads.load(Ordering::Relaxed), 1, "one read per drive");
     assert!(
         drive.timeouts >= 1,
         "it waited out its deadline during the read"
@@ -465,6 +467,54 @@ fn an_async_drive_whose_read_never_answers_keeps_its_replay_for_after_the_deadli
         "no wait past its budget of two: {}",
         drive.timeouts
     );
+}
+
+#[test]
+fn a_source_that_has_nothing_leaves_the_read_after_the_deadline() {
+    // The source answers at once that it has nothing for the execution (no read took
+    // place): the drive may read again after its deadline, as today's flow does.
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let feed = AnswerFeed {
+        answer: Answer::Nothing,
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(9, Some(2), &flow);
+    assert!(drive.backfill_skip);
+    assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
+    assert_eq!(
+        feed.reads.load(Ordering::Relaxed),
+        2,
+        "early, and after the deadline"
+    );
+}
+
+/// How [`AnswerFeed`] answers.
+enum Answer {
+    /// Never: the read is still running when the drive stops waiting.
+    Never,
+    /// At once, that it has nothing for the execution.
+    Nothing,
+}
+
+/// A retained WAL that answers as told, counting its reads.
+struct AnswerFeed {
+    answer: Answer,
+    reads: Arc<AtomicU64>,
+}
+
+impl DriveFallbacks for AnswerFeed {
+    fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        match self.answer {
+            Answer::Never => Box::pin(std::future::pending()),
+            Answer::Nothing => Box::pin(std::future::ready(None)),
+        }
+    }
 }
 
 #[test]

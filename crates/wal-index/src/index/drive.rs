@@ -292,8 +292,12 @@ enum Read<'g> {
     NoSource,
     /// The cap was reached; nothing was read.
     Throttled,
-    /// The read gave no answer within the fallback timeout (or the source has none).
+    /// The source answered that it has nothing to offer (no read took place: a source
+    /// without this execution, or at its own limit).
     NoAnswer,
+    /// The read gave no answer within the fallback timeout: it took the drive's whole
+    /// read budget, as an unanswered read after the deadline does today.
+    TimedOut,
     /// The execution's retained events, and the place under the cap they hold until they
     /// are replayed.
     Events(Vec<Event>, RehydratePermit<'g>),
@@ -316,7 +320,8 @@ async fn read_retained<'g>(
     let read = fallbacks.retained(execution_id);
     match waiting.within(read, flow.fallback_timeout).await {
         Some(Some(events)) => Read::Events(events, permit),
-        Some(None) | None => Read::NoAnswer,
+        Some(None) => Read::NoAnswer,
+        None => Read::TimedOut,
     }
 }
 
@@ -331,7 +336,7 @@ async fn replay<I: StateIndex>(
     drive: &mut Drive,
 ) -> Option<RehydrateLabel> {
     let (events, permit) = match read {
-        Read::NoSource | Read::NoAnswer => return None,
+        Read::NoSource | Read::NoAnswer | Read::TimedOut => return None,
         Read::Throttled => return Some(RehydrateLabel::Throttled),
         Read::Events(events, _) if events.is_empty() => return Some(RehydrateLabel::Empty),
         Read::Events(events, permit) => (events, permit),
@@ -365,9 +370,9 @@ enum Race<'g> {
 /// later than today's flow, which reads after the deadline. A blocking drive cannot wait
 /// and read at once, so it reads first and then waits out what is left of its deadline.
 ///
-/// Returns whether the drive read its execution (its one replay, reported: only a read
-/// that answered counts, so a throttled or unanswered read leaves the replay after the
-/// deadline) and whether it is served.
+/// Returns whether the drive read its execution (its one read: one that answered, reported,
+/// or one that ran out its timeout, unreported as today; a throttled read, or a source that
+/// answered it had nothing, leaves the read after the deadline) and whether it is served.
 async fn early_read<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
@@ -405,6 +410,11 @@ async fn early_read<I: StateIndex>(
         Race::Waited(_) => read.await,
         Race::Read(read) => read,
     };
+    // A read that ran out its timeout was the drive's read, unreported as today's: reading
+    // again after the deadline would make the drive end later than today's flow does.
+    if matches!(read, Read::TimedOut) {
+        return (true, false);
+    }
     match replay(index, execution_id, expected_head, read, drive).await {
         Some(RehydrateLabel::Throttled) | None => (false, false),
         Some(label) => {
