@@ -295,8 +295,7 @@ enum Read<'g> {
     /// The source answered that it has nothing to offer (no read took place: a source
     /// without this execution, or at its own limit).
     NoAnswer,
-    /// The read gave no answer within the fallback timeout: it took the drive's whole
-    /// read budget, as an unanswered read after the deadline does today.
+    /// The read gave no answer within the fallback timeout.
     TimedOut,
     /// The execution's retained events, and the place under the cap they hold until they
     /// are replayed.
@@ -365,14 +364,17 @@ enum Race<'g> {
 /// serve it: if the drain does (a tie included: the wait is polled first), the read is
 /// dropped; if the read ends first, the wait is dropped and the read's events are replayed
 /// and built once; if the deadline passes first, the drive awaits the read alone, within
-/// the fallback timeout it started with. So a drive waits no wait past its deadline, and
-/// ends within the later of its deadline and its read's timeout, plus the replay: never
-/// later than today's flow, which reads after the deadline. A blocking drive cannot wait
-/// and read at once, so it reads first and then waits out what is left of its deadline.
+/// the fallback timeout it started with. So a drive waits no wait past its deadline. A read
+/// that answered ends within the later of its deadline and its read's timeout, plus the
+/// replay: never later than today's flow, which reads after the deadline. One that did
+/// not answer leaves today's read after the deadline, which may still serve the drive (a
+/// broker cold at the restart answers later ones): such a drive can end up to one read
+/// timeout later than today's. A blocking drive cannot wait and read at once, so it reads
+/// first and then waits out what is left of its deadline.
 ///
-/// Returns whether the drive read its execution (its one read: one that answered, reported,
-/// or one that ran out its timeout, unreported as today; a throttled read, or a source that
-/// answered it had nothing, leaves the read after the deadline) and whether it is served.
+/// Returns whether the drive read its execution (its one read: one that answered, reported;
+/// a throttled read, an unanswered one or a source that answered it had nothing leaves the
+/// read after the deadline, as today's flow makes it) and whether it is served.
 async fn early_read<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
@@ -410,11 +412,6 @@ async fn early_read<I: StateIndex>(
         Race::Waited(_) => read.await,
         Race::Read(read) => read,
     };
-    // A read that ran out its timeout was the drive's read, unreported as today's: reading
-    // again after the deadline would make the drive end later than today's flow does.
-    if matches!(read, Read::TimedOut) {
-        return (true, false);
-    }
     match replay(index, execution_id, expected_head, read, drive).await {
         Some(RehydrateLabel::Throttled) | None => (false, false),
         Some(label) => {

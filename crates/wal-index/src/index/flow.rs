@@ -25,10 +25,10 @@
 //! and labels) instead of after the deadline. An async drive goes on waiting for the drain
 //! meanwhile, within its deadline, and whichever serves it first wins; past the deadline it
 //! awaits the read alone. A blocking drive reads first. If the read does not serve it, the
-//! drive waits out what is left of its deadline, then goes on as above. A drive reads at
-//! most once: a read that answered, or one that ran out its timeout, is its step 4; a
-//! throttled read, or a source that answered at once that it has nothing, leaves step 4
-//! its read and is not reported. A rehydrated execution is served only when its walk
+//! drive waits out what is left of its deadline, then goes on as above. A drive replays at
+//! most once: a read that answered is its step 4; a throttled read, an unanswered one, or a
+//! source that answered at once that it has nothing leaves step 4 its read and is not
+//! reported. A rehydrated execution is served only when its walk
 //! reaches genesis, like any build, and the drain's later replay of the same events is an
 //! overwrite that changes no served byte. The outcomes stay the worker's: such a drive is
 //! `served_rehydrated`, and [`Drive::backfill_skip`](crate::Drive::backfill_skip) says it
