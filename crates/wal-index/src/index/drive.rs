@@ -292,11 +292,9 @@ enum Read<'g> {
     NoSource,
     /// The cap was reached; nothing was read.
     Throttled,
-    /// The source answered that it has nothing to offer (no read took place: a source
-    /// without this execution, or at its own limit).
+    /// No events: the source answered that it has nothing to offer (a source without
+    /// this execution, or at its own limit), or gave no answer within the fallback timeout.
     NoAnswer,
-    /// The read gave no answer within the fallback timeout.
-    TimedOut,
     /// The execution's retained events, and the place under the cap they hold until they
     /// are replayed.
     Events(Vec<Event>, RehydratePermit<'g>),
@@ -317,10 +315,9 @@ async fn read_retained<'g>(
         return Read::Throttled;
     };
     let read = fallbacks.retained(execution_id);
-    match waiting.within(read, flow.fallback_timeout).await {
-        Some(Some(events)) => Read::Events(events, permit),
-        Some(None) => Read::NoAnswer,
-        None => Read::TimedOut,
+    match waiting.within(read, flow.fallback_timeout).await.flatten() {
+        Some(events) => Read::Events(events, permit),
+        None => Read::NoAnswer,
     }
 }
 
@@ -335,7 +332,7 @@ async fn replay<I: StateIndex>(
     drive: &mut Drive,
 ) -> Option<RehydrateLabel> {
     let (events, permit) = match read {
-        Read::NoSource | Read::NoAnswer | Read::TimedOut => return None,
+        Read::NoSource | Read::NoAnswer => return None,
         Read::Throttled => return Some(RehydrateLabel::Throttled),
         Read::Events(events, _) if events.is_empty() => return Some(RehydrateLabel::Empty),
         Read::Events(events, permit) => (events, permit),
