@@ -76,6 +76,8 @@ pub struct Chain {
     /// The events' resident bytes (their allocations).
     event_bytes: usize,
     rewrites: u64,
+    /// The id of the event applied last whose id was new (`EventId::MIN` while empty).
+    newest: EventId,
     /// Which cached spines this version may reuse (see [`crate::lineage`]).
     lineage: Lineage,
 }
@@ -145,6 +147,7 @@ impl Chain {
             late: Late::default(),
             event_bytes: 0,
             rewrites: 0,
+            newest: EventId::MIN,
             lineage: Lineage::fresh(),
         }
     }
@@ -175,6 +178,7 @@ impl Chain {
         let id = event.id();
         if self.max_id().is_none_or(|max| id > max) {
             self.event_bytes += event.resident_bytes();
+            self.newest = id;
             self.ascending.push(event);
             self.lineage.advance();
             return true;
@@ -201,6 +205,7 @@ impl Chain {
             }
             None => {
                 self.event_bytes += added;
+                self.newest = id;
                 self.late.insert(id, event);
                 self.lineage.advance();
                 true
@@ -277,6 +282,25 @@ impl Chain {
     /// not the max id).
     pub fn max_id(&self) -> Option<EventId> {
         self.ascending.as_slice().last().map(Event::id)
+    }
+
+    /// The event that arrived last among those whose id was new: the newest link of the
+    /// chain in arrival order, which is where the server's next `prev_event_id` points.
+    /// Not the largest id under fan-out (`1 <- 2 <- 3 <- 100 <- 50`: the newest is 50). A
+    /// redelivery, identical or a rewrite, does not change it. `None` while empty.
+    ///
+    /// ```
+    /// use chain_fold::{Chain, Event, SpineOrder};
+    ///
+    /// let mut chain = Chain::new(SpineOrder::Causal);
+    /// assert_eq!(chain.newest(), None);
+    /// chain.apply(Event::minimal(100, 7, None, "playbook_started"));
+    /// chain.apply(Event::minimal(50, 7, Some(100), "step"));
+    /// chain.apply(Event::minimal(100, 7, None, "playbook_started")); // redelivered
+    /// assert_eq!((chain.newest(), chain.max_id()), (Some(50), Some(100)));
+    /// ```
+    pub fn newest(&self) -> Option<EventId> {
+        (!self.is_empty()).then_some(self.newest)
     }
 
     /// The spine order of this chain.

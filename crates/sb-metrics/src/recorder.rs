@@ -11,7 +11,7 @@ use wal_index::report::IndexStats;
 
 use crate::series::{
     BUILD_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES, EVICTION_REASONS, Kind, REHYDRATE_OUTCOMES,
-    SERIES, TAIL_OUTCOMES, WAIT_OUTCOMES, name,
+    SERIES, STALL_REASONS, TAIL_OUTCOMES, WAIT_OUTCOMES, name,
 };
 
 /// Registers help texts and units of every series with the installed recorder.
@@ -62,6 +62,7 @@ pub struct StateBuilderMetrics {
     wal_events: Counter,
     healthy: Gauge,
     backfilling: Gauge,
+    stalled_chains: [Counter; 4],
 }
 
 fn labelled<T, const N: usize>(
@@ -145,6 +146,11 @@ impl StateBuilderMetrics {
             wal_events: counter(name::WAL_EVENTS_TOTAL)(Vec::new()),
             healthy: gauge(name::HEALTHY)(Vec::new()),
             backfilling: gauge(name::BACKFILLING)(Vec::new()),
+            stalled_chains: labelled(
+                &STALL_REASONS,
+                counter(name::STALLED_CHAINS_TOTAL),
+                "reason",
+            ),
         };
         let counters = m
             .builds
@@ -154,6 +160,7 @@ impl StateBuilderMetrics {
             .chain(&m.drive_tail)
             .chain(&m.evictions)
             .chain(&m.rehydrate)
+            .chain(&m.stalled_chains)
             .chain(std::iter::once(&m.wal_events));
         for c in counters {
             c.increment(0);
@@ -226,5 +233,9 @@ impl IndexObserver for StateBuilderMetrics {
 
     fn healthy(&self, up: bool) {
         self.healthy.set(if up { 1.0 } else { 0.0 });
+    }
+
+    fn stalled_chain(&self, stalled: &wal_index::stall::StalledChain) {
+        self.stalled_chains[stalled.reason.index()].increment(1);
     }
 }

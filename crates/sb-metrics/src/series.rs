@@ -1,7 +1,7 @@
 //! Every series: name, type, labels, unit and help text, as dashboards already use them.
 
 use metrics::Unit;
-use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
+use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, StallReason, WaitLabel};
 
 /// The prefix production dashboards use. Note `noetl_worker_`, not `noetl_state_builder_`.
 pub const DEFAULT_PREFIX: &str = "noetl_worker_state_builder_";
@@ -20,6 +20,9 @@ pub const EVICTION_REASONS: [&str; 5] = EvictReason::LABELS;
 pub const TAIL_OUTCOMES: [&str; 2] = ["applied", "rejected"];
 /// `rehydrate_total{outcome}` label values (`wal_index::labels::RehydrateLabel`).
 pub const REHYDRATE_OUTCOMES: [&str; 4] = RehydrateLabel::LABELS;
+
+/// `stalled_chains_total{reason}` label values (`wal_index::labels::StallReason`).
+pub const STALL_REASONS: [&str; 4] = StallReason::LABELS;
 
 /// `build_duration_seconds` buckets.
 pub const BUILD_DURATION_BUCKETS: [f64; 13] = [
@@ -87,10 +90,12 @@ pub mod name {
     pub const HEALTHY: &str = "healthy";
     /// 1 while the drain replays the log's history (behind the head it saw at subscription).
     pub const BACKFILLING: &str = "backfilling";
+    /// Executions whose chain waited past the bound for a hop, by reason.
+    pub const STALLED_CHAINS_TOTAL: &str = "stalled_chains_total";
 }
 
 /// The whole catalogue, in the order of docs/domain.md.
-pub const SERIES: [Series; 15] = [
+pub const SERIES: [Series; 16] = [
     Series {
         name: name::BUILDS_TOTAL,
         kind: Kind::Counter,
@@ -195,5 +200,12 @@ pub const SERIES: [Series; 15] = [
         label: None,
         unit: Unit::Count,
         help: "1 while the drain replays the WAL's history (behind the head its source saw at subscription), 0 once caught up or when the source cannot tell.",
+    },
+    Series {
+        name: name::STALLED_CHAINS_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("reason", &STALL_REASONS)),
+        unit: Unit::Count,
+        help: "Executions whose chain has not reached genesis, for the same reason, for longer than the stall bound (missing_hop: an event the WAL lost or has not delivered), reported once per reason.",
     },
 ];

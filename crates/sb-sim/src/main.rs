@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use sb_sim::workload::{Generator, Shape, read_jsonl, write_jsonl};
 use sb_sim::{Engines, GlobalMetrics, Plan, SimConfig, WalTarget};
+use wal_index::IndexConfig;
 
 /// A finite number in `lo..=hi`; clap shows the error with the flag's name.
 fn number_in(lo: f64, hi: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
@@ -160,6 +161,10 @@ struct RunArgs {
     /// above the last run's) instead of an in-process channel.
     #[arg(long, value_name = "URL")]
     wal: Option<String>,
+    /// Report a chain stalled after this many seconds without its missing hop (the
+    /// index's `stall_after`; default 30, as `NOETL_STATE_INDEX_STALL_SECS`).
+    #[arg(long, value_parser = seconds)]
+    stall_secs: Option<f64>,
 }
 
 impl RunArgs {
@@ -177,6 +182,13 @@ impl RunArgs {
             drives_on: self.drives_on,
             rehydrate_concurrency: self.rehydrate_concurrency as usize,
             wal: self.wal()?,
+            index: IndexConfig {
+                stall_after: Some(
+                    self.stall_secs
+                        .map_or(IndexConfig::DEFAULT_STALL_AFTER, Duration::from_secs_f64),
+                ),
+                ..SimConfig::production_index()
+            },
             ..SimConfig::default()
         })
     }
@@ -198,6 +210,11 @@ struct Simulate {
     /// phase continues these executions); 0 disables.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(0..=50_000_000))]
     cold_start: u32,
+    /// Live events the WAL loses from the middle of their chains (acknowledged, never
+    /// delivered, in no retained history or tail), spread over the live phase: each engine
+    /// that checks reports the execution as stalled `--stall-secs` later.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    lose_events: u32,
 }
 
 #[derive(Args)]
@@ -287,10 +304,11 @@ fn simulate(sim: Simulate) -> Result<(), Box<dyn std::error::Error>> {
     }
     let live = live as usize;
     let cold_start = sim.cold_start as usize;
-    let plan = Plan::generate(&shape, cold_start, live);
+    let mut plan = Plan::generate(&shape, cold_start, live);
+    let lost = plan.lose(sim.lose_events as usize);
     let config = sim.run.config(sim.rate)?;
     let workload = format!(
-        "simulate via {wal}: restart mid-flight with {cold_start} events in the WAL, then {live} live events at {} ev/s ({} drives, {:.0}% repeated, tails {}, drain as a {:?}, drives as {:?}s); {} concurrent executions of ~{} events, envelopes ~{} B mean (slim stored), {:.0}% inversions, seed {}",
+        "simulate via {wal}: restart mid-flight with {cold_start} events in the WAL, then {live} live events at {} ev/s ({lost} lost by the WAL, {} drives, {:.0}% repeated, tails {}, drain as a {:?}, drives as {:?}s); {} concurrent executions of ~{} events, envelopes ~{} B mean (slim stored), {:.0}% inversions, seed {}",
         sim.rate,
         plan.drives(),
         shape.repeat_rate * 100.0,
@@ -336,8 +354,8 @@ fn replay_wal(replay: Replay) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("cannot read {path}: {e}"))?
     };
     let plan = Plan {
-        backlog: Vec::new(),
         live: items,
+        ..Plan::default()
     };
     let config = replay.run.config(replay.rate)?;
     let workload = format!(

@@ -297,6 +297,10 @@ impl IndexObserver for SimObserver {
         }
         self.forward.iter().for_each(|f| f.healthy(up));
     }
+    fn stalled_chain(&self, stalled: &wal_index::stall::StalledChain) {
+        self.forward.iter().for_each(|f| f.stalled_chain(stalled));
+    }
+
     fn backfill(&self, state: wal_index::ingest::Backfill) {
         self.forward.iter().for_each(|f| f.backfill(state));
     }

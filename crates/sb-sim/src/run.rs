@@ -107,6 +107,8 @@ pub struct Plan {
     pub backlog: Vec<Item>,
     /// Records published while the run goes on.
     pub live: Vec<Item>,
+    /// Live events the WAL lost ([`Plan::lose`]): `(execution, event)`.
+    pub lost: Vec<(ExecutionId, i64)>,
 }
 
 impl Plan {
@@ -117,7 +119,50 @@ impl Plan {
         Plan {
             backlog: generator.take(backlog),
             live: generator.take(live),
+            lost: Vec::new(),
         }
+    }
+
+    /// Makes the WAL lose `count` live events from the middle of their chains, spread over
+    /// the live phase: each is an acknowledged write that never reaches the drain, the
+    /// retained history, or any dispatch's tail (the worst case, where nothing but the WAL
+    /// carried it). A lost event is one that neither starts nor ends its execution nor
+    /// triggers a drive, and that a later live event links to, so its chain breaks. Returns
+    /// how many could be chosen.
+    pub fn lose(&mut self, count: usize) -> usize {
+        let linked: std::collections::HashSet<(ExecutionId, i64)> = self
+            .live
+            .iter()
+            .filter_map(|item| {
+                let event = chain_fold::Event::from_json_bytes(item.payload.clone()).ok()?;
+                Some((event.execution_id(), event.prev()?))
+            })
+            .collect();
+        let candidates: Vec<usize> = (0..self.live.len())
+            .filter(|&i| {
+                let item = &self.live[i];
+                let Ok(event) = chain_fold::Event::from_json_bytes(item.payload.clone()) else {
+                    return false;
+                };
+                !item.triggers
+                    && event.prev().is_some()
+                    && !event.is_terminal()
+                    && linked.contains(&(event.execution_id(), event.id()))
+            })
+            .collect();
+        let count = count.min(candidates.len());
+        let chosen: Vec<usize> = (0..count)
+            .map(|k| candidates[(2 * k + 1) * candidates.len() / (2 * count)])
+            .collect();
+        for &i in chosen.iter().rev() {
+            let item = self.live.remove(i);
+            self.lost.extend(item.ids);
+            for other in &mut self.live {
+                other.tail.retain(|payload| *payload != item.payload);
+            }
+        }
+        self.lost.sort_unstable();
+        count
     }
 
     /// Drives the plan dispatches (a repeated dispatch counts twice).
@@ -176,6 +221,8 @@ pub struct EngineRun {
     pub publisher: Option<crate::wal::PublisherFigures>,
     /// The drain's health over the run.
     pub health: crate::observer::Health,
+    /// The events the plan's WAL lost (`Plan::lose`).
+    pub lost: Vec<(ExecutionId, i64)>,
 }
 
 /// Runs `plan` through a fresh `I`. `global` receives the same hooks (for
@@ -252,6 +299,7 @@ pub fn run_engine<I: StateIndex>(
         stats: index.stats(),
         publisher,
         health,
+        lost: plan.lost.clone(),
     })
 }
 

@@ -142,8 +142,8 @@ fn the_sample_wal_replays_with_its_bad_lines_counted() {
     let bad = items.iter().filter(|i| i.ids.is_none()).count();
     assert_eq!(bad, 3, "the sample ships three undecodable lines");
     let plan = Plan {
-        backlog: Vec::new(),
         live: items,
+        ..Plan::default()
     };
     let config = SimConfig {
         rate: 20_000.0,

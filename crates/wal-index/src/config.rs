@@ -15,9 +15,10 @@ pub struct EvictionPolicy {
     pub max_executions: Option<usize>,
 }
 
-/// How an index behaves. `IndexConfig::default()` is today's default: causal order, no
-/// eviction limits, full envelopes, sink gate off.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How an index behaves. `IndexConfig::default()` is today's default (causal order, no
+/// eviction limits, full envelopes, sink gate off) plus one observation today's worker does
+/// not make: a chain stalled for [`IndexConfig::DEFAULT_STALL_AFTER`] is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexConfig {
     /// Spine order of every build.
     pub order: SpineOrder,
@@ -27,6 +28,22 @@ pub struct IndexConfig {
     pub slim: bool,
     /// Honour `mark_pending_sink`: a marked execution is never evicted until released.
     pub sink_gate: bool,
+    /// Report an execution whose newest event has waited this long without its chain
+    /// reaching genesis ([`crate::stall`]); `None`: never. It changes nothing that is
+    /// served. Default [`IndexConfig::DEFAULT_STALL_AFTER`].
+    pub stall_after: Option<Duration>,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig {
+            order: SpineOrder::default(),
+            eviction: EvictionPolicy::default(),
+            slim: false,
+            sink_gate: false,
+            stall_after: Some(IndexConfig::DEFAULT_STALL_AFTER),
+        }
+    }
 }
 
 /// An environment variable that is set but cannot be read as its documented type.
@@ -85,6 +102,11 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
 }
 
 impl IndexConfig {
+    /// How long a newest event waits for its chain to connect before the chain is reported
+    /// stalled: 30 s, thirty drive deadlines, far past any in-flight reordering a healthy
+    /// WAL delivers.
+    pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
+
     /// Reads the configuration from the process environment:
     ///
     /// | variable | meaning | unset / empty |
@@ -95,6 +117,7 @@ impl IndexConfig {
     /// | `NOETL_STATE_INDEX_MAX_EXECUTIONS` | resident execution cap | off (also `0`) |
     /// | `NOETL_STATE_INDEX_SLIM` | store the slim projection | false |
     /// | `NOETL_SINK_GATE_EVICTION` | honour the sink gate | false |
+    /// | `NOETL_STATE_INDEX_STALL_SECS` | report chains stalled this long (`0`: never) | 30 |
     ///
     /// A value that is set but malformed is an error naming the variable, never a silent
     /// default.
@@ -114,6 +137,9 @@ impl IndexConfig {
     /// let config = IndexConfig::from_lookup(env).unwrap();
     /// assert_eq!(config.eviction.max_bytes, Some(256 << 20));
     /// assert_eq!(config.eviction.ttl, Some(std::time::Duration::from_secs(900)));
+    /// assert_eq!(config.stall_after, Some(IndexConfig::DEFAULT_STALL_AFTER));
+    /// let never = IndexConfig::from_lookup(|v| (v == "NOETL_STATE_INDEX_STALL_SECS").then(|| "0".into()));
+    /// assert_eq!(never.unwrap().stall_after, None);
     /// ```
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
@@ -141,6 +167,12 @@ impl IndexConfig {
             },
             slim: vars.flag("NOETL_STATE_INDEX_SLIM")?,
             sink_gate: vars.flag("NOETL_SINK_GATE_EVICTION")?,
+            stall_after: match vars.get("NOETL_STATE_INDEX_STALL_SECS") {
+                None => Some(IndexConfig::DEFAULT_STALL_AFTER),
+                Some(_) => vars
+                    .limit("NOETL_STATE_INDEX_STALL_SECS")?
+                    .map(Duration::from_secs),
+            },
         })
     }
 }

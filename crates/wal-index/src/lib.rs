@@ -22,7 +22,8 @@
 //!
 //! Everything else lives in named modules: [`config`], [`report`] (what each operation
 //! returns), [`observe`] (metric labels), [`ingest`] (drain reports, the channel and file
-//! sources), [`rehydrate`] (the replay concurrency cap), [`protocol`] (documentation only:
+//! sources), [`rehydrate`] (the replay concurrency cap), [`stall`] (chains that wait for a
+//! hop the WAL lost), [`protocol`] (documentation only:
 //! how the engine publishes, waits and evicts, and which ordering pairs with which), and,
 //! behind the `baselines`
 //! feature, `baseline` (today's design and a per-execution-lock design, kept to be
@@ -73,6 +74,7 @@ pub mod rehydrate;
 pub mod report;
 #[cfg(all(test, wal_index_shuttle))]
 mod shuttle_models;
+pub mod stall;
 mod sync;
 mod waiting_room;
 

@@ -8,6 +8,7 @@ use chain_fold::AdvanceOutcome;
 use crate::backfill::Backfill;
 use crate::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
 use crate::report::{Build, IndexStats};
+use crate::stall::StalledChain;
 
 /// Receives an index's events. Every method has an empty default, so an observer
 /// implements only what it records. Calls are synchronous and on the hot path: keep them to
@@ -64,6 +65,11 @@ pub trait IndexObserver: Send + Sync + 'static {
     /// `backfilling` gauge: 1 while [`Backfill::Behind`]).
     fn backfill(&self, state: Backfill) {
         let _ = state;
+    }
+    /// A stall check found `stalled` (the `stalled_chains_total` counter). Called once per
+    /// execution and newest event, from whichever thread ran the check (the drain's).
+    fn stalled_chain(&self, stalled: &StalledChain) {
+        let _ = stalled;
     }
 }
 
@@ -156,6 +162,10 @@ impl<A: IndexObserver, B: IndexObserver> IndexObserver for (A, B) {
         self.0.backfill(state);
         self.1.backfill(state);
     }
+    fn stalled_chain(&self, stalled: &StalledChain) {
+        self.0.stalled_chain(stalled);
+        self.1.stalled_chain(stalled);
+    }
 }
 
 /// A shared observer observes as the one it points to.
@@ -189,5 +199,8 @@ impl<T: IndexObserver + ?Sized> IndexObserver for std::sync::Arc<T> {
     }
     fn backfill(&self, state: Backfill) {
         (**self).backfill(state);
+    }
+    fn stalled_chain(&self, stalled: &StalledChain) {
+        (**self).stalled_chain(stalled);
     }
 }

@@ -58,11 +58,15 @@ struct Pool<I> {
 
 impl<I: StateIndex> Pool<I> {
     fn start(config: NatsWalConfig) -> Self {
+        Self::start_with(config, IndexConfig::default())
+    }
+
+    fn start_with(config: NatsWalConfig, index_config: IndexConfig) -> Self {
         let (recorder, metrics) = sb_metrics::exporter::local(PREFIX).unwrap();
         let observer = metrics::with_local_recorder(&recorder, StateBuilderMetrics::register);
         // The handle shares the recorder's registry; the recorder itself may go.
         drop(recorder);
-        let index = Arc::new(I::with_observer(IndexConfig::default(), observer));
+        let index = Arc::new(I::with_observer(index_config, observer));
         let source = JetStreamSource::connect(config).unwrap();
         let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
         Pool {
@@ -417,4 +421,76 @@ fn the_source_counts_its_backfill_against_the_stream_head() {
         drain.report().events == 53
     }));
     assert_eq!(index.backfill(), Backfill::CaughtUp);
+}
+
+/// A write the stream lost: one message deleted from the middle of an execution's chain
+/// (as a truncated store on a broker node would lose it). The drain reports that execution
+/// as stalled, naming the deleted event, counts it in `stalled_chains_total`, and its
+/// drives fall back; the other executions are served whole.
+#[test]
+fn a_message_deleted_mid_chain_is_reported_as_a_stalled_chain() {
+    let Some(broker) = Broker::start("deleted_mid_chain") else {
+        return;
+    };
+    let stream = stream_name("deleted_mid_chain");
+    let mut publisher = publisher(&broker, &stream, 1);
+    publish_chains(&mut publisher, 1..4, 6);
+    // Published in order on an empty stream: execution 2's third event is sequence 9.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(broker.url()).await.unwrap();
+        let context = async_nats::jetstream::new(client);
+        let mut handle = context.get_stream(&stream).await.unwrap();
+        let message = handle.get_raw_message(9).await.unwrap();
+        assert!(
+            std::str::from_utf8(&message.payload)
+                .unwrap()
+                .contains(r#""event_id":2003"#)
+        );
+        assert!(handle.delete_message(9).await.unwrap());
+        assert_eq!(handle.info().await.unwrap().state.messages, 17);
+    });
+    let index_config = IndexConfig {
+        stall_after: Some(Duration::from_millis(300)),
+        ..IndexConfig::default()
+    };
+    let mut pool = Pool::<WalIndex>::start_with(
+        NatsWalConfig::new(broker.url()).stream(&stream),
+        index_config,
+    );
+    assert!(
+        wait_for(LIMIT, || pool.events() == 17),
+        "indexed {}",
+        pool.events()
+    );
+    pool.assert_served([1, 3], 6);
+    let drive = pool
+        .index
+        .drive_blocking(2, Some(tip(2, 6)), DriveBudget::default());
+    assert!(drive.outcome.spine().is_none(), "served short: {drive:?}");
+    assert!(
+        wait_for(LIMIT, || pool.metric(name::STALLED_CHAINS_TOTAL) == 1.0),
+        "stalled_chains_total = {}",
+        pool.metric(name::STALLED_CHAINS_TOTAL)
+    );
+    let report = pool.stop();
+    assert_eq!(report.stalled, 1);
+    let stalled = &report.stalled_samples[0];
+    assert_eq!(
+        (
+            stalled.execution_id,
+            stalled.reason,
+            stalled.missing_event_id,
+            stalled.newest_event_id
+        ),
+        (
+            2,
+            wal_index::labels::StallReason::MissingHop,
+            Some(2003),
+            2006
+        )
+    );
 }

@@ -186,6 +186,24 @@ fn wal_health(run: &EngineRun) -> WalHealth {
         lost_by_server: run
             .publisher
             .map_or(0, |p| p.published.saturating_sub(p.stored)),
+        lost_on_purpose: run.lost.len(),
+        stalled: run.drain.stalled,
+        stalled_at_a_lost_event: run
+            .drain
+            .stalled_samples
+            .iter()
+            .filter(|s| {
+                s.missing_event_id
+                    .is_some_and(|id| run.lost.contains(&(s.execution_id, id)))
+            })
+            .count() as u64,
+        stalled_samples: run
+            .drain
+            .stalled_samples
+            .iter()
+            .take(3)
+            .map(ToString::to_string)
+            .collect(),
     }
 }
 

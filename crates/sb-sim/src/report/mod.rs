@@ -269,6 +269,15 @@ pub struct WalHealth {
     /// server after it acknowledged them (an EHDB writer of this version loses its unsealed
     /// tail to a SIGKILL); 0 where the server kept its word.
     pub lost_by_server: u64,
+    /// Events the simulated WAL lost on purpose (`--lose-events`).
+    pub lost_on_purpose: usize,
+    /// Stalled chains the drain's checks reported.
+    pub stalled: u64,
+    /// Of the first [`wal_index::ingest::DrainReport::STALLED_SAMPLES`], those whose missing
+    /// hop is an event the WAL lost on purpose.
+    pub stalled_at_a_lost_event: u64,
+    /// The first reports, as the drain's report words them.
+    pub stalled_samples: Vec<String>,
 }
 
 /// The whole report.

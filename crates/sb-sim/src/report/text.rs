@@ -178,6 +178,21 @@ fn wal_health(out: &mut String, e: &EngineReport) {
             h.unconsumed
         );
     }
+    if h.lost_on_purpose > 0 || h.stalled > 0 {
+        let _ = writeln!(
+            out,
+            "Lost writes: the WAL lost {} events on purpose; {} stalled chains reported ({} at a lost event){}{}",
+            h.lost_on_purpose,
+            h.stalled,
+            h.stalled_at_a_lost_event,
+            if h.stalled_samples.is_empty() {
+                ""
+            } else {
+                "; first: "
+            },
+            h.stalled_samples.join(" | ")
+        );
+    }
     if h.outages > 0 || h.source_errors > 0 {
         let _ = writeln!(
             out,

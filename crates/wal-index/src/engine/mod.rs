@@ -9,6 +9,7 @@
 //! | [`read`] | builds and snapshots: no lock |
 //! | [`write`] | applies, rehydrate and the sink gate |
 //! | [`evict`] | explicit, terminal and policy eviction |
+//! | [`stalls`] | the stall check: chains whose newest event waits for a missing hop |
 
 pub(crate) mod accounting;
 mod directory;
@@ -17,6 +18,7 @@ mod evict;
 mod loom_models;
 mod read;
 pub(crate) mod slot;
+mod stalls;
 pub use slot::SLOT_FIXED_BYTES;
 mod write;
 
@@ -29,6 +31,7 @@ use crate::config::IndexConfig;
 use crate::index::{DriveHooks, StateIndex};
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
+use crate::stall::StalledChain;
 use crate::sync::{Arc, AtomicU64, Clock, Ordering};
 use crate::waiting_room::Registered;
 use accounting::Accounting;
@@ -102,6 +105,8 @@ pub struct WalIndex {
     clock: Clock,
     /// The drain's last [`Backfill`], encoded by [`BackfillCell`].
     backfill: BackfillCell,
+    /// What stall checks remember between runs (`stalls.rs`).
+    stalls: stalls::StallWatch,
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -254,6 +259,7 @@ impl StateIndex for WalIndex {
             accounting: Accounting::new(observer),
             clock: Clock::new(),
             backfill: BackfillCell::default(),
+            stalls: stalls::StallWatch::default(),
         }
     }
 
@@ -296,6 +302,12 @@ impl StateIndex for WalIndex {
 
     fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
         evict::enforce_limits_at(self, now)
+    }
+
+    /// Never blocks a build or a writer: it walks snapshots (at most one walk per execution
+    /// per newest event) under a lock only stall checks take.
+    fn stalled_chains_at(&self, now: Instant) -> Vec<StalledChain> {
+        stalls::stalled_chains_at(self, now)
     }
 
     /// A no-op when the sink gate is off (as today): nothing is created or marked.

@@ -12,6 +12,7 @@
 //! | `pending_sink` | `mark`/`release`/`confirm` | `writer` to set, nothing to clear | evictors, under `writer` |
 //! | `max_id` | appliers, just before publishing `chain` | `writer` | builds' miss path (no lock) |
 //! | `last_used` | appliers, builds | nothing (relaxed store) | sweeps |
+//! | `judged` | stall checks | the engine's stall lock | stall checks, under the same lock |
 //!
 //! Builds never take `writer`; that is the whole point.
 
@@ -70,6 +71,9 @@ pub(crate) struct Slot {
     changed: Notify,
     last_used: AtomicU64,
     pending_sink: AtomicBool,
+    /// The newest event ([`Chain::newest`]) a stall check last walked from (`i64::MIN`:
+    /// none), so an unchanged chain is not walked again.
+    judged: AtomicI64,
 }
 
 /// What the byte ledger charges per resident execution beyond its chain and cached spine:
@@ -108,6 +112,7 @@ impl Slot {
             changed: sync::new_notify(),
             last_used: AtomicU64::new(now),
             pending_sink: AtomicBool::new(false),
+            judged: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -310,6 +315,13 @@ impl Slot {
             self.max_id.store(max_id, Ordering::SeqCst);
         }
         Ok(done)
+    }
+
+    /// Records that a stall check walked the chain from `newest`; returns whether it had
+    /// walked from another event before (the chain changed since). Relaxed: only stall
+    /// checks touch it, and they serialize on the engine's stall lock.
+    pub(crate) fn judge(&self, newest: EventId) -> bool {
+        self.judged.swap(newest, Ordering::Relaxed) != newest
     }
 
     /// Evicts the slot unless the sink gate holds it, subtracting exactly what the slot

@@ -54,6 +54,9 @@ pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
     // execution meanwhile, the new slot holds no terminal event and nothing justifies
     // evicting it.
     for (execution_id, slot) in terminal {
+        report
+            .finished_stalled
+            .extend(super::stalls::finished(index, &slot, now));
         match index.evict_slot_if(execution_id, &slot, EvictReason::Terminal, |_, _| true) {
             SlotEviction::Evicted { .. } => report.terminal_evicted.push(execution_id),
             SlotEviction::KeptBySinkGate => report.terminal_kept_by_sink_gate.push(execution_id),

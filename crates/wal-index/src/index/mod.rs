@@ -21,6 +21,7 @@ use crate::observe::IndexObserver;
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
 };
+use crate::stall::StalledChain;
 use crate::sync::{Clock, Waiting, run_to_completion};
 use crate::waiting_room::Registered;
 use drive::run_flow;
@@ -136,6 +137,34 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// One sweep of the eviction policy as of `now`: TTL, then LRU to the execution cap,
     /// then LRU to the byte ceiling, skipping executions the sink gate holds.
     fn enforce_limits_at(&self, now: Instant) -> EvictionStats;
+
+    /// The executions whose chain has not reached genesis, for the same reason (the same
+    /// missing hop), for longer than
+    /// [`IndexConfig::stall_after`](crate::IndexConfig::stall_after), each reported to the
+    /// observer and returned once per reason ([`crate::stall`] states the rule). The drain runs it every quarter of the
+    /// bound. Nothing is evicted or changed, and nothing is checked while the drain is
+    /// backfilling. Today's design and the comparator do not check: the default reports
+    /// nothing.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use wal_index::labels::StallReason;
+    /// use wal_index::{Event, IndexConfig, StateIndex, WalIndex};
+    ///
+    /// let index = WalIndex::new(IndexConfig { stall_after: Some(Duration::from_secs(30)), ..Default::default() });
+    /// index.apply(Event::minimal(1, 7, None, "playbook_started"));
+    /// index.apply(Event::minimal(3, 7, Some(2), "step")); // 2 never arrives
+    /// assert!(index.stalled_chains_at(Instant::now()).is_empty()); // not 30 s yet
+    /// let later = Instant::now() + Duration::from_secs(31);
+    /// let stalled = index.stalled_chains_at(later);
+    /// assert_eq!(stalled[0].reason, StallReason::MissingHop);
+    /// assert_eq!((stalled[0].execution_id, stalled[0].missing_event_id), (7, Some(2)));
+    /// assert!(index.stalled_chains_at(later).is_empty()); // reported once
+    /// ```
+    fn stalled_chains_at(&self, now: Instant) -> Vec<StalledChain> {
+        let _ = now;
+        Vec::new()
+    }
 
     /// Marks `execution_id` as holding unsunk business context: with the sink gate on, no
     /// eviction (terminal, TTL, LRU, byte ceiling, explicit) removes it until released.

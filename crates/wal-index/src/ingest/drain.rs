@@ -11,6 +11,7 @@ use chain_fold::{Event, EventError};
 use super::source::{Backfill, Pull, Record, RecordError, WalSource};
 use crate::StateIndex;
 use crate::report::EvictionStats;
+use crate::stall::StalledChain;
 use crate::sync::{Waiting, run_to_completion};
 
 /// Drain settings. The defaults are production's.
@@ -174,11 +175,18 @@ pub struct DrainReport {
     pub source_errors: u64,
     /// The last of them, as text.
     pub last_source_error: Option<String>,
+    /// Stalled chains reported by the drain's stall checks and by its batches' terminal
+    /// evictions ([`crate::stall`]).
+    pub stalled: u64,
+    /// The first [`DrainReport::STALLED_SAMPLES`] of them.
+    pub stalled_samples: Vec<StalledChain>,
 }
 
 impl DrainReport {
     /// How many bad records are kept as samples.
     pub const BAD_SAMPLES: usize = 64;
+    /// How many stalled chains are kept as samples.
+    pub const STALLED_SAMPLES: usize = 64;
 }
 
 /// A pull at least this large is decoded on several threads.
@@ -275,6 +283,7 @@ pub struct Drain<I: StateIndex, S> {
     config: DrainConfig,
     report: DrainReport,
     last_sweep: Instant,
+    last_stall_check: Instant,
     healthy: Option<bool>,
     /// Consecutive source errors, and when the next attempt is due.
     failing: Option<(u32, Instant)>,
@@ -290,6 +299,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             report: DrainReport::default(),
             backfill: Backfill::Unknown,
             last_sweep: Instant::now(),
+            last_stall_check: Instant::now(),
             healthy: None,
             failing: None,
         }
@@ -342,6 +352,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 if !events.is_empty() {
                     let batch = self.index.apply_batch_async(events).await;
                     self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
+                    self.stalled(batch.finished_stalled);
                 }
                 if let Err(error) = self.source.commit() {
                     return self.source_failed(error);
@@ -353,6 +364,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             let stats = self.index.enforce_limits_async(self.last_sweep).await;
             self.swept(&stats);
         }
+        self.check_stalls_if_due();
         Ok(more)
     }
 
@@ -451,6 +463,30 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         self.report.bad += 1;
         if self.report.bad_samples.len() < DrainReport::BAD_SAMPLES {
             self.report.bad_samples.push(BadRecord { position, error });
+        }
+    }
+
+    /// Runs the index's stall check every quarter of
+    /// [`IndexConfig::stall_after`](crate::IndexConfig::stall_after), so a chain is
+    /// reported between one and one and a quarter bounds after its newest event.
+    fn check_stalls_if_due(&mut self) {
+        let Some(bound) = self.index.config().stall_after else {
+            return;
+        };
+        if self.last_stall_check.elapsed() < bound / 4 {
+            return;
+        }
+        self.last_stall_check = Instant::now();
+        let found = self.index.stalled_chains_at(self.last_stall_check);
+        self.stalled(found);
+    }
+
+    fn stalled(&mut self, found: Vec<StalledChain>) {
+        for stalled in found {
+            self.report.stalled += 1;
+            if self.report.stalled_samples.len() < DrainReport::STALLED_SAMPLES {
+                self.report.stalled_samples.push(stalled);
+            }
         }
     }
 
