@@ -68,6 +68,13 @@ pub struct NatsWalConfig {
     pub heartbeat: Duration,
     /// Upper bound of the reconnect backoff (it starts at 25 ms and doubles). Default 1 s.
     pub reconnect_max_delay: Duration,
+    /// How often the client pings the node it is connected to; with three pings
+    /// unanswered it drops the connection and fails over to another node of the URL list.
+    /// This is what frees a client from a node that is alive but not answering (a paused
+    /// process, a frozen VM, a half-open connection): TCP alone never tells. Default 2 s,
+    /// so such a node is left after about 6 s (the NATS client's own default, 60 s, would
+    /// keep a pool on it for about three minutes).
+    pub ping_interval: Duration,
     /// Time limit of one JetStream API call (creating a consumer, looking up the stream).
     /// Default 2 s.
     pub api_timeout: Duration,
@@ -90,6 +97,7 @@ impl NatsWalConfig {
             prefetch_bytes: 16 << 20,
             heartbeat: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(1),
+            ping_interval: Duration::from_secs(2),
             api_timeout: Duration::from_secs(2),
             ack_wait: Duration::from_secs(5),
         }

@@ -108,6 +108,7 @@ fn connect(runtime: &Runtime, config: &NatsWalConfig) -> Result<async_nats::Clie
         .retry_on_initial_connect()
         .max_reconnects(None)
         .connection_timeout(config.api_timeout)
+        .ping_interval(config.ping_interval)
         .reconnect_delay_callback(move |attempts| reconnect_delay(attempts, max));
     // Several comma-separated addresses name a cluster; the client picks among them.
     let addresses: Vec<&str> = config.url.split(',').map(str::trim).collect();

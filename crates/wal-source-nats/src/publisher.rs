@@ -125,10 +125,26 @@ impl WalPublisher {
     /// if no broker accepted the connection by then, the error says so
     /// ([`NatsWalError::Unreachable`]).
     pub fn ensure_stream(&self, name: &str, limit: Duration) -> Result<(), NatsWalError> {
+        self.ensure_stream_replicated(name, 1, limit)
+    }
+
+    /// [`WalPublisher::ensure_stream`] with `replicas` copies of every message on a
+    /// JetStream cluster (a stream with 3 replicas acknowledges a publication once two of
+    /// them stored it, and survives the loss of one node). On a cluster that has just
+    /// started, JetStream refuses to create streams until it has elected its meta leader; this
+    /// waits for that within `limit` too. `replicas` above the cluster's size is an error
+    /// once `limit` has passed.
+    pub fn ensure_stream_replicated(
+        &self,
+        name: &str,
+        replicas: usize,
+        limit: Duration,
+    ) -> Result<(), NatsWalError> {
         let config = stream::Config {
             name: name.to_owned(),
             subjects: vec![self.subjects.all()],
             storage: stream::StorageType::File,
+            num_replicas: replicas.max(1),
             ..Default::default()
         };
         let deadline = Instant::now() + limit;
@@ -159,6 +175,20 @@ impl WalPublisher {
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
+    }
+
+    /// The `server_name` of the node that leads the stream `name` on a cluster (`None` on a
+    /// single server, or while the stream has no leader).
+    pub fn stream_leader(&self, name: &str) -> Result<Option<String>, NatsWalError> {
+        self.runtime
+            .block_on(async {
+                let mut stream = self.context.get_stream(name).await?;
+                let info = stream.info().await?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                    info.cluster.as_ref().and_then(|c| c.leader.clone()),
+                )
+            })
+            .map_err(|e| NatsWalError::JetStream(format!("cannot read stream {name:?}: {e}")))
     }
 
     /// Deletes the stream `name` (tools clean up the streams they made).

@@ -117,3 +117,370 @@ impl Drop for Broker {
         let _ = std::fs::remove_dir_all(&self.store);
     }
 }
+
+/// A JetStream cluster of nodes on one machine, clustered with routes, each with its own
+/// port, route port, store and `server_name` (`n0`, `n1`, ...). Enabled by the
+/// `test-broker` feature. Dropping it kills every node and removes the stores (and, in the
+/// partitionable form, the namespaces and links it made).
+///
+/// Each node is a process the test can SIGKILL and restart on the same store, or SIGSTOP
+/// and SIGCONT (a process pause: the node keeps its sockets, answers nothing, and its peers
+/// elect without it). [`Cluster::url`] names every node, so a client fails over.
+///
+/// [`Cluster::start`] puts every node on loopback. [`Cluster::start_partitionable`] puts
+/// each node in a network namespace of its own, linked to the test's namespace by a veth
+/// pair on one bridge, so [`Cluster::partition`] can cut one node off from the others and
+/// from the clients (its link goes down) and [`Cluster::heal`] can bring it back. That
+/// needs root and iproute2; where either is missing it returns `None` after saying why.
+///
+/// ```no_run
+/// use wal_source_nats::test_broker::Cluster;
+///
+/// let Some(mut cluster) = Cluster::start("my_test", 3) else { return };
+/// let url = cluster.url(); // nats://127.0.0.1:a,nats://127.0.0.1:b,nats://127.0.0.1:c
+/// cluster.kill(0);
+/// cluster.restart(0);
+/// cluster.pause(1);
+/// cluster.resume(1);
+/// # let _ = url;
+/// ```
+pub struct Cluster {
+    binary: PathBuf,
+    nodes: Vec<Node>,
+    dir: PathBuf,
+    /// The namespaces and links of the partitionable form.
+    network: Option<Network>,
+}
+
+struct Node {
+    name: String,
+    host: String,
+    port: u16,
+    child: Option<Child>,
+    config: PathBuf,
+}
+
+/// What [`Cluster::start_partitionable`] made: a bridge, and per node a namespace and the
+/// host side of its veth pair.
+struct Network {
+    bridge: String,
+    namespaces: Vec<String>,
+    links: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// Runs `ip ARGS`; false (after printing why) if it failed.
+fn ip(args: &[&str]) -> bool {
+    match Command::new("ip")
+        .args(args)
+        .stderr(Stdio::piped())
+        .output()
+    {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => {
+            eprintln!(
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            false
+        }
+        Err(error) => {
+            eprintln!("ip {}: {error}", args.join(" "));
+            false
+        }
+    }
+}
+
+impl Network {
+    /// A bridge `10.213.<net>.254/24` and `size` namespaces at `.1`, `.2`, ...
+    fn create(net: u8, size: usize) -> Option<Network> {
+        let bridge = format!("sbbr{net}");
+        let mut network = Network {
+            bridge: bridge.clone(),
+            namespaces: Vec::new(),
+            links: Vec::new(),
+        };
+        let gateway = format!("10.213.{net}.254/24");
+        if !(ip(&["link", "add", &bridge, "type", "bridge"])
+            && ip(&["addr", "add", &gateway, "dev", &bridge])
+            && ip(&["link", "set", &bridge, "up"]))
+        {
+            return None; // Drop removes what was made
+        }
+        for i in 0..size {
+            let namespace = format!("sbns{net}n{i}");
+            let (host, peer) = (format!("sbv{net}n{i}"), format!("sbp{net}n{i}"));
+            let address = format!("10.213.{net}.{}/24", i + 1);
+            network.namespaces.push(namespace.clone());
+            let made = ip(&["netns", "add", &namespace])
+                && ip(&["link", "add", &host, "type", "veth", "peer", "name", &peer])
+                && {
+                    network.links.push(host.clone());
+                    true
+                }
+                && ip(&["link", "set", &peer, "netns", &namespace])
+                && ip(&["link", "set", &host, "master", &bridge])
+                && ip(&["link", "set", &host, "up"])
+                && ip(&["-n", &namespace, "addr", "add", &address, "dev", &peer])
+                && ip(&["-n", &namespace, "link", "set", &peer, "up"])
+                && ip(&["-n", &namespace, "link", "set", "lo", "up"]);
+            if !made {
+                return None;
+            }
+        }
+        Some(network)
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        for link in &self.links {
+            let _ = Command::new("ip").args(["link", "del", link]).status();
+        }
+        for namespace in &self.namespaces {
+            let _ = Command::new("ip")
+                .args(["netns", "del", namespace])
+                .status();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .status();
+    }
+}
+
+impl Cluster {
+    /// Starts `size` nodes on loopback and waits until each listens, or returns `None`
+    /// after printing why the test is skipped (as [`Broker::start`]). JetStream elects its
+    /// meta leader a few seconds later: create streams with a retry
+    /// (`WalPublisher::ensure_stream_replicated` waits for it).
+    pub fn start(test: &str, size: usize) -> Option<Cluster> {
+        Self::start_on(test, size, false)
+    }
+
+    /// [`Cluster::start`] with each node in a network namespace of its own, so that
+    /// [`Cluster::partition`] can cut it off. `None` (after saying why) without root or
+    /// iproute2, even with `SB_REQUIRE_NATS` set: a machine may have a broker and no
+    /// namespaces.
+    pub fn start_partitionable(test: &str, size: usize) -> Option<Cluster> {
+        Self::start_on(test, size, true)
+    }
+
+    fn start_on(test: &str, size: usize, partitionable: bool) -> Option<Cluster> {
+        let Some(binary) = server_binary() else {
+            assert!(
+                std::env::var_os("SB_REQUIRE_NATS").is_none(),
+                "SB_REQUIRE_NATS is set but nats-server was not found (set NATS_SERVER or install it)"
+            );
+            eprintln!("SKIP {test}: nats-server not found");
+            return None;
+        };
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let serial = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "wal-source-nats-cluster-{}-{serial}",
+            std::process::id(),
+        ));
+        let network = if partitionable {
+            // One /24 per cluster: the process id and a serial, folded into 0..250.
+            let net = ((std::process::id() * 7 + serial) % 250) as u8;
+            let Some(network) = Network::create(net, size) else {
+                eprintln!(
+                    "SKIP {test}: cannot make network namespaces here (needs root and iproute2)"
+                );
+                return None;
+            };
+            Some((net, network))
+        } else {
+            None
+        };
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let hosts: Vec<String> = (0..size)
+            .map(|i| match &network {
+                Some((net, _)) => format!("10.213.{net}.{}", i + 1),
+                None => "127.0.0.1".to_owned(),
+            })
+            .collect();
+        let ports: Vec<(u16, u16)> = (0..size).map(|_| (free_port(), free_port())).collect();
+        let nodes = (0..size)
+            .map(|i| {
+                let name = format!("n{i}");
+                let routes: Vec<String> = (0..size)
+                    .filter(|&j| j != i)
+                    .map(|j| format!("\"nats-route://{}:{}\"", hosts[j], ports[j].1))
+                    .collect();
+                let store = dir.join(&name);
+                let config = dir.join(format!("{name}.conf"));
+                let text = format!(
+                    "server_name: {name}\nlisten: \"{host}:{}\"\n\
+                     jetstream {{ store_dir: {:?} }}\n\
+                     cluster {{\n  name: sb\n  listen: \"{host}:{}\"\n  routes: [{}]\n}}\n",
+                    ports[i].0,
+                    store.display().to_string(),
+                    ports[i].1,
+                    routes.join(", "),
+                    host = hosts[i],
+                );
+                std::fs::write(&config, text).expect("the node's configuration is written");
+                Node {
+                    name,
+                    host: hosts[i].clone(),
+                    port: ports[i].0,
+                    child: None,
+                    config,
+                }
+            })
+            .collect();
+        let mut cluster = Cluster {
+            binary,
+            nodes,
+            dir,
+            network: network.map(|(_, network)| network),
+        };
+        for i in 0..size {
+            cluster.restart(i);
+        }
+        Some(cluster)
+    }
+
+    /// Every node's address, comma-separated (what `NatsWalConfig::url` takes).
+    pub fn url(&self) -> String {
+        (0..self.nodes.len())
+            .map(|i| self.node_url(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Node `i`'s own address.
+    pub fn node_url(&self, i: usize) -> String {
+        format!("nats://{}:{}", self.nodes[i].host, self.nodes[i].port)
+    }
+
+    /// Node `i`'s `server_name` (what a stream's cluster info names as its leader).
+    pub fn name(&self, i: usize) -> &str {
+        &self.nodes[i].name
+    }
+
+    /// The node whose `server_name` is `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|node| node.name == name)
+    }
+
+    /// How many nodes the cluster has.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Never true: a cluster has at least one node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Whether [`Cluster::partition`] is available (the partitionable form).
+    pub fn can_partition(&self) -> bool {
+        self.network.is_some()
+    }
+
+    /// Starts node `i` (again) on its port and store, and waits until it listens.
+    pub fn restart(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        assert!(node.child.is_none(), "node {} is running", node.name);
+        let mut command = match &self.network {
+            // `ip netns exec` enters the namespace and execs the server: the child's pid
+            // is the server's, which `kill`, `pause` and `resume` signal.
+            Some(network) => {
+                let mut command = Command::new("ip");
+                command
+                    .args(["netns", "exec", &network.namespaces[i]])
+                    .arg(&self.binary);
+                command
+            }
+            None => Command::new(&self.binary),
+        };
+        let child = command
+            .arg("-c")
+            .arg(&node.config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server starts");
+        node.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect((node.host.as_str(), node.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not listen in 20 s",
+                node.name
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL node `i`: no shutdown, no flush.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOP node `i`: it stops answering, with its connections open.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// SIGCONT node `i` after [`Cluster::pause`].
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    /// Cuts node `i` off from every other node and from the clients: its link to the
+    /// bridge goes down, and packets to and from it are lost (nothing is reset). Panics
+    /// unless the cluster is partitionable.
+    pub fn partition(&self, i: usize) {
+        self.set_link(i, "down");
+    }
+
+    /// Brings node `i`'s link back after [`Cluster::partition`].
+    pub fn heal(&self, i: usize) {
+        self.set_link(i, "up");
+    }
+
+    fn set_link(&self, i: usize, state: &str) {
+        let network = self
+            .network
+            .as_ref()
+            .expect("partition needs Cluster::start_partitionable");
+        assert!(
+            ip(&["link", "set", &network.links[i], state]),
+            "cannot set node {i}'s link {state}"
+        );
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let child = self.nodes[i].child.as_ref().expect("the node is running");
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill(1) runs");
+        assert!(status.success(), "kill {signal} {}", child.id());
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            // A paused process ignores nothing but SIGKILL, which is what `kill` sends.
+            self.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        // `network`, dropped after this, removes the links and namespaces.
+    }
+}

@@ -1,0 +1,88 @@
+//! The drain on a 3-node JetStream cluster (a stream of 3 replicas) while a producer
+//! publishes live: the stream's leader SIGKILLed and restarted, a follower SIGKILLed and
+//! restarted, the leader SIGSTOPped past the election timeout and SIGCONTed. After the three
+//! faults every acknowledged event is in the index once, every execution is served whole,
+//! the drain recovered by itself, and no chain stalled. A second test partitions the leader
+//! away and heals it, where network namespaces can be made. Bounded (about a minute); the long
+//! version with the fault table is `scripts/nats-cluster.sh drill`. Skips where no
+//! `nats-server` exists, unless `SB_REQUIRE_NATS` is set.
+
+#[path = "common/drill.rs"]
+mod drill;
+
+use std::time::Duration;
+
+use drill::{DrillConfig, Fault};
+use wal_source_nats::test_broker::Cluster;
+
+fn config(down: Duration) -> DrillConfig {
+    DrillConfig {
+        rate: 200.0,
+        events_per_execution: 20,
+        concurrent: 16,
+        settle: Duration::from_secs(3),
+        down,
+        pause: Duration::from_secs(8),
+    }
+}
+
+/// Runs `faults` and checks what every fault must leave: each acknowledged event in the
+/// index once, every execution served whole, no stalled chain, and a new leader after the
+/// leader was killed (a pause or a partition shorter than the election may leave the old
+/// leader in place; the figures say which).
+fn drill(cluster: &mut Cluster, down: Duration, faults: &[Fault]) {
+    let report = drill::run(cluster, &config(down), faults).unwrap();
+    for figures in &report.faults {
+        eprintln!("{figures:?}");
+    }
+    eprintln!(
+        "acknowledged {}, indexed {}, stored {}, re-sent {}, drain {:?}",
+        report.acknowledged, report.indexed, report.stored, report.republished, report.drain
+    );
+    assert_eq!(
+        report.indexed, report.acknowledged,
+        "every acknowledged event, once"
+    );
+    assert_eq!(
+        report.served, report.executions,
+        "every execution served whole"
+    );
+    assert!(report.stalled.is_empty(), "{:?}", report.stalled);
+    assert_eq!(report.drain.bad, 0);
+    for figures in &report.faults {
+        if figures.fault == Fault::KillLeader {
+            assert_ne!(
+                figures.leader_after, figures.node,
+                "{:?}: no new leader",
+                figures.fault
+            );
+        }
+    }
+}
+
+#[test]
+fn the_drain_rides_out_node_loss_and_a_paused_leader() {
+    let Some(mut cluster) = Cluster::start("cluster_faults", 3) else {
+        return;
+    };
+    drill(
+        &mut cluster,
+        Duration::from_secs(4),
+        &[Fault::KillLeader, Fault::KillFollower, Fault::PauseLeader],
+    );
+}
+
+/// The stream's leader cut off from its peers and the clients (its network namespace's
+/// link down), then healed. Skips where network namespaces cannot be made (not root, no
+/// iproute2).
+#[test]
+fn the_drain_rides_out_a_partitioned_leader() {
+    let Some(mut cluster) = Cluster::start_partitionable("cluster_partition", 3) else {
+        return;
+    };
+    drill(
+        &mut cluster,
+        Duration::from_secs(10),
+        &[Fault::PartitionLeader],
+    );
+}

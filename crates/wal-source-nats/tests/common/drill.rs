@@ -1,0 +1,419 @@
+//! The fault drill: a pool's drain on a JetStream cluster while a producer publishes live
+//! and one fault after another hits a node. Shared by `tests/cluster.rs` (bounded, in CI)
+//! and `examples/cluster_faults.rs` (the fault table of docs/deployment.md).
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use wal_index::ingest::DrainReport;
+use wal_index::stall::StalledChain;
+use wal_index::{
+    Drain, DrainConfig, DriveBudget, IndexConfig, IndexObserver, StateIndex, WalIndex,
+};
+use wal_source_nats::test_broker::Cluster;
+use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
+
+/// The stream the drill publishes to.
+pub const STREAM: &str = "drill";
+
+/// One fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL the stream's leader; restart it after `down`.
+    KillLeader,
+    /// SIGKILL a node that does not lead the stream; restart it after `down`.
+    KillFollower,
+    /// SIGSTOP the stream's leader for `pause`, then SIGCONT.
+    PauseLeader,
+    /// Cut the stream's leader off from the other nodes and the clients for `down`, then
+    /// heal (a cluster from `Cluster::start_partitionable`).
+    PartitionLeader,
+}
+
+impl Fault {
+    /// How the table names it.
+    pub fn describe(self, config: &DrillConfig) -> String {
+        match self {
+            Fault::KillLeader => {
+                format!("SIGKILL the stream leader, restart after {:?}", config.down)
+            }
+            Fault::KillFollower => format!("SIGKILL a follower, restart after {:?}", config.down),
+            Fault::PauseLeader => format!(
+                "SIGSTOP the stream leader for {:?}, then SIGCONT",
+                config.pause
+            ),
+            Fault::PartitionLeader => format!(
+                "partition the stream leader away for {:?}, then heal",
+                config.down
+            ),
+        }
+    }
+}
+
+/// How long and how fast.
+#[derive(Debug, Clone)]
+pub struct DrillConfig {
+    /// Events per second the producer publishes (in groups of ten, each flushed).
+    pub rate: f64,
+    /// Events of each execution (none terminal, so every chain stays resident and is
+    /// checked whole at the end).
+    pub events_per_execution: i64,
+    /// Executions published side by side.
+    pub concurrent: i64,
+    /// Live publication before each fault, and after its recovery.
+    pub settle: Duration,
+    /// How long a killed node stays down.
+    pub down: Duration,
+    /// How long a paused node stays stopped (longer than JetStream's election timeout).
+    pub pause: Duration,
+}
+
+/// What one fault did, measured from the producer's and the pool's side.
+#[derive(Debug, Clone)]
+pub struct FaultFigures {
+    pub fault: Fault,
+    /// The node it hit, and the stream's leader before and after.
+    pub node: String,
+    pub leader_before: String,
+    pub leader_after: String,
+    /// The longest wait for one group's acknowledgements (the producer's outage).
+    pub publish_stall: Duration,
+    /// How long the drain reported its feed unhealthy.
+    pub drain_unhealthy: Duration,
+    /// The longest time from a group's acknowledgement to the index holding it.
+    pub max_lag: Duration,
+    /// The median of that time over the phase.
+    pub median_lag: Duration,
+    /// Events published (acknowledged) in the phase.
+    pub events: u64,
+}
+
+/// The whole drill.
+#[derive(Debug)]
+pub struct DrillReport {
+    pub faults: Vec<FaultFigures>,
+    /// Distinct events acknowledged, and held by the index at the end.
+    pub acknowledged: u64,
+    pub indexed: u64,
+    /// Re-sends after a missing acknowledgement (each may store a duplicate).
+    pub republished: u64,
+    pub stored: u64,
+    pub drain: DrainReport,
+    pub stalled: Vec<StalledChain>,
+    /// Executions served whole at their tip at the end, of all published.
+    pub served: usize,
+    pub executions: usize,
+}
+
+/// When the drain's feed went down and up, and what stalled.
+#[derive(Default)]
+struct Log {
+    health: Mutex<Vec<(Instant, bool)>>,
+    stalled: Mutex<Vec<StalledChain>>,
+}
+
+impl IndexObserver for Log {
+    fn healthy(&self, up: bool) {
+        self.health.lock().unwrap().push((Instant::now(), up));
+    }
+    fn stalled_chain(&self, stalled: &StalledChain) {
+        self.stalled.lock().unwrap().push(stalled.clone());
+    }
+}
+
+impl Log {
+    fn unhealthy_between(&self, from: Instant, to: Instant) -> Duration {
+        let health = self.health.lock().unwrap();
+        let mut down_since: Option<Instant> = None;
+        let mut total = Duration::ZERO;
+        for &(at, up) in health.iter() {
+            match (up, down_since) {
+                (false, None) => down_since = Some(at),
+                (true, Some(since)) => {
+                    total += overlap(since, at, from, to);
+                    down_since = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(since) = down_since {
+            total += overlap(since, to, from, to);
+        }
+        total
+    }
+}
+
+fn overlap(a: Instant, b: Instant, from: Instant, to: Instant) -> Duration {
+    let start = a.max(from);
+    let end = b.min(to);
+    end.saturating_duration_since(start)
+}
+
+/// The payload of event `k` (1-based) of `execution`; ids `execution * 100_000 + k`.
+fn payload(execution: i64, k: i64) -> Bytes {
+    let id = execution * 100_000 + k;
+    Bytes::from(if k == 1 {
+        format!(r#"{{"event_id":{id},"execution_id":{execution},"event_type":"playbook_started"}}"#)
+    } else {
+        format!(
+            r#"{{"event_id":{id},"execution_id":{execution},"prev_event_id":{},"event_type":"step_completed"}}"#,
+            id - 1
+        )
+    })
+}
+
+/// The producer: executions published side by side, ten events per flushed group.
+struct Producer {
+    publisher: WalPublisher,
+    next: Vec<(i64, i64)>,
+    next_execution: i64,
+    per_execution: i64,
+    acknowledged: u64,
+}
+
+impl Producer {
+    /// Publishes one group and waits for its acknowledgements; returns how long that took.
+    fn group(&mut self) -> Result<Duration, String> {
+        let started = Instant::now();
+        for _ in 0..10 {
+            let slot = (self.acknowledged as usize) % self.next.len();
+            let (execution, k) = self.next[slot];
+            self.publisher
+                .publish(execution, payload(execution, k))
+                .map_err(|e| e.to_string())?;
+            self.next[slot] = if k == self.per_execution {
+                self.next_execution += 1;
+                (self.next_execution, 1)
+            } else {
+                (execution, k + 1)
+            };
+            self.acknowledged += 1;
+        }
+        self.publisher.flush().map_err(|e| e.to_string())?;
+        Ok(started.elapsed())
+    }
+
+    /// Every execution published so far and its last event.
+    fn tips(&self) -> Vec<(i64, i64)> {
+        let mut tips = Vec::new();
+        let first = self.next.iter().map(|&(e, _)| e).min().unwrap_or(0);
+        // Executions below the oldest in flight are complete.
+        for execution in 1..first {
+            tips.push((execution, self.per_execution));
+        }
+        for &(execution, k) in &self.next {
+            if k > 1 {
+                tips.push((execution, k - 1));
+            }
+        }
+        tips.sort_unstable();
+        tips
+    }
+}
+
+/// Runs the drill on `cluster` (a stream of 3 replicas), one phase per fault.
+pub fn run(
+    cluster: &mut Cluster,
+    config: &DrillConfig,
+    faults: &[Fault],
+) -> Result<DrillReport, String> {
+    let url = cluster.url();
+    let publisher = WalPublisher::connect(
+        &NatsWalConfig::new(&url).stream(STREAM),
+        Subjects::default(),
+        1,
+    )
+    .map_err(|e| e.to_string())?;
+    publisher
+        .ensure_stream_replicated(STREAM, 3, Duration::from_secs(60))
+        .map_err(|e| e.to_string())?;
+    let log = Arc::new(Log::default());
+    let index_config = IndexConfig {
+        stall_after: Some(Duration::from_secs(5)),
+        ..IndexConfig::default()
+    };
+    let index = Arc::new(WalIndex::with_observer(index_config, log.clone()));
+    let source = JetStreamSource::connect(NatsWalConfig::new(&url).stream(STREAM))
+        .map_err(|e| e.to_string())?;
+    let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
+
+    // The index's event count over time, for the publish-to-index lag.
+    let samples: Mutex<Vec<(Instant, u64)>> = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let concurrent = config.concurrent.max(1);
+    let mut producer = Producer {
+        publisher,
+        next: (1..=concurrent).map(|e| (e, 1)).collect(),
+        next_execution: concurrent,
+        per_execution: config.events_per_execution.max(2),
+        acknowledged: 0,
+    };
+    let interval = Duration::from_secs_f64(10.0 / config.rate.max(1.0));
+    let mut figures = Vec::new();
+    std::thread::scope(|scope| -> Result<(), String> {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                samples
+                    .lock()
+                    .unwrap()
+                    .push((Instant::now(), index.stats().events as u64));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let result = (|| {
+            for &fault in faults {
+                figures.push(phase(
+                    cluster,
+                    config,
+                    fault,
+                    &mut producer,
+                    interval,
+                    &samples,
+                    &log,
+                )?);
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::Relaxed);
+        result
+    })?;
+
+    let acknowledged = producer.acknowledged;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (index.stats().events as u64) < acknowledged && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tips = producer.tips();
+    let budget = DriveBudget::new(5, Duration::from_millis(200));
+    let served = tips
+        .iter()
+        .filter(|&&(execution, k)| {
+            let drive = index.drive_blocking(execution, Some(execution * 100_000 + k), budget);
+            drive.outcome.spine().is_some_and(|spine| {
+                spine.ids() == (1..=k).map(|j| execution * 100_000 + j).collect::<Vec<_>>()
+            })
+        })
+        .count();
+    let stats = producer.publisher.stats();
+    let stored = producer
+        .publisher
+        .stream_messages(STREAM)
+        .map_err(|e| e.to_string())?;
+    let drain = drain.stop().map_err(|e| e.to_string())?;
+    let stalled = log.stalled.lock().unwrap().clone();
+    Ok(DrillReport {
+        faults: figures,
+        acknowledged,
+        indexed: index.stats().events as u64,
+        republished: stats.republished,
+        stored,
+        drain,
+        stalled,
+        served,
+        executions: tips.len(),
+    })
+}
+
+/// One fault: publish for `settle`, inject, keep publishing through the fault and its
+/// recovery, then for `settle` more.
+fn phase(
+    cluster: &mut Cluster,
+    config: &DrillConfig,
+    fault: Fault,
+    producer: &mut Producer,
+    interval: Duration,
+    samples: &Mutex<Vec<(Instant, u64)>>,
+    log: &Log,
+) -> Result<FaultFigures, String> {
+    let leader_before = leader(producer)?;
+    let leader_at = cluster.index_of(&leader_before).ok_or("no such leader")?;
+    let node = match fault {
+        Fault::KillLeader | Fault::PauseLeader | Fault::PartitionLeader => leader_at,
+        Fault::KillFollower => (leader_at + 1) % cluster.len(),
+    };
+    let outage = match fault {
+        Fault::PauseLeader => config.pause,
+        _ => config.down,
+    };
+    let name = cluster.name(node).to_owned();
+    let started = Instant::now();
+    let mut acks: Vec<(Instant, u64, Duration)> = Vec::new();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| -> Result<(), String> {
+        let injector = scope.spawn(|| {
+            std::thread::sleep(config.settle);
+            match fault {
+                Fault::KillLeader | Fault::KillFollower => cluster.kill(node),
+                Fault::PauseLeader => cluster.pause(node),
+                Fault::PartitionLeader => cluster.partition(node),
+            }
+            std::thread::sleep(outage);
+            match fault {
+                Fault::KillLeader | Fault::KillFollower => cluster.restart(node),
+                Fault::PauseLeader => cluster.resume(node),
+                Fault::PartitionLeader => cluster.heal(node),
+            }
+            std::thread::sleep(config.settle);
+            done.store(true, Ordering::Relaxed);
+        });
+        let mut next = Instant::now();
+        let result = (|| {
+            while !done.load(Ordering::Relaxed) {
+                let took = producer.group()?;
+                acks.push((Instant::now(), producer.acknowledged, took));
+                next += interval;
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                } else {
+                    next = Instant::now();
+                }
+            }
+            Ok(())
+        })();
+        injector.join().map_err(|_| "the fault thread panicked")?;
+        result
+    })?;
+    let ended = Instant::now();
+    let leader_after = leader(producer)?;
+    let samples = samples.lock().unwrap();
+    let mut lags: Vec<Duration> = acks
+        .iter()
+        .map(|&(at, cumulative, _)| {
+            let applied = samples
+                .iter()
+                .find(|&&(t, events)| t >= at && events >= cumulative)
+                .map_or(ended, |&(t, _)| t);
+            applied.saturating_duration_since(at)
+        })
+        .collect();
+    lags.sort_unstable();
+    Ok(FaultFigures {
+        fault,
+        node: name,
+        leader_before,
+        leader_after,
+        publish_stall: acks.iter().map(|a| a.2).max().unwrap_or_default(),
+        drain_unhealthy: log.unhealthy_between(started, ended),
+        max_lag: lags.last().copied().unwrap_or_default(),
+        median_lag: lags.get(lags.len() / 2).copied().unwrap_or_default(),
+        events: acks.len() as u64 * 10,
+    })
+}
+
+/// The stream's leader, waiting for one to be elected.
+fn leader(producer: &Producer) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some(name)) = producer.publisher.stream_leader(STREAM) {
+            return Ok(name);
+        }
+        if Instant::now() > deadline {
+            return Err("the stream has had no leader for 60 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
