@@ -285,8 +285,8 @@ impl Chain {
     }
 
     /// The event that arrived last among those whose id was new: the newest link of the
-    /// chain in arrival order, which is where the server's next `prev_event_id` points.
-    /// Not the largest id under fan-out (`1 <- 2 <- 3 <- 100 <- 50`: the newest is 50). A
+    /// chain in arrival order (where the server's next `prev_event_id` points, when the
+    /// WAL delivers in the server's order). Not the largest id under fan-out (`1 <- 2 <- 3 <- 100 <- 50`: the newest is 50). A
     /// redelivery, identical or a rewrite, does not change it. `None` while empty.
     ///
     /// ```
@@ -301,6 +301,53 @@ impl Chain {
     /// ```
     pub fn newest(&self) -> Option<EventId> {
         (!self.is_empty()).then_some(self.newest)
+    }
+
+    /// Whether the chain holds a `playbook_started` event. O(1) when the oldest event is
+    /// the genesis (the common case), O(n) otherwise.
+    pub fn holds_genesis(&self) -> bool {
+        self.ascending
+            .as_slice()
+            .first()
+            .is_some_and(Event::is_genesis)
+            || self.iter().any(Event::is_genesis)
+    }
+
+    /// The ids that events of this chain name as their `prev_event_id` and that the chain
+    /// does not hold, ascending, each once: the holes a walk would stop at. Empty (and no
+    /// allocation) for a chain whose every link is held, the common case, where each event
+    /// of the ascending log links to the one before it and costs one comparison.
+    ///
+    /// ```
+    /// use chain_fold::{Chain, Event, SpineOrder};
+    ///
+    /// let mut chain = Chain::new(SpineOrder::Causal);
+    /// chain.apply(Event::minimal(1, 7, None, "playbook_started"));
+    /// chain.apply(Event::minimal(3, 7, Some(2), "step")); // 2 never arrived
+    /// chain.apply(Event::minimal(4, 7, Some(3), "step"));
+    /// chain.apply(Event::minimal(9, 7, Some(8), "step")); // nor 8
+    /// assert_eq!(chain.missing_links(), vec![2, 8]);
+    /// chain.apply(Event::minimal(2, 7, Some(1), "step"));
+    /// assert_eq!(chain.missing_links(), vec![8]);
+    /// ```
+    pub fn missing_links(&self) -> Vec<EventId> {
+        let log = self.ascending.as_slice();
+        let mut missing = Vec::new();
+        for (at, event) in log.iter().enumerate() {
+            let Some(prev) = event.prev() else { continue };
+            let before = at.checked_sub(1).map(|b| log[b].id());
+            if before != Some(prev) && !self.contains(prev) {
+                missing.push(prev);
+            }
+        }
+        for event in self.late.values() {
+            if let Some(prev) = event.prev().filter(|&prev| !self.contains(prev)) {
+                missing.push(prev);
+            }
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        missing
     }
 
     /// The spine order of this chain.

@@ -62,7 +62,7 @@ pub struct StateBuilderMetrics {
     wal_events: Counter,
     healthy: Gauge,
     backfilling: Gauge,
-    stalled_chains: [Counter; 4],
+    stalled_chains: [Counter; STALL_REASONS.len()],
 }
 
 fn labelled<T, const N: usize>(

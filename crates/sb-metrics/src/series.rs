@@ -22,7 +22,7 @@ pub const TAIL_OUTCOMES: [&str; 2] = ["applied", "rejected"];
 pub const REHYDRATE_OUTCOMES: [&str; 4] = RehydrateLabel::LABELS;
 
 /// `stalled_chains_total{reason}` label values (`wal_index::labels::StallReason`).
-pub const STALL_REASONS: [&str; 4] = StallReason::LABELS;
+pub const STALL_REASONS: [&str; StallReason::LABELS.len()] = StallReason::LABELS;
 
 /// `build_duration_seconds` buckets.
 pub const BUILD_DURATION_BUCKETS: [f64; 13] = [
@@ -206,6 +206,6 @@ pub const SERIES: [Series; 16] = [
         kind: Kind::Counter,
         label: Some(("reason", &STALL_REASONS)),
         unit: Unit::Count,
-        help: "Executions whose chain has not reached genesis, for the same reason, for longer than the stall bound (missing_hop: an event the WAL lost or has not delivered), reported once per reason.",
+        help: "Holes in executions' chains open longer than the stall bound (missing_hop: an event other events link to that the WAL lost or has not delivered), each counted once.",
     },
 ];

@@ -161,9 +161,9 @@ struct RunArgs {
     /// above the last run's) instead of an in-process channel.
     #[arg(long, value_name = "URL")]
     wal: Option<String>,
-    /// Report a chain stalled after this many seconds without its missing hop (the
-    /// index's `stall_after`; default 30, as `NOETL_STATE_INDEX_STALL_SECS`).
-    #[arg(long, value_parser = seconds)]
+    /// Report a hole in a chain still open after this many seconds (the index's
+    /// `stall_after`; default 30; 0: never, as `NOETL_STATE_INDEX_STALL_SECS`).
+    #[arg(long, value_parser = number_in(0.0, 86_400.0))]
     stall_secs: Option<f64>,
 }
 
@@ -183,10 +183,11 @@ impl RunArgs {
             rehydrate_concurrency: self.rehydrate_concurrency as usize,
             wal: self.wal()?,
             index: IndexConfig {
-                stall_after: Some(
-                    self.stall_secs
-                        .map_or(IndexConfig::DEFAULT_STALL_AFTER, Duration::from_secs_f64),
-                ),
+                stall_after: match self.stall_secs {
+                    None => Some(IndexConfig::DEFAULT_STALL_AFTER),
+                    Some(0.0) => None,
+                    Some(secs) => Some(Duration::from_secs_f64(secs)),
+                },
                 ..SimConfig::production_index()
             },
             ..SimConfig::default()
@@ -211,8 +212,8 @@ struct Simulate {
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(0..=50_000_000))]
     cold_start: u32,
     /// Live events the WAL loses from the middle of their chains (acknowledged, never
-    /// delivered, in no retained history or tail), spread over the live phase: each engine
-    /// that checks reports the execution as stalled `--stall-secs` later.
+    /// delivered, in no retained history or tail), spread over the live phase: the engine
+    /// reports each hole `--stall-secs` after its first check saw it.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     lose_events: u32,
 }

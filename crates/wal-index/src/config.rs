@@ -28,9 +28,9 @@ pub struct IndexConfig {
     pub slim: bool,
     /// Honour `mark_pending_sink`: a marked execution is never evicted until released.
     pub sink_gate: bool,
-    /// Report an execution whose newest event has waited this long without its chain
-    /// reaching genesis ([`crate::stall`]); `None`: never. It changes nothing that is
-    /// served. Default [`IndexConfig::DEFAULT_STALL_AFTER`].
+    /// Report a hole in an execution's chain (an id its events link to and the index does
+    /// not hold) still open after this long ([`crate::stall`]); `None` or zero: never. It
+    /// changes nothing that is served. Default [`IndexConfig::DEFAULT_STALL_AFTER`].
     pub stall_after: Option<Duration>,
 }
 
@@ -102,9 +102,8 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
 }
 
 impl IndexConfig {
-    /// How long a newest event waits for its chain to connect before the chain is reported
-    /// stalled: 30 s, thirty drive deadlines, far past any in-flight reordering a healthy
-    /// WAL delivers.
+    /// How long a hole stays open before it is reported: 30 s, thirty drive deadlines, far
+    /// past any in-flight reordering a healthy WAL delivers.
     pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
 
     /// Reads the configuration from the process environment:

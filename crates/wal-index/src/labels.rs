@@ -98,17 +98,11 @@ label_enum! {
 }
 
 label_enum! {
-    /// Why an execution's chain does not connect its newest event to genesis (the `reason`
-    /// label of `stalled_chains_total`; see [`StalledChain`](crate::stall::StalledChain)).
+    /// Why an execution's chain does not connect (the `reason` label of
+    /// `stalled_chains_total`; see [`StalledChain`](crate::stall::StalledChain)).
     StallReason {
-        /// A `prev_event_id` on the walk names an event the index does not hold: an event
-        /// the WAL lost, or one it has not delivered yet.
+        /// An event names as its `prev_event_id` an id the index does not hold, in a chain
+        /// that holds its genesis: an event the WAL lost, or has not delivered yet.
         MissingHop = "missing_hop",
-        /// The walk reached a root that is not `playbook_started` without passing one.
-        NoGenesis = "no_genesis",
-        /// The links loop.
-        Cycle = "cycle",
-        /// The walk took more hops than the chain's limit.
-        WalkLimit = "walk_limit",
     }
 }

@@ -67,7 +67,7 @@ pub trait IndexObserver: Send + Sync + 'static {
         let _ = state;
     }
     /// A stall check found `stalled` (the `stalled_chains_total` counter). Called once per
-    /// execution and newest event, from whichever thread ran the check (the drain's).
+    /// hole, from the thread that ran the check (the drain's), with no lock held.
     fn stalled_chain(&self, stalled: &StalledChain) {
         let _ = stalled;
     }

@@ -41,9 +41,6 @@ pub struct BatchReport {
     /// Executions whose terminal event arrived but that the sink gate kept resident,
     /// ascending.
     pub terminal_kept_by_sink_gate: Vec<ExecutionId>,
-    /// Executions that finished with a chain that does not reach genesis from their
-    /// newest event, reported as they were evicted ([`crate::stall`]; the engine only).
-    pub finished_stalled: Vec<crate::stall::StalledChain>,
 }
 
 /// The result of one build.

@@ -486,11 +486,6 @@ fn a_message_deleted_mid_chain_is_reported_as_a_stalled_chain() {
             stalled.missing_event_id,
             stalled.newest_event_id
         ),
-        (
-            2,
-            wal_index::labels::StallReason::MissingHop,
-            Some(2003),
-            2006
-        )
+        (2, wal_index::labels::StallReason::MissingHop, 2003, 2006)
     );
 }

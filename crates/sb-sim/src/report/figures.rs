@@ -192,10 +192,7 @@ fn wal_health(run: &EngineRun) -> WalHealth {
             .drain
             .stalled_samples
             .iter()
-            .filter(|s| {
-                s.missing_event_id
-                    .is_some_and(|id| run.lost.contains(&(s.execution_id, id)))
-            })
+            .filter(|s| run.lost.contains(&(s.execution_id, s.missing_event_id)))
             .count() as u64,
         stalled_samples: run
             .drain

@@ -9,7 +9,7 @@
 //! | [`read`] | builds and snapshots: no lock |
 //! | [`write`] | applies, rehydrate and the sink gate |
 //! | [`evict`] | explicit, terminal and policy eviction |
-//! | [`stalls`] | the stall check: chains whose newest event waits for a missing hop |
+//! | [`stalls`] | the stall checks: holes in chains, open past the bound |
 
 pub(crate) mod accounting;
 mod directory;
@@ -304,10 +304,11 @@ impl StateIndex for WalIndex {
         evict::enforce_limits_at(self, now)
     }
 
-    /// Never blocks a build or a writer: it walks snapshots (at most one walk per execution
-    /// per newest event) under a lock only stall checks take.
-    fn stalled_chains_at(&self, now: Instant) -> Vec<StalledChain> {
-        stalls::stalled_chains_at(self, now)
+    /// Never blocks a build, a drive or an applier: it scans published snapshots (each
+    /// chain again only once it changed) under a lock that only checks and the drain's
+    /// terminal evictions of chains with holes take.
+    fn check_stalls_at(&self, now: Instant) -> Vec<StalledChain> {
+        stalls::check_stalls_at(self, now)
     }
 
     /// A no-op when the sink gate is off (as today): nothing is created or marked.

@@ -71,9 +71,9 @@ pub(crate) struct Slot {
     changed: Notify,
     last_used: AtomicU64,
     pending_sink: AtomicBool,
-    /// The newest event ([`Chain::newest`]) a stall check last walked from (`i64::MIN`:
-    /// none), so an unchanged chain is not walked again.
-    judged: AtomicI64,
+    /// The chain version a stall check last scanned (see [`Slot::judge`]; 0: none), so an
+    /// unchanged chain is not scanned again.
+    judged: AtomicU64,
 }
 
 /// What the byte ledger charges per resident execution beyond its chain and cached spine:
@@ -112,7 +112,7 @@ impl Slot {
             changed: sync::new_notify(),
             last_used: AtomicU64::new(now),
             pending_sink: AtomicBool::new(false),
-            judged: AtomicI64::new(i64::MIN),
+            judged: AtomicU64::new(0),
         }
     }
 
@@ -317,11 +317,14 @@ impl Slot {
         Ok(done)
     }
 
-    /// Records that a stall check walked the chain from `newest`; returns whether it had
-    /// walked from another event before (the chain changed since). Relaxed: only stall
-    /// checks touch it, and they serialize on the engine's stall lock.
-    pub(crate) fn judge(&self, newest: EventId) -> bool {
-        self.judged.swap(newest, Ordering::Relaxed) != newest
+    /// Records that a stall check scanned `chain`, a snapshot of this slot; returns whether
+    /// it differs from the version scanned before. A slot's chain only grows (a new id adds
+    /// an event) or is rewritten (the rewrite count grows), so its length and rewrite count
+    /// name its version. Relaxed: only stall checks touch it, and they serialize on the
+    /// engine's stall lock.
+    pub(crate) fn judge(&self, chain: &Chain) -> bool {
+        let version = ((chain.len() as u64) << 32 | (chain.rewrites() & 0xffff_ffff)) + 1;
+        self.judged.swap(version, Ordering::Relaxed) != version
     }
 
     /// Evicts the slot unless the sink gate holds it, subtracting exactly what the slot

@@ -138,30 +138,29 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// then LRU to the byte ceiling, skipping executions the sink gate holds.
     fn enforce_limits_at(&self, now: Instant) -> EvictionStats;
 
-    /// The executions whose chain has not reached genesis, for the same reason (the same
-    /// missing hop), for longer than
-    /// [`IndexConfig::stall_after`](crate::IndexConfig::stall_after), each reported to the
-    /// observer and returned once per reason ([`crate::stall`] states the rule). The drain runs it every quarter of the
-    /// bound. Nothing is evicted or changed, and nothing is checked while the drain is
-    /// backfilling. Today's design and the comparator do not check: the default reports
-    /// nothing.
+    /// One stall check as of `now` ([`crate::stall`] states the rule): the holes (ids an
+    /// event links to and the index does not hold, in chains that hold their genesis) open
+    /// for longer than [`IndexConfig::stall_after`](crate::IndexConfig::stall_after) while
+    /// the drain was caught up, each reported to the observer and returned once. It
+    /// consumes what it reports: the drain runs it every quarter of the bound and keeps
+    /// what it found in its report, so another caller takes those reports away from the
+    /// drain's. Nothing is evicted or changed. Today's design and the comparator do not
+    /// check: the default reports nothing.
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use wal_index::labels::StallReason;
     /// use wal_index::{Event, IndexConfig, StateIndex, WalIndex};
     ///
     /// let index = WalIndex::new(IndexConfig { stall_after: Some(Duration::from_secs(30)), ..Default::default() });
     /// index.apply(Event::minimal(1, 7, None, "playbook_started"));
     /// index.apply(Event::minimal(3, 7, Some(2), "step")); // 2 never arrives
-    /// assert!(index.stalled_chains_at(Instant::now()).is_empty()); // not 30 s yet
-    /// let later = Instant::now() + Duration::from_secs(31);
-    /// let stalled = index.stalled_chains_at(later);
-    /// assert_eq!(stalled[0].reason, StallReason::MissingHop);
-    /// assert_eq!((stalled[0].execution_id, stalled[0].missing_event_id), (7, Some(2)));
-    /// assert!(index.stalled_chains_at(later).is_empty()); // reported once
+    /// let t0 = Instant::now();
+    /// assert!(index.check_stalls_at(t0).is_empty()); // seen now
+    /// let stalled = index.check_stalls_at(t0 + Duration::from_secs(31));
+    /// assert_eq!((stalled[0].execution_id, stalled[0].missing_event_id), (7, 2));
+    /// assert!(index.check_stalls_at(t0 + Duration::from_secs(62)).is_empty()); // once
     /// ```
-    fn stalled_chains_at(&self, now: Instant) -> Vec<StalledChain> {
+    fn check_stalls_at(&self, now: Instant) -> Vec<StalledChain> {
         let _ = now;
         Vec::new()
     }

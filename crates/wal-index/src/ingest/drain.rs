@@ -175,8 +175,7 @@ pub struct DrainReport {
     pub source_errors: u64,
     /// The last of them, as text.
     pub last_source_error: Option<String>,
-    /// Stalled chains reported by the drain's stall checks and by its batches' terminal
-    /// evictions ([`crate::stall`]).
+    /// Holes reported by the drain's stall checks ([`crate::stall`]).
     pub stalled: u64,
     /// The first [`DrainReport::STALLED_SAMPLES`] of them.
     pub stalled_samples: Vec<StalledChain>,
@@ -352,7 +351,6 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 if !events.is_empty() {
                     let batch = self.index.apply_batch_async(events).await;
                     self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
-                    self.stalled(batch.finished_stalled);
                 }
                 if let Err(error) = self.source.commit() {
                     return self.source_failed(error);
@@ -467,17 +465,17 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     }
 
     /// Runs the index's stall check every quarter of
-    /// [`IndexConfig::stall_after`](crate::IndexConfig::stall_after), so a chain is
-    /// reported between one and one and a quarter bounds after its newest event.
+    /// [`IndexConfig::stall_after`](crate::IndexConfig::stall_after) (after a step, so a
+    /// drain blocked in a quiet source's pull checks when the pull returns).
     fn check_stalls_if_due(&mut self) {
-        let Some(bound) = self.index.config().stall_after else {
+        let Some(bound) = self.index.config().stall_after.filter(|b| !b.is_zero()) else {
             return;
         };
         if self.last_stall_check.elapsed() < bound / 4 {
             return;
         }
         self.last_stall_check = Instant::now();
-        let found = self.index.stalled_chains_at(self.last_stall_check);
+        let found = self.index.check_stalls_at(self.last_stall_check);
         self.stalled(found);
     }
 
