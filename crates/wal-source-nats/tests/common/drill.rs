@@ -283,7 +283,8 @@ pub fn run(
     })?;
 
     let acknowledged = producer.acknowledged;
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // A generous bound: on a loaded 2-core machine the drain may be a minute behind.
+    let deadline = Instant::now() + Duration::from_secs(180);
     while (index.stats().events as u64) < acknowledged && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
