@@ -15,6 +15,9 @@ use std::time::Duration;
 use drill::{DrillConfig, Fault};
 use wal_source_nats::test_broker::Cluster;
 
+/// One cluster at a time: two on the 2 cores CI has would measure each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn config(down: Duration) -> DrillConfig {
     DrillConfig {
         rate: 200.0,
@@ -62,6 +65,7 @@ fn drill(cluster: &mut Cluster, down: Duration, faults: &[Fault]) {
 
 #[test]
 fn the_drain_rides_out_node_loss_and_a_paused_leader() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(mut cluster) = Cluster::start("cluster_faults", 3) else {
         return;
     };
@@ -77,6 +81,7 @@ fn the_drain_rides_out_node_loss_and_a_paused_leader() {
 /// iproute2).
 #[test]
 fn the_drain_rides_out_a_partitioned_leader() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(mut cluster) = Cluster::start_partitionable("cluster_partition", 3) else {
         return;
     };
