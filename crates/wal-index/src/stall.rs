@@ -44,9 +44,9 @@
 //! - A loss of an execution's *last* events, which nothing links to, cannot be told from an
 //!   execution that stopped.
 //! - The record of departed executions' holes is capped at
-//!   [`DEPARTED_HOLES_MAX`](crate::stall::DEPARTED_HOLES_MAX) (the oldest go first), and the
+//!   [`DEPARTED_HOLES_MAX`] (the oldest go first), and the
 //!   memory of what was reported (so a re-created execution does not report the same hole
-//!   again) at [`REPORTED_MEMORY`](crate::stall::REPORTED_MEMORY) holes.
+//!   again) at [`REPORTED_MEMORY`] holes.
 //! - Today's design and the per-execution-lock comparator do not check (the trait's
 //!   default reports nothing), as today's worker does not.
 
