@@ -6,7 +6,7 @@
 #                                         routes on 6222..6224, stores and logs under DIR
 #                                         (default /tmp/sb-nats-cluster); prints the URL
 #   scripts/nats-cluster.sh stop [DIR]    SIGTERM the three nodes (stores are kept)
-#   scripts/nats-cluster.sh drill [RATE SETTLE_S DOWN_S PAUSE_S ROUNDS]
+#   [CLUSTER_SYNC_ALWAYS=1] scripts/nats-cluster.sh drill [RATE SETTLE_S DOWN_S PAUSE_S ROUNDS]
 #                                         the fault table of docs/deployment.md: its own
 #                                         cluster on free ports (examples/cluster_faults.rs)
 #

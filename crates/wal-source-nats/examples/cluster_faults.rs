@@ -9,7 +9,8 @@
 //! cargo run --release -p wal-source-nats --example cluster_faults -- [RATE] [SETTLE_S] [DOWN_S] [PAUSE_S] [ROUNDS]
 //! ```
 //!
-//! Defaults: 500 events/s, 10 s of publication around each fault, nodes down 10 s, the
+//! `CLUSTER_SYNC_ALWAYS=1` sets `sync_interval: always` on every node (nats-server 2.10 or
+//! later, named by `NATS_SERVER`). Defaults: 500 events/s, 10 s of publication around each fault, nodes down 10 s, the
 //! leader paused 15 s, one round of the three faults. Prints one row per fault and the
 //! totals; exits non-zero if an acknowledged event is missing or counted twice, an
 //! execution is not served whole, or a chain stalled.
@@ -21,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use drill::{DrillConfig, Fault};
-use wal_source_nats::test_broker::Cluster;
+use wal_source_nats::test_broker::{Cluster, ClusterOptions};
 
 fn arg(n: usize, default: f64) -> f64 {
     std::env::args()
@@ -42,8 +43,13 @@ fn main() -> ExitCode {
     let rounds = arg(5, 1.0).max(1.0) as usize;
     // Each node in a namespace of its own where the machine allows it (root, iproute2), so
     // the leader can also be partitioned away; on loopback otherwise.
-    let Some(mut cluster) = Cluster::start_partitionable("cluster_faults", 3)
-        .or_else(|| Cluster::start("cluster_faults", 3))
+    let sync_always = std::env::var_os("CLUSTER_SYNC_ALWAYS").is_some_and(|v| v == "1");
+    let options = |partitionable| ClusterOptions {
+        partitionable,
+        sync_always,
+    };
+    let Some(mut cluster) = Cluster::start_with("cluster_faults", 3, options(true))
+        .or_else(|| Cluster::start_with("cluster_faults", 3, options(false)))
     else {
         return ExitCode::FAILURE;
     };
@@ -67,11 +73,16 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "3 nodes ({}), stream of 3 replicas, {} ev/s in groups of 10 (each flushed), {:?} of publication around each fault\n",
+        "3 nodes ({}{}), stream of 3 replicas, {} ev/s in groups of 10 (each flushed), {:?} of publication around each fault\n",
         if partition {
             "each in its own network namespace, on one bridge"
         } else {
             "on loopback"
+        },
+        if sync_always {
+            ", sync_interval: always"
+        } else {
+            ", JetStream's default sync"
         },
         config.rate,
         config.settle
@@ -82,11 +93,12 @@ fn main() -> ExitCode {
     println!("|---|---|---|---:|---:|---:|---:|");
     for f in &report.faults {
         println!(
-            "| {} | {} | {} → {} | {:.2} s | {:.2} s | {:.1} ms / {:.1} ms | {} |",
+            "| {} | {} | {} → {} | {:.1} ms / {:.2} s | {:.2} s | {:.1} ms / {:.1} ms | {} |",
             f.fault.describe(&config),
             f.node,
             f.leader_before,
             f.leader_after,
+            f.median_ack.as_secs_f64() * 1e3,
             f.publish_stall.as_secs_f64(),
             f.drain_unhealthy.as_secs_f64(),
             f.median_lag.as_secs_f64() * 1e3,

@@ -160,6 +160,17 @@ struct Node {
     config: PathBuf,
 }
 
+/// How [`Cluster::start_with`] sets the cluster up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterOptions {
+    /// Each node in a network namespace of its own ([`Cluster::start_partitionable`]).
+    pub partitionable: bool,
+    /// `sync_interval: always` in every node's `jetstream` block: each write is synced to
+    /// disk before it is acknowledged. nats-server 2.10 and later; 2.9 refuses to start
+    /// with it, and [`Cluster::restart`] says so.
+    pub sync_always: bool,
+}
+
 /// What [`Cluster::start_partitionable`] made: a bridge, and per node a namespace and the
 /// host side of its veth pair.
 struct Network {
@@ -261,7 +272,7 @@ impl Cluster {
     /// meta leader a few seconds later: create streams with a retry
     /// (`WalPublisher::ensure_stream_replicated` waits for it).
     pub fn start(test: &str, size: usize) -> Option<Cluster> {
-        Self::start_on(test, size, false)
+        Self::start_with(test, size, ClusterOptions::default())
     }
 
     /// [`Cluster::start`] with each node in a network namespace of its own, so that
@@ -269,10 +280,19 @@ impl Cluster {
     /// iproute2, even with `SB_REQUIRE_NATS` set: a machine may have a broker and no
     /// namespaces.
     pub fn start_partitionable(test: &str, size: usize) -> Option<Cluster> {
-        Self::start_on(test, size, true)
+        let options = ClusterOptions {
+            partitionable: true,
+            ..ClusterOptions::default()
+        };
+        Self::start_with(test, size, options)
     }
 
-    fn start_on(test: &str, size: usize, partitionable: bool) -> Option<Cluster> {
+    /// [`Cluster::start`] with `options`.
+    pub fn start_with(test: &str, size: usize, options: ClusterOptions) -> Option<Cluster> {
+        let ClusterOptions {
+            partitionable,
+            sync_always,
+        } = options;
         let Some(binary) = server_binary() else {
             assert!(
                 std::env::var_os("SB_REQUIRE_NATS").is_none(),
@@ -319,10 +339,15 @@ impl Cluster {
                 let config = dir.join(format!("{name}.conf"));
                 let text = format!(
                     "server_name: {name}\nlisten: \"{host}:{}\"\n\
-                     jetstream {{ store_dir: {:?} }}\n\
+                     jetstream {{ store_dir: {:?}{} }}\n\
                      cluster {{\n  name: sb\n  listen: \"{host}:{}\"\n  routes: [{}]\n}}\n",
                     ports[i].0,
                     store.display().to_string(),
+                    if sync_always {
+                        ", sync_interval: always"
+                    } else {
+                        ""
+                    },
                     ports[i].1,
                     routes.join(", "),
                     host = hosts[i],
@@ -413,6 +438,16 @@ impl Cluster {
         node.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect((node.host.as_str(), node.port)).is_err() {
+            if let Some(Ok(Some(status))) = node.child.as_mut().map(Child::try_wait) {
+                node.child = None;
+                panic!(
+                    "node {} exited at start ({status}); a setting this nats-server does not know? \
+                     (`sync_interval` needs 2.10 or later; run {} -c {} to see)",
+                    node.name,
+                    self.binary.display(),
+                    node.config.display()
+                );
+            }
             assert!(
                 Instant::now() < deadline,
                 "node {} did not listen in 20 s",

@@ -82,6 +82,8 @@ pub struct FaultFigures {
     pub leader_after: String,
     /// The longest wait for one group's acknowledgements (the producer's outage).
     pub publish_stall: Duration,
+    /// The median wait for one group's acknowledgements (what a publication costs).
+    pub median_ack: Duration,
     /// How long the drain reported its feed unhealthy.
     pub drain_unhealthy: Duration,
     /// The longest time from a group's acknowledgement to the index holding it.
@@ -392,12 +394,15 @@ fn phase(
         })
         .collect();
     lags.sort_unstable();
+    let mut waits: Vec<Duration> = acks.iter().map(|a| a.2).collect();
+    waits.sort_unstable();
     Ok(FaultFigures {
         fault,
         node: name,
         leader_before,
         leader_after,
-        publish_stall: acks.iter().map(|a| a.2).max().unwrap_or_default(),
+        publish_stall: waits.last().copied().unwrap_or_default(),
+        median_ack: waits.get(waits.len() / 2).copied().unwrap_or_default(),
         drain_unhealthy: log.unhealthy_between(started, ended),
         max_lag: lags.last().copied().unwrap_or_default(),
         median_lag: lags.get(lags.len() / 2).copied().unwrap_or_default(),
