@@ -273,10 +273,12 @@ fn every_series_moves_as_documented<I: StateIndex>() {
     // not check (the trait's default reports nothing).
     index.apply(Event::minimal(1, 12, None, "playbook_started"));
     index.apply(Event::minimal(3, 12, Some(2), "step"));
+    // The drain's checks, every quarter of the bound, for a bound and a half.
     let first = Instant::now();
-    index.check_stalls_at(first);
-    let later = first + IndexConfig::DEFAULT_STALL_AFTER + Duration::from_secs(1);
-    let stalled = index.check_stalls_at(later);
+    let quarter = IndexConfig::DEFAULT_STALL_AFTER / 4;
+    let stalled: Vec<_> = (0..=6)
+        .flat_map(|k| index.check_stalls_at(first + quarter * k))
+        .collect();
     let checks = I::NAME == WalIndex::NAME;
     let found: Vec<_> = stalled
         .iter()

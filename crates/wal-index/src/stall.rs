@@ -21,16 +21,23 @@
 //! reported once, with the execution, the missing id and the chain's newest event.
 //!
 //! The checks ([`StateIndex::check_stalls_at`](crate::StateIndex::check_stalls_at)) run on
-//! the drain every quarter of the bound and look again only at chains that changed since
-//! (a new event or a rewrite). An execution that leaves the index (its terminal event,
-//! a TTL or LRU eviction) with holes keeps them on record, without its events: they are
-//! reported when their bound has passed unless the missing id arrived meanwhile.
+//! the drain every quarter of the bound; each loads every resident chain's snapshot and
+//! scans again only those that changed since (a new event or a rewrite). An execution that
+//! leaves the index (its terminal event, a TTL, LRU or explicit eviction) with holes keeps
+//! them on record, without its events: they are reported when their bound has passed,
+//! unless the missing id arrived meanwhile (the execution came back holding it). One that
+//! comes back with its genesis and the same hole is watched as resident again, under the
+//! same clock, and reported once.
 //!
-//! Timing: while the drain is backfilling, nothing is reported (the missing event may be
-//! in the backlog; holes of executions that finish meanwhile are recorded, and resident
-//! chains are looked at once it caught up). A hole is reported once it has been open for a
-//! bound while the drain was caught up: between one bound and one and a half bounds after
-//! the first check that saw it, as long as the drain keeps stepping.
+//! Timing: a hole's clock runs while the drain is caught up and healthy and its checks
+//! come every quarter bound. While the drain is backfilling nothing is reported (the
+//! missing event may be in the backlog; holes of executions that finish meanwhile are
+//! recorded, and resident chains are looked at once it caught up), a failing drain checks
+//! nothing, and a gap of more than a bound between two checks (a drain that failed or was
+//! stuck) restarts every clock: the drain may have been late rather than the WAL lossy. A
+//! hole is reported by the first check more than a bound after the later of its first
+//! sighting and the last such restart: at most a bound and a quarter after the check that
+//! first saw it, which comes at most a quarter bound after the event that revealed it.
 //!
 //! Nothing changes in what is served: a stalled chain's drives fall back exactly as before,
 //! never with a spine that stops short of genesis.
@@ -43,10 +50,13 @@
 //!   them; neither is reported. So a lost genesis is not reported either.
 //! - A loss of an execution's *last* events, which nothing links to, cannot be told from an
 //!   execution that stopped.
-//! - The record of departed executions' holes is capped at
-//!   [`DEPARTED_HOLES_MAX`] (the oldest go first), and the
-//!   memory of what was reported (so a re-created execution does not report the same hole
-//!   again) at [`REPORTED_MEMORY`] holes.
+//! - A drain that is caught up and healthy but lags the live log by more than the bound
+//!   (a loaded machine) can see holes that drives' tail events opened ahead of it: those
+//!   are reported as if lost. The JetStream source stays caught up once it has been, so
+//!   its lag does not count as a backfill.
+//! - The record of departed executions' holes is capped at [`DEPARTED_HOLES_MAX`] (past
+//!   it, new ones are not recorded), and the memory of what was reported (so a re-created
+//!   execution does not report the same hole again) at [`REPORTED_MEMORY`] holes.
 //! - Today's design and the per-execution-lock comparator do not check (the trait's
 //!   default reports nothing), as today's worker does not.
 

@@ -41,23 +41,51 @@ fn with_a_hole(index: &WalIndex) {
     }
 }
 
-/// A time `bounds` bounds after `t0`, plus a second.
-fn after(t0: Instant, bounds: u32) -> Instant {
-    t0 + BOUND * bounds + Duration::from_secs(1)
+/// The drain's checks, one every quarter bound, on a clock the test moves.
+struct Checks<'a> {
+    index: &'a WalIndex,
+    at: Instant,
 }
+
+impl<'a> Checks<'a> {
+    /// Starts the clock with a first check.
+    fn start(index: &'a WalIndex) -> Checks<'a> {
+        let at = Instant::now();
+        assert!(index.check_stalls_at(at).is_empty());
+        Checks { index, at }
+    }
+
+    /// Moves the clock on by `by`, checking every quarter bound; what the checks reported.
+    fn advance(&mut self, by: Duration) -> Vec<StalledChain> {
+        let end = self.at + by;
+        let mut found = Vec::new();
+        while self.at < end {
+            self.at = (self.at + BOUND / 4).min(end);
+            found.extend(self.index.check_stalls_at(self.at));
+        }
+        found
+    }
+
+    /// [`Checks::advance`] by `n` quarter bounds.
+    fn quarters(&mut self, n: u32) -> Vec<StalledChain> {
+        self.advance(BOUND / 4 * n)
+    }
+}
+
+/// A little over a bound.
+const OVER: Duration = Duration::from_secs(31);
 
 #[test]
 fn a_missing_hop_is_reported_once_after_the_bound_and_never_served_short() {
     let index = index();
     with_a_hole(&index);
-    let t0 = Instant::now();
-    assert!(index.check_stalls_at(t0).is_empty(), "first seen now");
-    assert!(index.check_stalls_at(t0 + BOUND / 2).is_empty());
-    let stalled = index.check_stalls_at(after(t0, 1));
+    let mut checks = Checks::start(&index);
+    assert!(checks.quarters(4).is_empty(), "not past the bound yet");
+    let stalled = checks.quarters(1);
     assert_eq!(seen(&stalled), vec![(7, 2)]);
     assert_eq!(stalled[0].newest_event_id, 4);
     assert!(stalled[0].waited > BOUND);
-    assert!(index.check_stalls_at(after(t0, 3)).is_empty(), "once");
+    assert!(checks.quarters(12).is_empty(), "once");
     // Never served short: the drive for the tip falls back.
     let drive = index.drive_blocking(7, Some(4), DriveBudget::new(1, Duration::from_millis(10)));
     assert!(drive.outcome.spine().is_none(), "{:?}", drive.outcome);
@@ -67,19 +95,18 @@ fn a_missing_hop_is_reported_once_after_the_bound_and_never_served_short() {
         index.build(7, Some(4)).spine.unwrap().ids(),
         vec![1, 2, 3, 4]
     );
-    assert!(index.check_stalls_at(after(t0, 5)).is_empty());
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
 fn events_behind_the_hole_and_other_holes_do_not_restart_its_clock() {
     let index = index();
     with_a_hole(&index);
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
+    let mut checks = Checks::start(&index);
     // The execution keeps running past the hole, and meets another, brief, hole on the
     // way (6 arrives after 7).
-    for k in 1..=10u32 {
-        let id = 4 + i64::from(k);
+    let mut found = Vec::new();
+    for id in 5..=14 {
         match id {
             6 => {}
             7 => {
@@ -93,47 +120,37 @@ fn events_behind_the_hole_and_other_holes_do_not_restart_its_clock() {
                 index.apply(ev(7, id, Some(id - 1)));
             }
         }
-        let found = index.check_stalls_at(t0 + BOUND / 10 * k + Duration::from_millis(1));
-        if k < 10 {
-            assert!(
-                found.is_empty(),
-                "reported at {k}/10 of the bound: {found:?}"
-            );
-        } else {
-            assert_eq!(seen(&found), vec![(7, 2)]);
-            assert_eq!(found[0].newest_event_id, 14);
-        }
+        found.extend(checks.advance(BOUND / 10));
     }
-    assert!(index.check_stalls_at(after(t0, 4)).is_empty(), "once");
+    assert!(found.is_empty(), "{found:?}");
+    let found = checks.advance(Duration::from_secs(2));
+    assert_eq!(seen(&found), vec![(7, 2)]);
+    assert_eq!(found[0].newest_event_id, 14);
+    assert!(checks.quarters(12).is_empty(), "once");
 }
 
 #[test]
 fn a_hole_filled_within_the_bound_is_not_reported() {
     let index = index();
     with_a_hole(&index);
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
+    let mut checks = Checks::start(&index);
+    checks.quarters(1);
     index.apply(ev(7, 2, Some(1))); // a reordering, not a loss
-    assert!(index.check_stalls_at(t0 + BOUND / 4).is_empty());
-    assert!(index.check_stalls_at(after(t0, 2)).is_empty());
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
 fn each_hole_has_its_own_clock_whatever_the_arrival_order() {
     let index = index();
     with_a_hole(&index);
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
+    let mut checks = Checks::start(&index);
     // 6 (linking to 5, lost) arrives first, then 2 fills the first hole: the newest event
     // by arrival is now below the remaining hole.
     index.apply(ev(7, 6, Some(5)));
-    index.check_stalls_at(t0 + BOUND / 2);
+    checks.quarters(2);
     index.apply(ev(7, 2, Some(1)));
-    assert!(
-        index.check_stalls_at(after(t0, 1)).is_empty(),
-        "5 seen half a bound in"
-    );
-    let found = index.check_stalls_at(after(t0, 2));
+    assert!(checks.quarters(3).is_empty(), "5 seen half a bound in");
+    let found = checks.quarters(3);
     assert_eq!(seen(&found), vec![(7, 5)]);
     assert_eq!(found[0].newest_event_id, 2);
 }
@@ -142,51 +159,66 @@ fn each_hole_has_its_own_clock_whatever_the_arrival_order() {
 fn a_rewrite_that_closes_the_hole_is_seen() {
     let index = index();
     with_a_hole(&index);
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
+    let mut checks = Checks::start(&index);
+    checks.quarters(1);
     // A conflicting redelivery of 3 that links it to 1: no new id, the chain connects.
     index.apply(ev(7, 3, Some(1)));
     assert_eq!(index.build(7, Some(4)).spine.unwrap().ids(), vec![1, 3, 4]);
-    assert!(index.check_stalls_at(after(t0, 2)).is_empty());
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
 fn an_execution_that_finishes_with_a_hole_is_reported_after_the_bound() {
     let index = index();
+    let mut checks = Checks::start(&index);
     let mut events = linear(7, 1, 4);
     events.retain(|e| e.id() != 2);
     events.push(end(7, 5, 4));
-    let t0 = Instant::now();
     assert_eq!(index.apply_batch(events).terminal_evicted, vec![7]);
-    assert!(
-        index.check_stalls_at(t0 + BOUND / 2).is_empty(),
-        "not before the bound"
-    );
-    let found = index.check_stalls_at(after(t0, 1));
+    assert!(checks.quarters(2).is_empty(), "not before the bound");
+    let found = checks.advance(OVER);
     assert_eq!(seen(&found), vec![(7, 2)]);
     assert_eq!(found[0].newest_event_id, 5);
-    assert!(index.check_stalls_at(after(t0, 3)).is_empty(), "once");
+    assert!(checks.quarters(12).is_empty(), "once");
     // A whole execution that finishes is not reported.
     let mut whole = linear(8, 1, 4);
     whole.push(end(8, 5, 4));
     index.apply_batch(whole);
-    assert!(index.check_stalls_at(after(t0, 6)).is_empty());
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
 fn a_late_hop_after_the_execution_finished_withdraws_the_hole() {
     let index = index();
-    let t0 = Instant::now();
+    let mut checks = Checks::start(&index);
     index.apply_batch(vec![ev(7, 1, None), ev(7, 3, Some(2)), end(7, 4, 3)]);
     // 2 arrives late: it re-creates the execution, without its genesis.
     index.apply(ev(7, 2, Some(1)));
-    assert!(index.check_stalls_at(t0).is_empty());
-    assert!(index.check_stalls_at(after(t0, 3)).is_empty());
+    assert!(checks.quarters(12).is_empty());
+    // The same, and the re-created execution is evicted before any check saw it.
+    index.apply_batch(vec![ev(9, 1, None), ev(9, 3, Some(2)), end(9, 4, 3)]);
+    index.apply(ev(9, 2, Some(1)));
+    assert!(index.evict(9));
+    assert!(checks.quarters(12).is_empty());
+}
+
+#[test]
+fn a_late_hop_during_the_backfill_withdraws_the_hole_too() {
+    let index = index();
+    index.note_backfill(Backfill::Behind { remaining: None });
+    let mut checks = Checks::start(&index);
+    index.apply_batch(vec![ev(7, 1, None), ev(7, 3, Some(2)), end(7, 4, 3)]);
+    index.apply(ev(7, 2, Some(1)));
+    checks.quarters(1);
+    assert!(index.evict(7));
+    index.note_backfill(Backfill::CaughtUp);
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
 fn executions_the_index_evicted_are_not_taken_for_lost_writes() {
     let index = index();
+    let mut checks = Checks::start(&index);
     // A whole execution finishes; its last events are redelivered (at least once).
     let mut whole = linear(7, 1, 4);
     whole.push(end(7, 5, 4));
@@ -199,33 +231,41 @@ fn executions_the_index_evicted_are_not_taken_for_lost_writes() {
     }
     assert!(index.evict(8));
     index.apply(ev(8, 5, Some(4)));
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
-    assert!(index.check_stalls_at(after(t0, 3)).is_empty());
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
 fn a_hole_reported_is_not_reported_again_when_the_execution_comes_back() {
     let index = index();
     with_a_hole(&index);
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
-    assert_eq!(seen(&index.check_stalls_at(after(t0, 1))), vec![(7, 2)]);
+    let mut checks = Checks::start(&index);
+    assert_eq!(seen(&checks.advance(OVER)), vec![(7, 2)]);
     // Evicted, then replayed whole from a retained WAL that lost the same event.
     assert!(index.evict(7));
     with_a_hole(&index);
-    assert!(index.check_stalls_at(after(t0, 2)).is_empty());
-    assert!(index.check_stalls_at(after(t0, 4)).is_empty());
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
-fn a_hole_evicted_before_its_bound_is_still_reported() {
+fn a_departed_hole_and_the_same_hole_resident_again_are_one_report() {
     let index = index();
+    let mut checks = Checks::start(&index);
     with_a_hole(&index);
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
+    assert!(index.evict(7)); // before any check saw it: on record as departed
+    checks.quarters(2);
+    with_a_hole(&index); // back with its genesis (a rehydrate) and the same hole
+    let found = checks.advance(OVER);
+    assert_eq!(seen(&found), vec![(7, 2)], "one report");
+    assert!(checks.quarters(12).is_empty());
+}
+
+#[test]
+fn a_hole_evicted_before_any_check_saw_it_is_still_reported() {
+    let index = index();
+    let mut checks = Checks::start(&index);
+    with_a_hole(&index);
     assert!(index.evict(7));
-    let found = index.check_stalls_at(after(t0, 1));
+    let found = checks.advance(OVER);
     assert_eq!(seen(&found), vec![(7, 2)]);
 }
 
@@ -234,9 +274,8 @@ fn a_chain_without_its_genesis_is_not_judged() {
     let index = index();
     index.apply(Event::minimal(1, 8, None, "step"));
     index.apply(Event::minimal(3, 8, Some(2), "step"));
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
-    assert!(index.check_stalls_at(after(t0, 2)).is_empty());
+    let mut checks = Checks::start(&index);
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
@@ -247,14 +286,15 @@ fn the_sink_gate_keeps_a_finished_hole_resident_and_it_is_reported_once() {
         ..IndexConfig::default()
     });
     index.mark_pending_sink(7);
-    let t0 = Instant::now();
+    let mut checks = Checks::start(&index);
     let batch = index.apply_batch(vec![ev(7, 1, None), ev(7, 3, Some(2)), end(7, 4, 3)]);
     assert_eq!(batch.terminal_kept_by_sink_gate, vec![7]);
-    index.check_stalls_at(t0);
-    assert_eq!(seen(&index.check_stalls_at(after(t0, 1))), vec![(7, 2)]);
+    // First seen by the next check, a quarter bound on; due a bound after that.
+    assert!(checks.quarters(5).is_empty());
+    assert_eq!(seen(&checks.quarters(1)), vec![(7, 2)]);
     assert!(index.confirm_sunk(7));
     assert!(index.evict(7));
-    assert!(index.check_stalls_at(after(t0, 3)).is_empty());
+    assert!(checks.quarters(12).is_empty());
 }
 
 #[test]
@@ -264,27 +304,43 @@ fn nothing_is_reported_until_the_drain_has_been_caught_up_for_a_bound() {
     index.note_backfill(Backfill::Behind {
         remaining: Some(100),
     });
-    let t0 = Instant::now();
-    index.check_stalls_at(t0);
+    let mut checks = Checks::start(&index);
     // An execution that finishes with a hole during the backfill is kept on record.
     index.apply_batch(vec![ev(9, 1, None), ev(9, 3, Some(2)), end(9, 4, 3)]);
-    assert!(index.check_stalls_at(after(t0, 2)).is_empty(), "behind");
+    assert!(checks.quarters(12).is_empty(), "behind");
     index.note_backfill(Backfill::CaughtUp);
+    // The clocks count from the first check that finds the drain caught up.
     assert!(
-        index.check_stalls_at(after(t0, 2)).is_empty(),
-        "the clock counts from the catch-up"
+        checks.quarters(5).is_empty(),
+        "not a bound since the catch-up"
     );
-    let found = index.check_stalls_at(after(t0, 3) + Duration::from_secs(1));
+    let found = checks.quarters(1);
     assert_eq!(seen(&found), vec![(7, 2), (9, 2)]);
+}
 
+#[test]
+fn a_gap_between_checks_restarts_the_clocks() {
+    let index = index();
+    with_a_hole(&index);
+    let mut checks = Checks::start(&index);
+    checks.quarters(3);
+    // The drain checked nothing for two bounds (it was failing or stuck).
+    checks.at += 2 * BOUND;
+    assert!(index.check_stalls_at(checks.at).is_empty());
+    assert!(checks.quarters(4).is_empty());
+    assert_eq!(seen(&checks.quarters(1)), vec![(7, 2)]);
+}
+
+#[test]
+fn off_means_off() {
     for off in [None, Some(Duration::ZERO)] {
         let index = WalIndex::new(IndexConfig {
             stall_after: off,
             ..IndexConfig::default()
         });
         with_a_hole(&index);
-        index.check_stalls_at(t0);
-        assert!(index.check_stalls_at(after(t0, 10)).is_empty(), "{off:?}");
+        let mut checks = Checks::start(&index);
+        assert!(checks.quarters(40).is_empty(), "{off:?}");
     }
 }
 

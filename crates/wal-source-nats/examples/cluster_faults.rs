@@ -88,7 +88,7 @@ fn main() -> ExitCode {
         config.settle
     );
     println!(
-        "| fault | node | leader before → after | producer's longest wait for an ack | drain unhealthy | publish→index lag median / max | events in the phase |"
+        "| fault | node | leader before → after | producer's wait for a group's acknowledgements, median / longest | drain unhealthy | acknowledgement → index, median / max | events in the phase |"
     );
     println!("|---|---|---|---:|---:|---:|---:|");
     for f in &report.faults {
@@ -107,20 +107,30 @@ fn main() -> ExitCode {
         );
     }
     println!(
-        "\nacknowledged {} distinct events; the index holds {}; the stream stores {} ({} re-sends after a missing ack); the drain applied {} records in {} batches, retried {} source errors (last: {}); {} of {} executions served whole; {} stalled chains",
+        "\nacknowledged {} distinct events; the index holds {}; the stream stores {} ({} re-sends after a missing ack); the drain consumed {} records and applied {} in {} batches, retried {} source errors (last: {}){}; {} of {} executions served whole; {} stalled chains",
         report.acknowledged,
         report.indexed,
         report.stored,
         report.republished,
+        report.consumed,
         report.drain.events,
         report.drain.batches,
         report.drain.source_errors,
         report.drain.last_source_error.as_deref().unwrap_or("-"),
+        if report.drain_ran_throughout {
+            ", never restarted"
+        } else {
+            ", AND HAD STOPPED"
+        },
         report.served,
         report.executions,
         report.stalled.len()
     );
     let whole = report.indexed == report.acknowledged
+        && report.acknowledged <= report.stored
+        && report.stored <= report.acknowledged + report.republished
+        && report.consumed == report.stored
+        && report.drain_ran_throughout
         && report.served == report.executions
         && report.stalled.is_empty();
     if whole {

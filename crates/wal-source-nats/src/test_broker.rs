@@ -179,13 +179,6 @@ struct Network {
     links: Vec<String>,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
 /// Runs `ip ARGS`; false (after printing why) if it failed.
 fn ip(args: &[&str]) -> bool {
     match Command::new("ip")
@@ -212,31 +205,40 @@ fn ip(args: &[&str]) -> bool {
 impl Network {
     /// A bridge `10.213.<net>.254/24` and `size` namespaces at `.1`, `.2`, ...
     fn create(net: u8, size: usize) -> Option<Network> {
-        let bridge = format!("sbbr{net}");
+        // Names unique to this process and cluster (at most 15 bytes each), so a cleanup
+        // never removes another run's devices; each is recorded only once it exists.
+        let tag = format!(
+            "{:x}",
+            (std::process::id() << 8 | u32::from(net)) & 0xff_ffff
+        );
+        let bridge = format!("sb{tag}b");
         let mut network = Network {
-            bridge: bridge.clone(),
+            bridge: String::new(),
             namespaces: Vec::new(),
             links: Vec::new(),
         };
         let gateway = format!("10.213.{net}.254/24");
-        if !(ip(&["link", "add", &bridge, "type", "bridge"])
-            && ip(&["addr", "add", &gateway, "dev", &bridge])
-            && ip(&["link", "set", &bridge, "up"]))
+        if !ip(&["link", "add", &bridge, "type", "bridge"]) {
+            return None;
+        }
+        network.bridge = bridge.clone();
+        if !(ip(&["addr", "add", &gateway, "dev", &bridge]) && ip(&["link", "set", &bridge, "up"]))
         {
             return None; // Drop removes what was made
         }
         for i in 0..size {
-            let namespace = format!("sbns{net}n{i}");
-            let (host, peer) = (format!("sbv{net}n{i}"), format!("sbp{net}n{i}"));
+            let namespace = format!("sb{tag}n{i}");
+            let (host, peer) = (format!("sb{tag}v{i}"), format!("sb{tag}p{i}"));
             let address = format!("10.213.{net}.{}/24", i + 1);
+            if !ip(&["netns", "add", &namespace]) {
+                return None;
+            }
             network.namespaces.push(namespace.clone());
-            let made = ip(&["netns", "add", &namespace])
-                && ip(&["link", "add", &host, "type", "veth", "peer", "name", &peer])
-                && {
-                    network.links.push(host.clone());
-                    true
-                }
-                && ip(&["link", "set", &peer, "netns", &namespace])
+            if !ip(&["link", "add", &host, "type", "veth", "peer", "name", &peer]) {
+                return None;
+            }
+            network.links.push(host.clone());
+            let made = ip(&["link", "set", &peer, "netns", &namespace])
                 && ip(&["link", "set", &host, "master", &bridge])
                 && ip(&["link", "set", &host, "up"])
                 && ip(&["-n", &namespace, "addr", "add", &address, "dev", &peer])
@@ -247,6 +249,27 @@ impl Network {
             }
         }
         Some(network)
+    }
+
+    /// Whether a TCP connection from inside namespace `from` reaches `host:port` (a
+    /// firewall on the bridge, as Docker hosts set up, can drop what the test's own
+    /// namespace still reaches).
+    fn reaches(&self, from: usize, host: &str, port: u16) -> bool {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.namespaces[from],
+                "timeout",
+                "3",
+                "bash",
+                "-c",
+            ])
+            .arg(format!("exec 3<>/dev/tcp/{host}/{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
     }
 }
 
@@ -260,9 +283,11 @@ impl Drop for Network {
                 .args(["netns", "del", namespace])
                 .status();
         }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .status();
+        if !self.bridge.is_empty() {
+            let _ = Command::new("ip")
+                .args(["link", "del", &self.bridge])
+                .status();
+        }
     }
 }
 
@@ -327,7 +352,13 @@ impl Cluster {
                 None => "127.0.0.1".to_owned(),
             })
             .collect();
-        let ports: Vec<(u16, u16)> = (0..size).map(|_| (free_port(), free_port())).collect();
+        // Every listener is held until the configurations are written, so no two nodes get
+        // the same port (a node binds its own a moment later).
+        let listeners: Vec<TcpListener> = (0..2 * size)
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
+            .collect();
+        let port = |k: usize| listeners[k].local_addr().expect("a bound port").port();
+        let ports: Vec<(u16, u16)> = (0..size).map(|i| (port(2 * i), port(2 * i + 1))).collect();
         let nodes = (0..size)
             .map(|i| {
                 let name = format!("n{i}");
@@ -362,6 +393,7 @@ impl Cluster {
                 }
             })
             .collect();
+        drop(listeners);
         let mut cluster = Cluster {
             binary,
             nodes,
@@ -370,6 +402,19 @@ impl Cluster {
         };
         for i in 0..size {
             cluster.restart(i);
+        }
+        if let Some(network) = &cluster.network {
+            let routes = (0..size).all(|i| {
+                (0..size)
+                    .filter(|&j| j != i)
+                    .all(|j| network.reaches(i, &cluster.nodes[j].host, ports[j].1))
+            });
+            if !routes {
+                eprintln!(
+                    "SKIP {test}: the nodes' namespaces do not reach each other over the bridge (a firewall on bridged traffic?)"
+                );
+                return None;
+            }
         }
         Some(cluster)
     }

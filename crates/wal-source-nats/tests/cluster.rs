@@ -46,6 +46,23 @@ fn drill(cluster: &mut Cluster, down: Duration, faults: &[Fault]) {
         report.indexed, report.acknowledged,
         "every acknowledged event, once"
     );
+    // What the stream stored: each acknowledged publication, and at most one more copy of
+    // each re-sent one; the drain consumed each stored message exactly once (replay-on-boot
+    // resumes after the last sequence it returned).
+    assert!(
+        report.acknowledged <= report.stored
+            && report.stored <= report.acknowledged + report.republished,
+        "stored {} for {} acknowledged and {} re-sent",
+        report.stored,
+        report.acknowledged,
+        report.republished
+    );
+    assert_eq!(
+        report.consumed, report.stored,
+        "each stored message consumed once"
+    );
+    assert_eq!(report.drain.events, report.stored);
+    assert!(report.drain_ran_throughout, "the drain recovered by itself");
     assert_eq!(
         report.served, report.executions,
         "every execution served whole"

@@ -25,12 +25,27 @@ impl WalIndex {
         let Some(slot) = writer.map().get(&execution_id).cloned() else {
             return SlotEviction::AlreadyGone;
         };
-        let result = slot.evict(&self.accounting, self.config.sink_gate);
+        let mut last = None;
+        let result = slot.evict_if(&self.accounting, self.config.sink_gate, |chain, _| {
+            last = Some(Arc::clone(chain));
+            true
+        });
         if let SlotEviction::Evicted { .. } = result {
             let next = writer.map().without(&execution_id);
-            writer.publish_removal(next, &[slot], reason == EvictReason::Terminal);
+            writer.publish_removal(next, &[Arc::clone(&slot)], reason == EvictReason::Terminal);
+        } else {
+            drop(writer);
         }
+        self.departed(&slot, result, last);
         result
+    }
+
+    /// After an eviction, with the directory's lock released (a stall check may hold its
+    /// own lock for a whole scan): the holes of the chain that left stay on record.
+    fn departed(&self, slot: &Arc<Slot>, result: SlotEviction, chain: Option<Arc<Chain>>) {
+        if let (SlotEviction::Evicted { .. }, Some(chain)) = (result, chain) {
+            super::stalls::departed(self, slot, &chain, self.clock.now());
+        }
     }
 
     /// Evicts `expected`, if it is still `execution_id`'s slot and `still_justified` holds
@@ -47,12 +62,19 @@ impl WalIndex {
             Some(slot) if Arc::ptr_eq(slot, expected) => {}
             _ => return SlotEviction::AlreadyGone,
         }
-        let result = expected.evict_if(&self.accounting, self.config.sink_gate, still_justified);
+        let mut last = None;
+        let result = expected.evict_if(&self.accounting, self.config.sink_gate, |chain, used| {
+            last = Some(Arc::clone(chain));
+            still_justified(chain, used)
+        });
         if let SlotEviction::Evicted { .. } = result {
             let slot = Arc::clone(expected);
             let next = writer.map().without(&execution_id);
             writer.publish_removal(next, &[slot], reason == EvictReason::Terminal);
+        } else {
+            drop(writer);
         }
+        self.departed(expected, result, last);
         result
     }
 }
@@ -169,6 +191,12 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
     eviction_plan::recount(&mut plan, gated_at_eviction);
     // The reasons differ per victim, but none is terminal, which is all the removal needs.
     writer.publish_removal(directory, &removed, false);
+    let evicted_at = index.clock.now();
+    for slot in &removed {
+        if let Some(seen) = judged.get(&slot.execution_id) {
+            super::stalls::departed(index, slot, &seen.chain, evicted_at);
+        }
+    }
     report_sweep(index.accounting.observer(), &plan);
     plan
 }

@@ -327,10 +327,16 @@ impl Slot {
         self.judged.swap(version, Ordering::Relaxed) != version
     }
 
+    /// Makes the next stall check scan the chain again. Relaxed, as [`Slot::judge`].
+    pub(crate) fn forget_judged(&self) {
+        self.judged.store(0, Ordering::Relaxed);
+    }
+
     /// Evicts the slot unless the sink gate holds it, subtracting exactly what the slot
     /// holds from the totals. The caller removes it from the directory and *then* calls
     /// [`Slot::wake_all`], so a woken waiter that looks the execution up again cannot find
     /// this slot and listen on it forever.
+    #[cfg(all(test, wal_index_loom))]
     pub(crate) fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
         self.evict_if(accounting, sink_gate, |_, _| true)
     }

@@ -4,10 +4,11 @@
 //!
 //! # Locks
 //!
-//! [`StallWatch`] is one mutex. Checks hold it for their whole scan; the drain's terminal
-//! eviction takes it briefly, and only for an evicted chain that has a hole. Builds,
-//! drives, and every other writer never take it. The observer is called after it is
-//! released. Under it, checks read published snapshots exactly as builds do.
+//! [`StallWatch`] is one mutex. Checks hold it for their whole scan; an eviction takes it
+//! briefly after the directory's lock is released, and only for a chain with a hole or
+//! while departed holes are on record. Builds, drives and appliers never take it. The
+//! observer is called after it is released. Under it, checks read published snapshots as
+//! builds do.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -18,29 +19,38 @@ use super::WalIndex;
 use super::slot::Slot;
 use crate::labels::StallReason;
 use crate::stall::{DEPARTED_HOLES_MAX, REPORTED_MEMORY, StalledChain};
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 
 /// What stall checks remember between runs.
 #[derive(Default)]
 pub(super) struct StallWatch {
     state: Mutex<Watch>,
+    /// Whether departed holes are on record: an eviction of a chain without holes takes
+    /// the lock only then. Written under the lock; a stale `false` read by an eviction
+    /// only leaves a departed hole that this eviction's chain filled to the next check
+    /// that finds the execution resident (or, if none does, to be reported).
+    departed_on_record: AtomicBool,
 }
 
 #[derive(Default)]
 struct Watch {
     /// Resident executions whose chain had holes when last scanned.
     resident: HashMap<ExecutionId, Resident>,
-    /// Holes of executions that left the index, by execution and missing id.
-    departed: HashMap<(ExecutionId, EventId), Hole>,
+    /// Holes of executions that left the index, by execution, then missing id.
+    departed: HashMap<ExecutionId, HashMap<EventId, Hole>>,
+    departed_holes: usize,
     /// The holes reported lately, oldest first, and the same as a set.
     reported: VecDeque<(ExecutionId, EventId)>,
     reported_set: HashSet<(ExecutionId, EventId)>,
-    /// Since when the drain has been caught up (checks count a hole's time from here at
-    /// the earliest): 0 (the index's start) until a check finds it behind, then the first
-    /// check that finds it caught up again.
-    caught_up_since: u64,
+    /// Since when clocks run: a hole's time counts from here at the earliest. Moved to the
+    /// present by every check while the drain is behind, by the first one after it caught
+    /// up, and by a check that follows a gap of more than a bound since the previous one
+    /// (the drain was failing or stuck, and checked nothing).
+    counting_since: u64,
+    /// When the last check ran (`None` before the first).
+    last_check: Option<u64>,
     /// The last check found the drain behind.
-    behind: bool,
+    was_behind: bool,
 }
 
 /// A resident chain with holes, in the slot it was seen in.
@@ -74,7 +84,9 @@ impl Watch {
         }
     }
 
-    /// Records the unreported holes of an execution that left the index.
+    /// Records the unreported holes of an execution that left the index. Past
+    /// [`DEPARTED_HOLES_MAX`] a new hole is not recorded: the ones on record are closer to
+    /// their report.
     fn depart(
         &mut self,
         execution_id: ExecutionId,
@@ -84,21 +96,36 @@ impl Watch {
             if hole.reported || self.was_reported(execution_id, missing) {
                 continue;
             }
-            self.departed
-                .entry((execution_id, missing))
-                .and_modify(|kept| kept.since = kept.since.min(hole.since))
-                .or_insert(hole);
-        }
-        while self.departed.len() > DEPARTED_HOLES_MAX {
-            let oldest = self
-                .departed
-                .iter()
-                .min_by_key(|(_, hole)| hole.since)
-                .map(|(&key, _)| key);
-            if let Some(oldest) = oldest {
-                self.departed.remove(&oldest);
+            let full = self.departed_holes >= DEPARTED_HOLES_MAX;
+            let kept = self.departed.entry(execution_id).or_default();
+            match kept.get_mut(&missing) {
+                Some(kept) => kept.since = kept.since.min(hole.since),
+                None if full => {}
+                None => {
+                    kept.insert(missing, hole);
+                    self.departed_holes += 1;
+                }
+            }
+            if kept.is_empty() {
+                self.departed.remove(&execution_id);
             }
         }
+    }
+
+    /// Takes `execution_id`'s departed holes off the record: those whose missing event
+    /// `chain` holds are dropped (it arrived), the others are returned (to be watched as
+    /// resident again, or put back).
+    fn take_departed(
+        &mut self,
+        execution_id: ExecutionId,
+        chain: &Chain,
+    ) -> HashMap<EventId, Hole> {
+        let Some(mut holes) = self.departed.remove(&execution_id) else {
+            return HashMap::new();
+        };
+        self.departed_holes -= holes.len();
+        holes.retain(|&missing, _| !chain.contains(missing));
+        holes
     }
 }
 
@@ -110,43 +137,6 @@ fn holes_of(chain: &Chain) -> Vec<EventId> {
     chain.missing_links()
 }
 
-/// After `slot` was evicted holding `chain`: the chain's open holes stay on record (unless
-/// already reported), to be judged by the checks like resident ones. Costs one scan of the
-/// chain (no allocation when it has no hole) and, only for a chain with holes, the watch's
-/// lock.
-pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u64) {
-    if !stall_checks_on(index) {
-        return;
-    }
-    let missing = holes_of(chain);
-    if missing.is_empty() {
-        return;
-    }
-    let newest = chain.newest().unwrap_or(EventId::MIN);
-    let mut watch = index.stalls.state.lock();
-    let seen = match watch.resident.remove(&slot.execution_id) {
-        Some(resident) if Arc::ptr_eq(&resident.slot, slot) => resident.holes,
-        Some(other) => {
-            // A check saw a newer slot of the same execution: keep that one.
-            watch.resident.insert(slot.execution_id, other);
-            HashMap::new()
-        }
-        None => HashMap::new(),
-    };
-    let holes: Vec<(EventId, Hole)> = missing
-        .into_iter()
-        .map(|id| {
-            let hole = seen.get(&id).copied().unwrap_or(Hole {
-                since: now,
-                newest,
-                reported: false,
-            });
-            (id, Hole { newest, ..hole })
-        })
-        .collect();
-    watch.depart(slot.execution_id, holes);
-}
-
 fn stall_checks_on(index: &WalIndex) -> bool {
     index
         .config
@@ -154,8 +144,51 @@ fn stall_checks_on(index: &WalIndex) -> bool {
         .is_some_and(|bound| !bound.is_zero())
 }
 
+/// After `slot` was evicted holding `chain` (called with the directory's lock released):
+/// the chain's open holes go on record with the departed ones (unless already reported),
+/// and departed holes of the same execution that `chain` filled are dropped. Costs one
+/// scan of the chain (no allocation when it has no hole), and the watch's lock only for a
+/// chain with holes or while departed holes are on record.
+pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u64) {
+    if !stall_checks_on(index) {
+        return;
+    }
+    let missing = holes_of(chain);
+    // Relaxed: a hint (see the field); the lock orders everything it guards.
+    if missing.is_empty() && !index.stalls.departed_on_record.load(Ordering::Relaxed) {
+        return;
+    }
+    let execution_id = slot.execution_id;
+    let newest = chain.newest().unwrap_or(EventId::MIN);
+    let mut watch = index.stalls.state.lock();
+    let earlier = watch.take_departed(execution_id, chain);
+    let seen = match watch.resident.remove(&execution_id) {
+        Some(resident) if Arc::ptr_eq(&resident.slot, slot) => resident.holes,
+        Some(other) => {
+            // A check already watches a newer slot of the same execution.
+            watch.resident.insert(execution_id, other);
+            HashMap::new()
+        }
+        None => HashMap::new(),
+    };
+    let mut holes: Vec<(EventId, Hole)> = earlier.into_iter().collect();
+    holes.extend(missing.into_iter().map(|id| {
+        let hole = seen.get(&id).copied().unwrap_or(Hole {
+            since: now,
+            newest,
+            reported: false,
+        });
+        (id, Hole { newest, ..hole })
+    }));
+    watch.depart(execution_id, holes);
+    index
+        .stalls
+        .departed_on_record
+        .store(watch.departed_holes > 0, Ordering::Relaxed);
+}
+
 /// One check as of `now`: reports (to the observer, after releasing the lock) and returns
-/// the holes open longer than the bound while the drain was caught up, each once.
+/// the holes open longer than the bound, each once.
 pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChain> {
     let Some(bound) = index.config.stall_after.filter(|b| !b.is_zero()) else {
         return Vec::new();
@@ -163,59 +196,125 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
     let now = index.nanos(now);
     let bound = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
     let mut watch = index.stalls.state.lock();
-    if index.backfill.get().is_behind() {
-        watch.behind = true;
-        return Vec::new();
+    let behind = index.backfill.get().is_behind();
+    // A gap of more than a bound since the last check (or a drain still behind) restarts
+    // every clock: nothing was watched meanwhile, and the drain may be late rather than
+    // the WAL lossy.
+    let gap = watch
+        .last_check
+        .is_some_and(|last| now.saturating_sub(last) > bound);
+    watch.last_check = Some(now);
+    if behind || gap || watch.was_behind {
+        watch.counting_since = now;
     }
-    if std::mem::replace(&mut watch.behind, false) {
-        watch.caught_up_since = now;
-    }
-    let caught_up_since = watch.caught_up_since;
-    scan_resident(index, &mut watch, now);
-    let mut found = Vec::new();
-    let overdue = |hole: &Hole| now.saturating_sub(hole.since.max(caught_up_since)) > bound;
-    let report = |execution_id, missing, hole: &Hole| StalledChain {
-        execution_id,
-        missing_event_id: missing,
-        newest_event_id: hole.newest,
-        reason: StallReason::MissingHop,
-        waited: Duration::from_nanos(now.saturating_sub(hole.since.max(caught_up_since))),
-    };
-    for (&execution_id, resident) in &mut watch.resident {
-        for (&missing, hole) in &mut resident.holes {
-            if !hole.reported && overdue(hole) {
-                hole.reported = true;
-                found.push(report(execution_id, missing, hole));
-            }
-        }
-    }
-    let due: Vec<(ExecutionId, EventId)> = watch
+    watch.was_behind = behind;
+    let snapshot = index.directory.snapshot();
+    // Departed holes whose execution is resident again: watched with it from here on (or
+    // dropped, if it brought the missing event).
+    let returned: Vec<ExecutionId> = watch
         .departed
-        .iter()
-        .filter(|(_, hole)| overdue(hole))
-        .map(|(&key, _)| key)
+        .keys()
+        .filter(|id| snapshot.get(*id).is_some())
+        .copied()
         .collect();
-    for key in due {
-        if let Some(hole) = watch.departed.remove(&key) {
-            found.push(report(key.0, key.1, &hole));
+    for execution_id in returned {
+        let Some(slot) = snapshot.get(&execution_id) else {
+            continue;
+        };
+        let chain = slot.chain();
+        let holes = watch.take_departed(execution_id, &chain);
+        if holes.is_empty() {
+            continue;
+        }
+        if holes_of(&chain).is_empty() {
+            // Back without its genesis: nothing to watch it by; keep the record.
+            watch.depart(execution_id, holes);
+        } else {
+            let resident = watch
+                .resident
+                .entry(execution_id)
+                .or_insert_with(|| Resident {
+                    slot: Arc::clone(slot),
+                    holes: HashMap::new(),
+                });
+            for (missing, hole) in holes {
+                resident.holes.entry(missing).or_insert(hole);
+            }
+            slot.forget_judged(); // scan it again below
         }
     }
-    for stalled in &found {
-        watch.remember_reported(stalled.execution_id, stalled.missing_event_id);
+    if !behind {
+        scan_resident(&mut watch, &snapshot, now);
     }
+    drop(snapshot);
+    let found = if behind {
+        Vec::new()
+    } else {
+        take_overdue(&mut watch, now, bound)
+    };
+    index
+        .stalls
+        .departed_on_record
+        .store(watch.departed_holes > 0, Ordering::Relaxed);
     drop(watch);
-    found.sort_by_key(|s| (s.execution_id, s.missing_event_id));
     for stalled in &found {
         index.accounting.observer().stalled_chain(stalled);
     }
     found
 }
 
+/// The holes open longer than `bound` since they were first seen (counted from
+/// `counting_since` at the earliest), marked reported.
+fn take_overdue(watch: &mut Watch, now: u64, bound: u64) -> Vec<StalledChain> {
+    let counting_since = watch.counting_since;
+    let open_for = |hole: &Hole| now.saturating_sub(hole.since.max(counting_since));
+    let report = |execution_id, missing, hole: &Hole| StalledChain {
+        execution_id,
+        missing_event_id: missing,
+        newest_event_id: hole.newest,
+        reason: StallReason::MissingHop,
+        waited: Duration::from_nanos(open_for(hole)),
+    };
+    let mut found = Vec::new();
+    let reported_set = &watch.reported_set;
+    for (&execution_id, resident) in &mut watch.resident {
+        for (&missing, hole) in &mut resident.holes {
+            if !hole.reported && reported_set.contains(&(execution_id, missing)) {
+                hole.reported = true;
+            }
+            if !hole.reported && open_for(hole) > bound {
+                hole.reported = true;
+                found.push(report(execution_id, missing, hole));
+            }
+        }
+    }
+    let mut emptied = Vec::new();
+    for (&execution_id, holes) in &mut watch.departed {
+        holes.retain(|&missing, hole| {
+            let due = open_for(hole) > bound;
+            if due {
+                found.push(report(execution_id, missing, hole));
+            }
+            !due
+        });
+        if holes.is_empty() {
+            emptied.push(execution_id);
+        }
+    }
+    for execution_id in emptied {
+        watch.departed.remove(&execution_id);
+    }
+    watch.departed_holes = watch.departed.values().map(HashMap::len).sum();
+    for stalled in &found {
+        watch.remember_reported(stalled.execution_id, stalled.missing_event_id);
+    }
+    found.sort_by_key(|s| (s.execution_id, s.missing_event_id));
+    found
+}
+
 /// Brings the record of resident holes up to date: slots gone since the last check hand
-/// their holes to the departed record, chains that changed are scanned again, and departed
-/// holes whose missing id has arrived (in a re-created slot) are dropped.
-fn scan_resident(index: &WalIndex, watch: &mut Watch, now: u64) {
-    let snapshot = index.directory.snapshot();
+/// their holes to the departed record, and chains that changed are scanned again.
+fn scan_resident(watch: &mut Watch, snapshot: &super::directory::SlotMap, now: u64) {
     let gone: Vec<ExecutionId> = watch
         .resident
         .iter()
@@ -233,6 +332,11 @@ fn scan_resident(index: &WalIndex, watch: &mut Watch, now: u64) {
     }
     for slot in snapshot.values() {
         let chain = slot.chain();
+        if chain.is_empty() {
+            // Evicted after the snapshot was taken (or holding only a sink-gate mark): its
+            // eviction puts what it had on record; the next check sees it gone.
+            continue;
+        }
         if !slot.judge(&chain) {
             continue; // unchanged since the last scan: its holes, if any, stand
         }
@@ -242,10 +346,6 @@ fn scan_resident(index: &WalIndex, watch: &mut Watch, now: u64) {
             continue;
         }
         let newest = chain.newest().unwrap_or(EventId::MIN);
-        let reported: Vec<bool> = missing
-            .iter()
-            .map(|&id| watch.was_reported(slot.execution_id, id))
-            .collect();
         let resident = watch
             .resident
             .entry(slot.execution_id)
@@ -256,26 +356,16 @@ fn scan_resident(index: &WalIndex, watch: &mut Watch, now: u64) {
         resident
             .holes
             .retain(|id, _| missing.binary_search(id).is_ok());
-        for (&id, reported) in missing.iter().zip(reported) {
-            let hole = resident.holes.entry(id).or_insert(Hole {
-                since: now,
-                newest,
-                reported,
-            });
-            hole.newest = newest;
+        for id in missing {
+            resident
+                .holes
+                .entry(id)
+                .or_insert(Hole {
+                    since: now,
+                    newest,
+                    reported: false,
+                })
+                .newest = newest;
         }
-    }
-    let filled: Vec<(ExecutionId, EventId)> = watch
-        .departed
-        .keys()
-        .filter(|(execution_id, missing)| {
-            snapshot
-                .get(execution_id)
-                .is_some_and(|slot| slot.with_chain(|chain| chain.contains(*missing)))
-        })
-        .copied()
-        .collect();
-    for key in filled {
-        watch.departed.remove(&key);
     }
 }

@@ -8,7 +8,6 @@ use super::WalIndex;
 use super::slot::SlotEviction;
 use crate::labels::EvictReason;
 use crate::report::{Applied, BatchReport, RehydrateReport};
-use crate::sync::Arc;
 
 /// Indexes one event, publishes its execution's new snapshot and wakes its waiters.
 pub(super) fn apply(index: &WalIndex, event: Event) -> Applied {
@@ -55,20 +54,8 @@ pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
     // execution meanwhile, the new slot holds no terminal event and nothing justifies
     // evicting it.
     for (execution_id, slot) in terminal {
-        // The chain as the eviction found it, under the slot's lock: what left the index.
-        let mut last = None;
-        let evicted = index.evict_slot_if(execution_id, &slot, EvictReason::Terminal, |c, _| {
-            last = Some(Arc::clone(c));
-            true
-        });
-        match evicted {
-            SlotEviction::Evicted { .. } => {
-                // A finished chain with a hole keeps the hole on record for the checks.
-                if let Some(chain) = last {
-                    super::stalls::departed(index, &slot, &chain, now);
-                }
-                report.terminal_evicted.push(execution_id);
-            }
+        match index.evict_slot_if(execution_id, &slot, EvictReason::Terminal, |_, _| true) {
+            SlotEviction::Evicted { .. } => report.terminal_evicted.push(execution_id),
             SlotEviction::KeptBySinkGate => report.terminal_kept_by_sink_gate.push(execution_id),
             SlotEviction::AlreadyGone | SlotEviction::NoLongerJustified => {}
         }

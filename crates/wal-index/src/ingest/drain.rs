@@ -471,7 +471,9 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         let Some(bound) = self.index.config().stall_after.filter(|b| !b.is_zero()) else {
             return;
         };
-        if self.last_stall_check.elapsed() < bound / 4 {
+        // A failing feed checks nothing: a hole's clock runs only while the drain is
+        // healthy (and a gap of more than a bound between checks restarts every clock).
+        if self.healthy != Some(true) || self.last_stall_check.elapsed() < bound / 4 {
             return;
         }
         self.last_stall_check = Instant::now();

@@ -88,6 +88,8 @@ pub struct FaultFigures {
     pub drain_unhealthy: Duration,
     /// The longest time from a group's acknowledgement to the index holding it.
     pub max_lag: Duration,
+    /// Groups the index did not hold yet when the phase ended (their lag counts to then).
+    pub unapplied_at_end: usize,
     /// The median of that time over the phase.
     pub median_lag: Duration,
     /// Events published (acknowledged) in the phase.
@@ -109,6 +111,10 @@ pub struct DrillReport {
     /// Executions served whole at their tip at the end, of all published.
     pub served: usize,
     pub executions: usize,
+    /// WAL records the drain consumed (each stored message once, in replay-on-boot).
+    pub consumed: u64,
+    /// The drain was still running when the drill stopped it: it was never restarted.
+    pub drain_ran_throughout: bool,
 }
 
 /// When the drain's feed went down and up, and what stalled.
@@ -116,9 +122,14 @@ pub struct DrillReport {
 struct Log {
     health: Mutex<Vec<(Instant, bool)>>,
     stalled: Mutex<Vec<StalledChain>>,
+    /// WAL records the drain consumed.
+    consumed: std::sync::atomic::AtomicU64,
 }
 
 impl IndexObserver for Log {
+    fn wal_events(&self, count: u64) {
+        self.consumed.fetch_add(count, Ordering::Relaxed);
+    }
     fn healthy(&self, up: bool) {
         self.health.lock().unwrap().push((Instant::now(), up));
     }
@@ -223,13 +234,24 @@ pub fn run(
     config: &DrillConfig,
     faults: &[Fault],
 ) -> Result<DrillReport, String> {
+    // With fewer executions than a group's ten events, two events of one execution could
+    // share a group, and a re-send could store the later before the earlier: a hole the
+    // stall check would rightly report.
+    if config.concurrent < 10 {
+        return Err("the drill needs at least 10 concurrent executions".into());
+    }
     let url = cluster.url();
-    let publisher = WalPublisher::connect(
-        &NatsWalConfig::new(&url).stream(STREAM),
-        Subjects::default(),
-        1,
-    )
-    .map_err(|e| e.to_string())?;
+    let connect = || {
+        WalPublisher::connect(
+            &NatsWalConfig::new(&url).stream(STREAM),
+            Subjects::default(),
+            1,
+        )
+        .map_err(|e| e.to_string())
+    };
+    let publisher = connect()?;
+    // The fault thread's own client: it reads the leader just before each fault.
+    let mut monitor = connect()?;
     publisher
         .ensure_stream_replicated(STREAM, 3, Duration::from_secs(60))
         .map_err(|e| e.to_string())?;
@@ -242,52 +264,42 @@ pub fn run(
     let source = JetStreamSource::connect(NatsWalConfig::new(&url).stream(STREAM))
         .map_err(|e| e.to_string())?;
     let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
-
-    // The index's event count over time, for the publish-to-index lag.
-    let samples: Mutex<Vec<(Instant, u64)>> = Mutex::new(Vec::new());
-    let stop = AtomicBool::new(false);
-    let concurrent = config.concurrent.max(1);
     let mut producer = Producer {
         publisher,
-        next: (1..=concurrent).map(|e| (e, 1)).collect(),
-        next_execution: concurrent,
+        next: (1..=config.concurrent).map(|e| (e, 1)).collect(),
+        next_execution: config.concurrent,
         per_execution: config.events_per_execution.max(2),
         acknowledged: 0,
     };
-    let interval = Duration::from_secs_f64(10.0 / config.rate.max(1.0));
-    let mut figures = Vec::new();
-    std::thread::scope(|scope| -> Result<(), String> {
-        scope.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
-                samples
-                    .lock()
-                    .unwrap()
-                    .push((Instant::now(), index.stats().events as u64));
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        });
-        let result = (|| {
-            for &fault in faults {
-                figures.push(phase(
-                    cluster,
-                    config,
-                    fault,
-                    &mut producer,
-                    interval,
-                    &samples,
-                    &log,
-                )?);
-            }
-            Ok(())
-        })();
-        stop.store(true, Ordering::Relaxed);
-        result
-    })?;
-
+    let phases = run_phases(
+        cluster,
+        config,
+        faults,
+        &mut producer,
+        &mut monitor,
+        &index,
+        &log,
+    );
+    let figures = match phases {
+        Ok(figures) => figures,
+        Err(error) => {
+            let _ = drain.stop();
+            return Err(error);
+        }
+    };
     let acknowledged = producer.acknowledged;
+    let stored = producer
+        .publisher
+        .stream_messages(STREAM)
+        .map_err(|e| e.to_string())?;
     // A generous bound: on a loaded 2-core machine the drain may be a minute behind.
     let deadline = Instant::now() + Duration::from_secs(180);
-    while (index.stats().events as u64) < acknowledged && Instant::now() < deadline {
+    while (index.stats().events as u64) < acknowledged
+        || log.consumed.load(Ordering::Relaxed) < stored
+    {
+        if Instant::now() > deadline {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let tips = producer.tips();
@@ -302,10 +314,7 @@ pub fn run(
         })
         .count();
     let stats = producer.publisher.stats();
-    let stored = producer
-        .publisher
-        .stream_messages(STREAM)
-        .map_err(|e| e.to_string())?;
+    let drain_ran_throughout = !drain.is_finished();
     let drain = drain.stop().map_err(|e| e.to_string())?;
     let stalled = log.stalled.lock().unwrap().clone();
     Ok(DrillReport {
@@ -318,103 +327,177 @@ pub fn run(
         stalled,
         served,
         executions: tips.len(),
+        consumed: log.consumed.load(Ordering::Relaxed),
+        drain_ran_throughout,
+    })
+}
+
+/// Every phase, with the index's event count sampled meanwhile (for the lag).
+fn run_phases(
+    cluster: &mut Cluster,
+    config: &DrillConfig,
+    faults: &[Fault],
+    producer: &mut Producer,
+    monitor: &mut WalPublisher,
+    index: &WalIndex,
+    log: &Log,
+) -> Result<Vec<FaultFigures>, String> {
+    let samples: Mutex<Vec<(Instant, u64)>> = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let interval = Duration::from_secs_f64(10.0 / config.rate.max(1.0));
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let sample = (Instant::now(), index.stats().events as u64);
+                samples.lock().unwrap().push(sample);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let result = faults
+            .iter()
+            .map(|&fault| {
+                let phase = Phase {
+                    config,
+                    fault,
+                    interval,
+                    samples: &samples,
+                    log,
+                };
+                phase.run(cluster, producer, monitor)
+            })
+            .collect();
+        stop.store(true, Ordering::Relaxed);
+        result
     })
 }
 
 /// One fault: publish for `settle`, inject, keep publishing through the fault and its
 /// recovery, then for `settle` more.
-fn phase(
-    cluster: &mut Cluster,
-    config: &DrillConfig,
+struct Phase<'a> {
+    config: &'a DrillConfig,
     fault: Fault,
-    producer: &mut Producer,
     interval: Duration,
-    samples: &Mutex<Vec<(Instant, u64)>>,
-    log: &Log,
-) -> Result<FaultFigures, String> {
-    let leader_before = leader(producer)?;
-    let leader_at = cluster.index_of(&leader_before).ok_or("no such leader")?;
-    let node = match fault {
-        Fault::KillLeader | Fault::PauseLeader | Fault::PartitionLeader => leader_at,
-        Fault::KillFollower => (leader_at + 1) % cluster.len(),
-    };
-    let outage = match fault {
-        Fault::PauseLeader => config.pause,
-        _ => config.down,
-    };
-    let name = cluster.name(node).to_owned();
-    let started = Instant::now();
-    let mut acks: Vec<(Instant, u64, Duration)> = Vec::new();
-    let done = AtomicBool::new(false);
-    std::thread::scope(|scope| -> Result<(), String> {
-        let injector = scope.spawn(|| {
-            std::thread::sleep(config.settle);
-            match fault {
-                Fault::KillLeader | Fault::KillFollower => cluster.kill(node),
-                Fault::PauseLeader => cluster.pause(node),
-                Fault::PartitionLeader => cluster.partition(node),
-            }
-            std::thread::sleep(outage);
-            match fault {
-                Fault::KillLeader | Fault::KillFollower => cluster.restart(node),
-                Fault::PauseLeader => cluster.resume(node),
-                Fault::PartitionLeader => cluster.heal(node),
-            }
-            std::thread::sleep(config.settle);
-            done.store(true, Ordering::Relaxed);
+    samples: &'a Mutex<Vec<(Instant, u64)>>,
+    log: &'a Log,
+}
+
+impl Phase<'_> {
+    /// The fault thread: reads the leader just before the fault, injects it, recovers.
+    /// Returns the node it hit and the leader before.
+    fn inject(
+        &self,
+        cluster: &mut Cluster,
+        monitor: &mut WalPublisher,
+    ) -> Result<(usize, String), String> {
+        std::thread::sleep(self.config.settle);
+        let leader_before = leader(monitor)?;
+        let leader_at = cluster.index_of(&leader_before).ok_or("no such leader")?;
+        let node = match self.fault {
+            Fault::KillFollower => (leader_at + 1) % cluster.len(),
+            _ => leader_at,
+        };
+        match self.fault {
+            Fault::KillLeader | Fault::KillFollower => cluster.kill(node),
+            Fault::PauseLeader => cluster.pause(node),
+            Fault::PartitionLeader => cluster.partition(node),
+        }
+        std::thread::sleep(match self.fault {
+            Fault::PauseLeader => self.config.pause,
+            _ => self.config.down,
         });
-        let mut next = Instant::now();
-        let result = (|| {
-            while !done.load(Ordering::Relaxed) {
-                let took = producer.group()?;
-                acks.push((Instant::now(), producer.acknowledged, took));
-                next += interval;
-                if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                } else {
-                    next = Instant::now();
+        match self.fault {
+            Fault::KillLeader | Fault::KillFollower => cluster.restart(node),
+            Fault::PauseLeader => cluster.resume(node),
+            Fault::PartitionLeader => cluster.heal(node),
+        }
+        std::thread::sleep(self.config.settle);
+        Ok((node, leader_before))
+    }
+
+    fn run(
+        &self,
+        cluster: &mut Cluster,
+        producer: &mut Producer,
+        monitor: &mut WalPublisher,
+    ) -> Result<FaultFigures, String> {
+        let started = Instant::now();
+        let mut acks: Vec<(Instant, u64, Duration)> = Vec::new();
+        let (injected, published) = std::thread::scope(|scope| {
+            let injector = scope.spawn(|| self.inject(cluster, monitor));
+            let mut next = Instant::now();
+            // Until the fault thread is done, however it ends (a panic there must not
+            // leave this loop publishing forever).
+            let published = (|| {
+                while !injector.is_finished() {
+                    let took = producer.group()?;
+                    acks.push((Instant::now(), producer.acknowledged, took));
+                    next += self.interval;
+                    match next.checked_duration_since(Instant::now()) {
+                        Some(wait) => std::thread::sleep(wait),
+                        None => next = Instant::now(),
+                    }
                 }
-            }
-            Ok(())
-        })();
-        injector.join().map_err(|_| "the fault thread panicked")?;
-        result
-    })?;
-    let ended = Instant::now();
-    let leader_after = leader(producer)?;
-    let samples = samples.lock().unwrap();
-    let mut lags: Vec<Duration> = acks
-        .iter()
-        .map(|&(at, cumulative, _)| {
-            let applied = samples
-                .iter()
-                .find(|&&(t, events)| t >= at && events >= cumulative)
-                .map_or(ended, |&(t, _)| t);
-            applied.saturating_duration_since(at)
+                Ok::<(), String>(())
+            })();
+            let injected = injector
+                .join()
+                .unwrap_or_else(|_| Err("the fault thread panicked".into()));
+            (injected, published)
+        });
+        let (node, leader_before) = injected?;
+        published?;
+        let ended = Instant::now();
+        let leader_after = leader(monitor)?;
+        let (mut lags, unapplied_at_end) = self.lags(&acks, ended);
+        lags.sort_unstable();
+        let mut waits: Vec<Duration> = acks.iter().map(|a| a.2).collect();
+        waits.sort_unstable();
+        Ok(FaultFigures {
+            fault: self.fault,
+            node: cluster.name(node).to_owned(),
+            leader_before,
+            leader_after,
+            publish_stall: waits.last().copied().unwrap_or_default(),
+            median_ack: waits.get(waits.len() / 2).copied().unwrap_or_default(),
+            drain_unhealthy: self.log.unhealthy_between(started, ended),
+            max_lag: lags.last().copied().unwrap_or_default(),
+            unapplied_at_end,
+            median_lag: lags.get(lags.len() / 2).copied().unwrap_or_default(),
+            events: acks.len() as u64 * 10,
         })
-        .collect();
-    lags.sort_unstable();
-    let mut waits: Vec<Duration> = acks.iter().map(|a| a.2).collect();
-    waits.sort_unstable();
-    Ok(FaultFigures {
-        fault,
-        node: name,
-        leader_before,
-        leader_after,
-        publish_stall: waits.last().copied().unwrap_or_default(),
-        median_ack: waits.get(waits.len() / 2).copied().unwrap_or_default(),
-        drain_unhealthy: log.unhealthy_between(started, ended),
-        max_lag: lags.last().copied().unwrap_or_default(),
-        median_lag: lags.get(lags.len() / 2).copied().unwrap_or_default(),
-        events: acks.len() as u64 * 10,
-    })
+    }
+
+    /// For each acknowledged group, how long until the index held that many events (the
+    /// stream is in publication order, so that is when the group was applied), and how
+    /// many groups it did not hold by the phase's end (counted to the end).
+    fn lags(&self, acks: &[(Instant, u64, Duration)], ended: Instant) -> (Vec<Duration>, usize) {
+        let samples = self.samples.lock().unwrap();
+        let mut unapplied = 0;
+        let lags = acks
+            .iter()
+            .map(|&(at, cumulative, _)| {
+                let from = samples.partition_point(|&(t, _)| t < at);
+                let applied = samples[from..]
+                    .iter()
+                    .find(|&&(_, events)| events >= cumulative)
+                    .map(|&(t, _)| t)
+                    .filter(|&t| t <= ended)
+                    .unwrap_or_else(|| {
+                        unapplied += 1;
+                        ended
+                    });
+                applied.saturating_duration_since(at)
+            })
+            .collect();
+        (lags, unapplied)
+    }
 }
 
 /// The stream's leader, waiting for one to be elected.
-fn leader(producer: &Producer) -> Result<String, String> {
+fn leader(monitor: &WalPublisher) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(Some(name)) = producer.publisher.stream_leader(STREAM) {
+        if let Ok(Some(name)) = monitor.stream_leader(STREAM) {
             return Ok(name);
         }
         if Instant::now() > deadline {
