@@ -260,6 +260,22 @@ fn a_departed_hole_and_the_same_hole_resident_again_are_one_report() {
 }
 
 #[test]
+fn an_execution_back_with_one_of_its_holes_keeps_the_other_on_record() {
+    let index = index();
+    let mut checks = Checks::start(&index);
+    // Holes 2 and 5; evicted; back with its genesis and 6 only: it links past 5, not 2.
+    for id in [1, 3, 4, 6] {
+        index.apply(ev(9, id, (id > 1).then(|| id - 1)));
+    }
+    assert!(index.evict(9));
+    index.apply(ev(9, 1, None));
+    index.apply(ev(9, 6, Some(5)));
+    let found = checks.advance(OVER + BOUND / 4);
+    assert_eq!(seen(&found), vec![(9, 2), (9, 5)]);
+    assert!(checks.quarters(12).is_empty(), "once each");
+}
+
+#[test]
 fn a_hole_evicted_before_any_check_saw_it_is_still_reported() {
     let index = index();
     let mut checks = Checks::start(&index);

@@ -254,22 +254,36 @@ impl Network {
     /// Whether a TCP connection from inside namespace `from` reaches `host:port` (a
     /// firewall on the bridge, as Docker hosts set up, can drop what the test's own
     /// namespace still reaches).
+    /// Tried for up to 10 s: a node opens its route port a moment after its client port.
     fn reaches(&self, from: usize, host: &str, port: u16) -> bool {
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.namespaces[from],
-                "timeout",
-                "3",
-                "bash",
-                "-c",
-            ])
-            .arg(format!("exec 3<>/dev/tcp/{host}/{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let reached = Command::new("ip")
+                .args(["netns", "exec", &self.namespaces[from]])
+                .args(["timeout", "3", "bash", "-c"])
+                .arg(format!("exec 3<>/dev/tcp/{host}/{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success());
+            if reached || Instant::now() > deadline {
+                return reached;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A /24 of 10.213.0.0/16 that no route of this machine uses yet (another cluster's
+    /// bridge, say), searched from `first` on.
+    fn free_net(first: u8) -> Option<u8> {
+        (0..250u16)
+            .map(|k| ((u16::from(first) + k) % 250) as u8)
+            .find(|net| {
+                Command::new("ip")
+                    .args(["route", "show", &format!("10.213.{net}.0/24")])
+                    .output()
+                    .is_ok_and(|out| out.status.success() && out.stdout.is_empty())
+            })
     }
 }
 
@@ -333,9 +347,11 @@ impl Cluster {
             std::process::id(),
         ));
         let network = if partitionable {
-            // One /24 per cluster: the process id and a serial, folded into 0..250.
-            let net = ((std::process::id() * 7 + serial) % 250) as u8;
-            let Some(network) = Network::create(net, size) else {
+            // One /24 per cluster, not in use on this machine.
+            let first = ((std::process::id() * 7 + serial) % 250) as u8;
+            let Some((net, network)) =
+                Network::free_net(first).and_then(|net| Some((net, Network::create(net, size)?)))
+            else {
                 eprintln!(
                     "SKIP {test}: cannot make network namespaces here (needs root and iproute2)"
                 );
@@ -353,7 +369,9 @@ impl Cluster {
             })
             .collect();
         // Every listener is held until the configurations are written, so no two nodes get
-        // the same port (a node binds its own a moment later).
+        // the same port (a node binds its own a moment later). On loopback that also keeps
+        // other processes off them meanwhile; a partitionable cluster's nodes bind their own
+        // addresses, where these loopback listeners reserve nothing.
         let listeners: Vec<TcpListener> = (0..2 * size)
             .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free loopback port"))
             .collect();

@@ -4,9 +4,11 @@
 //!
 //! # Locks
 //!
-//! [`StallWatch`] is one mutex. Checks hold it for their whole scan; an eviction takes it
-//! briefly after the directory's lock is released, and only for a chain with a hole or
-//! while departed holes are on record. Builds, drives and appliers never take it. The
+//! [`StallWatch`] is one mutex. Checks hold it for their whole scan. An eviction takes it
+//! after the directory's lock is released, only for a chain with a hole or while departed
+//! holes are on record: so an applier whose batch ends an execution (the drain's terminal
+//! eviction) or a sink-gate release that removes a slot may wait for a check's scan.
+//! Builds and drive waits never take it. It is taken with no other lock held, and the
 //! observer is called after it is released. Under it, checks read published snapshots as
 //! builds do.
 
@@ -209,6 +211,7 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
     }
     watch.was_behind = behind;
     let snapshot = index.directory.snapshot();
+    prune_gone(&mut watch, &snapshot);
     // Departed holes whose execution is resident again: watched with it from here on (or
     // dropped, if it brought the missing event).
     let returned: Vec<ExecutionId> = watch
@@ -226,22 +229,32 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
         if holes.is_empty() {
             continue;
         }
-        if holes_of(&chain).is_empty() {
-            // Back without its genesis: nothing to watch it by; keep the record.
-            watch.depart(execution_id, holes);
-        } else {
-            let resident = watch
-                .resident
-                .entry(execution_id)
-                .or_insert_with(|| Resident {
-                    slot: Arc::clone(slot),
-                    holes: HashMap::new(),
-                });
-            for (missing, hole) in holes {
-                resident.holes.entry(missing).or_insert(hole);
-            }
-            slot.forget_judged(); // scan it again below
+        // The holes the chain is back with are watched with it, under their clocks; the
+        // others (it came back without its genesis, or without the events that linked
+        // past them) stay on record.
+        let now_missing = holes_of(&chain);
+        let (again, kept): (Vec<_>, Vec<_>) = holes
+            .into_iter()
+            .partition(|(missing, _)| now_missing.binary_search(missing).is_ok());
+        watch.depart(execution_id, kept);
+        if again.is_empty() {
+            continue;
         }
+        let resident = watch
+            .resident
+            .entry(execution_id)
+            .or_insert_with(|| Resident {
+                slot: Arc::clone(slot),
+                holes: HashMap::new(),
+            });
+        for (missing, hole) in again {
+            resident
+                .holes
+                .entry(missing)
+                .and_modify(|seen| seen.since = seen.since.min(hole.since))
+                .or_insert(hole);
+        }
+        slot.forget_judged(); // scan it again below
     }
     if !behind {
         scan_resident(&mut watch, &snapshot, now);
@@ -312,9 +325,9 @@ fn take_overdue(watch: &mut Watch, now: u64, bound: u64) -> Vec<StalledChain> {
     found
 }
 
-/// Brings the record of resident holes up to date: slots gone since the last check hand
-/// their holes to the departed record, and chains that changed are scanned again.
-fn scan_resident(watch: &mut Watch, snapshot: &super::directory::SlotMap, now: u64) {
+/// Slots gone from the directory since the last check (evicted, or evicted and re-created)
+/// hand their holes to the departed record.
+fn prune_gone(watch: &mut Watch, snapshot: &super::directory::SlotMap) {
     let gone: Vec<ExecutionId> = watch
         .resident
         .iter()
@@ -330,6 +343,10 @@ fn scan_resident(watch: &mut Watch, snapshot: &super::directory::SlotMap, now: u
             watch.depart(execution_id, resident.holes);
         }
     }
+}
+
+/// Scans again the resident chains that changed since the last check.
+fn scan_resident(watch: &mut Watch, snapshot: &super::directory::SlotMap, now: u64) {
     for slot in snapshot.values() {
         let chain = slot.chain();
         if chain.is_empty() {

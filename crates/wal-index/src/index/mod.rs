@@ -144,7 +144,8 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// the drain was caught up, each reported to the observer and returned once. It
     /// consumes what it reports: the drain runs it every quarter of the bound and keeps
     /// what it found in its report, so another caller takes those reports away from the
-    /// drain's. Nothing is evicted or changed. Today's design and the comparator do not
+    /// drain's. Checks must come more often than once per bound: a gap of more than a
+    /// bound between two checks restarts every clock (the drain was not watching). Nothing is evicted or changed. Today's design and the comparator do not
     /// check: the default reports nothing.
     ///
     /// ```

@@ -288,10 +288,13 @@ pub fn run(
         }
     };
     let acknowledged = producer.acknowledged;
-    let stored = producer
-        .publisher
-        .stream_messages(STREAM)
-        .map_err(|e| e.to_string())?;
+    let stored = match producer.publisher.stream_messages(STREAM) {
+        Ok(stored) => stored,
+        Err(error) => {
+            let _ = drain.stop();
+            return Err(error.to_string());
+        }
+    };
     // A generous bound: on a loaded 2-core machine the drain may be a minute behind.
     let deadline = Instant::now() + Duration::from_secs(180);
     while (index.stats().events as u64) < acknowledged
@@ -346,6 +349,9 @@ fn run_phases(
     let stop = AtomicBool::new(false);
     let interval = Duration::from_secs_f64(10.0 / config.rate.max(1.0));
     std::thread::scope(|scope| {
+        // Stops the sampler however this closure ends (a panic in a phase included), so
+        // the scope does not wait for it forever.
+        let _stop = StopOnDrop(&stop);
         scope.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 let sample = (Instant::now(), index.stats().events as u64);
@@ -353,7 +359,7 @@ fn run_phases(
                 std::thread::sleep(Duration::from_millis(2));
             }
         });
-        let result = faults
+        faults
             .iter()
             .map(|&fault| {
                 let phase = Phase {
@@ -365,10 +371,17 @@ fn run_phases(
                 };
                 phase.run(cluster, producer, monitor)
             })
-            .collect();
-        stop.store(true, Ordering::Relaxed);
-        result
+            .collect()
     })
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// One fault: publish for `settle`, inject, keep publishing through the fault and its
