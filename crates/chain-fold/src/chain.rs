@@ -303,14 +303,10 @@ impl Chain {
         (!self.is_empty()).then_some(self.newest)
     }
 
-    /// Whether the chain holds a `playbook_started` event. O(1) when the oldest event is
-    /// the genesis (the common case), O(n) otherwise.
+    /// Whether the chain holds a `playbook_started` event. O(1) when the genesis has the
+    /// smallest id (the common case), O(n) otherwise.
     pub fn holds_genesis(&self) -> bool {
-        self.ascending
-            .as_slice()
-            .first()
-            .is_some_and(Event::is_genesis)
-            || self.iter().any(Event::is_genesis)
+        self.iter().any(Event::is_genesis)
     }
 
     /// The ids that events of this chain name as their `prev_event_id` and that the chain

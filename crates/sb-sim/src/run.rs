@@ -130,24 +130,24 @@ impl Plan {
     /// triggers a drive, and that a later live event links to, so its chain breaks. Returns
     /// how many could be chosen.
     pub fn lose(&mut self, count: usize) -> usize {
-        let linked: std::collections::HashSet<(ExecutionId, i64)> = self
+        let events: Vec<Option<chain_fold::Event>> = self
             .live
             .iter()
-            .filter_map(|item| {
-                let event = chain_fold::Event::from_json_bytes(item.payload.clone()).ok()?;
-                Some((event.execution_id(), event.prev()?))
-            })
+            .map(|item| chain_fold::Event::from_json_bytes(item.payload.clone()).ok())
+            .collect();
+        let linked: std::collections::HashSet<(ExecutionId, i64)> = events
+            .iter()
+            .flatten()
+            .filter_map(|event| Some((event.execution_id(), event.prev()?)))
             .collect();
         let candidates: Vec<usize> = (0..self.live.len())
             .filter(|&i| {
-                let item = &self.live[i];
-                let Ok(event) = chain_fold::Event::from_json_bytes(item.payload.clone()) else {
-                    return false;
-                };
-                !item.triggers
-                    && event.prev().is_some()
-                    && !event.is_terminal()
-                    && linked.contains(&(event.execution_id(), event.id()))
+                events[i].as_ref().is_some_and(|event| {
+                    !self.live[i].triggers
+                        && event.prev().is_some()
+                        && !event.is_terminal()
+                        && linked.contains(&(event.execution_id(), event.id()))
+                })
             })
             .collect();
         let count = count.min(candidates.len());

@@ -106,6 +106,11 @@ impl IndexConfig {
     /// past any in-flight reordering a healthy WAL delivers.
     pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
 
+    /// The bound stall checks use: [`IndexConfig::stall_after`], with zero read as off.
+    pub fn stall_bound(&self) -> Option<Duration> {
+        self.stall_after.filter(|bound| !bound.is_zero())
+    }
+
     /// Reads the configuration from the process environment:
     ///
     /// | variable | meaning | unset / empty |

@@ -68,12 +68,13 @@ pub struct NatsWalConfig {
     pub heartbeat: Duration,
     /// Upper bound of the reconnect backoff (it starts at 25 ms and doubles). Default 1 s.
     pub reconnect_max_delay: Duration,
-    /// How often the client pings the node it is connected to; with three pings
+    /// How often the client pings the node it is connected to; once a third ping would go
     /// unanswered it drops the connection and fails over to another node of the URL list.
     /// This is what frees a client from a node that is alive but not answering (a paused
     /// process, a frozen VM, a half-open connection): TCP alone never tells. Default 2 s,
-    /// so such a node is left after about 6 s (the NATS client's own default, 60 s, would
-    /// keep a pool on it for about three minutes).
+    /// so such a node is left 4 to 6 s after its last answer (the NATS client's own default,
+    /// 60 s, would keep a pool on it for two to three minutes). The price: a broker that
+    /// stalls longer than that makes its pools reconnect.
     pub ping_interval: Duration,
     /// Time limit of one JetStream API call (creating a consumer, looking up the stream).
     /// Default 2 s.

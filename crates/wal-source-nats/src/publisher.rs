@@ -110,12 +110,15 @@ impl WalPublisher {
 
     /// Messages the stream `name` holds now.
     pub fn stream_messages(&self, name: &str) -> Result<u64, NatsWalError> {
+        Ok(self.stream_info(name)?.state.messages)
+    }
+
+    /// The stream's information as the broker gives it now.
+    fn stream_info(&self, name: &str) -> Result<stream::Info, NatsWalError> {
         self.runtime
             .block_on(async {
                 let mut stream = self.context.get_stream(name).await?;
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-                    stream.info().await?.state.messages,
-                )
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(stream.info().await?.clone())
             })
             .map_err(|e| NatsWalError::JetStream(format!("cannot read stream {name:?}: {e}")))
     }
@@ -180,15 +183,7 @@ impl WalPublisher {
     /// The `server_name` of the node that leads the stream `name` on a cluster (`None` on a
     /// single server, or while the stream has no leader).
     pub fn stream_leader(&self, name: &str) -> Result<Option<String>, NatsWalError> {
-        self.runtime
-            .block_on(async {
-                let mut stream = self.context.get_stream(name).await?;
-                let info = stream.info().await?;
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-                    info.cluster.as_ref().and_then(|c| c.leader.clone()),
-                )
-            })
-            .map_err(|e| NatsWalError::JetStream(format!("cannot read stream {name:?}: {e}")))
+        Ok(self.stream_info(name)?.cluster.and_then(|c| c.leader))
     }
 
     /// Deletes the stream `name` (tools clean up the streams they made).

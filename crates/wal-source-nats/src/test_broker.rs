@@ -30,6 +30,35 @@ fn server_binary() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// [`server_binary`], or `None` after printing why `test` is skipped; with
+/// `SB_REQUIRE_NATS` set (CI sets it once it installed the server), a failure instead.
+fn server_binary_or_skip(test: &str) -> Option<PathBuf> {
+    let binary = server_binary();
+    if binary.is_none() {
+        assert!(
+            std::env::var_os("SB_REQUIRE_NATS").is_none(),
+            "SB_REQUIRE_NATS is set but nats-server was not found (set NATS_SERVER or install it)"
+        );
+        eprintln!(
+            "SKIP {test}: nats-server not found (apt-get install nats-server, or set NATS_SERVER=/path/to/nats-server)"
+        );
+    }
+    binary
+}
+
+/// Waits up to 20 s until the server `child`, named `name`, listens on `host:port`; panics
+/// if it exits first (saying how) or never listens. `hint` follows the exit's message.
+fn wait_listening(child: &mut Child, name: &str, host: &str, port: u16, hint: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect((host, port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{name} exited at start ({status}){hint}");
+        }
+        assert!(Instant::now() < deadline, "{name} did not listen in 20 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A broker process. Dropping it kills the process and removes the store.
 pub struct Broker {
     binary: PathBuf,
@@ -44,16 +73,7 @@ impl Broker {
     /// `SB_REQUIRE_NATS=1` (CI sets it once it installed the server) a missing server is a
     /// failure instead.
     pub fn start(test: &str) -> Option<Broker> {
-        let Some(binary) = server_binary() else {
-            assert!(
-                std::env::var_os("SB_REQUIRE_NATS").is_none(),
-                "SB_REQUIRE_NATS is set but nats-server was not found (set NATS_SERVER or install it)"
-            );
-            eprintln!(
-                "SKIP {test}: nats-server not found (apt-get install nats-server, or set NATS_SERVER=/path/to/nats-server)"
-            );
-            return None;
-        };
+        let binary = server_binary_or_skip(test)?;
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let store = std::env::temp_dir().join(format!(
             "wal-source-nats-{}-{}",
@@ -91,15 +111,8 @@ impl Broker {
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server starts");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen in 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let child = self.child.insert(child);
+        wait_listening(child, "nats-server", "127.0.0.1", self.port, "");
     }
 
     /// SIGKILL: no shutdown, no flush; the store is what the kernel has.
@@ -332,14 +345,7 @@ impl Cluster {
             partitionable,
             sync_always,
         } = options;
-        let Some(binary) = server_binary() else {
-            assert!(
-                std::env::var_os("SB_REQUIRE_NATS").is_none(),
-                "SB_REQUIRE_NATS is set but nats-server was not found (set NATS_SERVER or install it)"
-            );
-            eprintln!("SKIP {test}: nats-server not found");
-            return None;
-        };
+        let binary = server_binary_or_skip(test)?;
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let serial = NEXT.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
@@ -498,26 +504,15 @@ impl Cluster {
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server starts");
-        node.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect((node.host.as_str(), node.port)).is_err() {
-            if let Some(Ok(Some(status))) = node.child.as_mut().map(Child::try_wait) {
-                node.child = None;
-                panic!(
-                    "node {} exited at start ({status}); a setting this nats-server does not know? \
-                     (`sync_interval` needs 2.10 or later; run {} -c {} to see)",
-                    node.name,
-                    self.binary.display(),
-                    node.config.display()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node {} did not listen in 20 s",
-                node.name
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let hint = format!(
+            "; a setting this nats-server does not know? (`sync_interval` needs 2.10 or later; \
+             run {} -c {} to see)",
+            self.binary.display(),
+            node.config.display()
+        );
+        let name = format!("node {}", node.name);
+        let child = node.child.insert(child);
+        wait_listening(child, &name, &node.host, node.port, &hint);
     }
 
     /// SIGKILL node `i`: no shutdown, no flush.

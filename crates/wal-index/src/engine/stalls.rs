@@ -34,6 +34,15 @@ pub(super) struct StallWatch {
     departed_on_record: AtomicBool,
 }
 
+impl StallWatch {
+    /// Publishes whether departed holes are on record, with the watch's lock held.
+    fn note_departed(&self, watch: &Watch) {
+        // Relaxed: a hint (see the field); the lock orders everything it guards.
+        self.departed_on_record
+            .store(watch.departed_holes > 0, Ordering::Relaxed);
+    }
+}
+
 #[derive(Default)]
 struct Watch {
     /// Resident executions whose chain had holes when last scanned.
@@ -139,20 +148,13 @@ fn holes_of(chain: &Chain) -> Vec<EventId> {
     chain.missing_links()
 }
 
-fn stall_checks_on(index: &WalIndex) -> bool {
-    index
-        .config
-        .stall_after
-        .is_some_and(|bound| !bound.is_zero())
-}
-
 /// After `slot` was evicted holding `chain` (called with the directory's lock released):
 /// the chain's open holes go on record with the departed ones (unless already reported),
 /// and departed holes of the same execution that `chain` filled are dropped. Costs one
 /// scan of the chain (no allocation when it has no hole), and the watch's lock only for a
 /// chain with holes or while departed holes are on record.
 pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u64) {
-    if !stall_checks_on(index) {
+    if index.config.stall_bound().is_none() {
         return;
     }
     let missing = holes_of(chain);
@@ -183,16 +185,13 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
         (id, Hole { newest, ..hole })
     }));
     watch.depart(execution_id, holes);
-    index
-        .stalls
-        .departed_on_record
-        .store(watch.departed_holes > 0, Ordering::Relaxed);
+    index.stalls.note_departed(&watch);
 }
 
 /// One check as of `now`: reports (to the observer, after releasing the lock) and returns
 /// the holes open longer than the bound, each once.
 pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChain> {
-    let Some(bound) = index.config.stall_after.filter(|b| !b.is_zero()) else {
+    let Some(bound) = index.config.stall_bound() else {
         return Vec::new();
     };
     let now = index.nanos(now);
@@ -214,16 +213,12 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
     prune_gone(&mut watch, &snapshot);
     // Departed holes whose execution is resident again: watched with it from here on (or
     // dropped, if it brought the missing event).
-    let returned: Vec<ExecutionId> = watch
+    let returned: Vec<(ExecutionId, Arc<Slot>)> = watch
         .departed
         .keys()
-        .filter(|id| snapshot.get(*id).is_some())
-        .copied()
+        .filter_map(|&id| snapshot.get(&id).map(|slot| (id, Arc::clone(slot))))
         .collect();
-    for execution_id in returned {
-        let Some(slot) = snapshot.get(&execution_id) else {
-            continue;
-        };
+    for (execution_id, slot) in returned {
         let chain = slot.chain();
         let holes = watch.take_departed(execution_id, &chain);
         if holes.is_empty() {
@@ -244,7 +239,7 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
             .resident
             .entry(execution_id)
             .or_insert_with(|| Resident {
-                slot: Arc::clone(slot),
+                slot: Arc::clone(&slot),
                 holes: HashMap::new(),
             });
         for (missing, hole) in again {
@@ -265,10 +260,7 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
     } else {
         take_overdue(&mut watch, now, bound)
     };
-    index
-        .stalls
-        .departed_on_record
-        .store(watch.departed_holes > 0, Ordering::Relaxed);
+    index.stalls.note_departed(&watch);
     drop(watch);
     for stalled in &found {
         index.accounting.observer().stalled_chain(stalled);
@@ -301,8 +293,8 @@ fn take_overdue(watch: &mut Watch, now: u64, bound: u64) -> Vec<StalledChain> {
             }
         }
     }
-    let mut emptied = Vec::new();
-    for (&execution_id, holes) in &mut watch.departed {
+    let reported_before = found.len();
+    watch.departed.retain(|&execution_id, holes| {
         holes.retain(|&missing, hole| {
             let due = open_for(hole) > bound;
             if due {
@@ -310,14 +302,9 @@ fn take_overdue(watch: &mut Watch, now: u64, bound: u64) -> Vec<StalledChain> {
             }
             !due
         });
-        if holes.is_empty() {
-            emptied.push(execution_id);
-        }
-    }
-    for execution_id in emptied {
-        watch.departed.remove(&execution_id);
-    }
-    watch.departed_holes = watch.departed.values().map(HashMap::len).sum();
+        !holes.is_empty()
+    });
+    watch.departed_holes -= found.len() - reported_before;
     for stalled in &found {
         watch.remember_reported(stalled.execution_id, stalled.missing_event_id);
     }

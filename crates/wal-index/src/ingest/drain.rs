@@ -468,7 +468,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// [`IndexConfig::stall_after`](crate::IndexConfig::stall_after) (after a step, so a
     /// drain blocked in a quiet source's pull checks when the pull returns).
     fn check_stalls_if_due(&mut self) {
-        let Some(bound) = self.index.config().stall_after.filter(|b| !b.is_zero()) else {
+        let Some(bound) = self.index.config().stall_bound() else {
             return;
         };
         // A failing feed checks nothing: a hole's clock runs only while the drain is
