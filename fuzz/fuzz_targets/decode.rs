@@ -1,4 +1,4 @@
-//! Arbitrary bytes into `Event::from_json` and the JSON-lines WAL source: never a panic, a
+//! Arbitrary bytes into `Event::from_json`, `Event::from_json_slim` and the JSON-lines WAL source: never a panic, a
 //! decoded event holds today's bytes for its value, and every line either decodes or is
 //! reported bad, with the decoded events intact.
 #![no_main]
@@ -24,6 +24,12 @@ fuzz_target!(|data: &[u8]| {
             (slim.id(), slim.execution_id(), slim.prev()),
             (event.id(), event.execution_id(), event.prev())
         );
+        // The one-pass slim decode is the two-pass one.
+        let fused = Event::from_json_slim(data).expect("it decoded");
+        assert_eq!(fused, slim);
+        assert_eq!(fused.payload(), slim.payload());
+    } else {
+        assert!(Event::from_json_slim(data).is_err(), "slim decode rejects it too");
     }
     // As a WAL file: count the lines the source yields, then drain them.
     let mut source = JsonLinesSource::new(data);

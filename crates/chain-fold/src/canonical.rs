@@ -30,6 +30,8 @@ use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
+mod fast;
+
 /// The map key serde_json's `Value` (with its `raw_value` feature, which this workspace
 /// enables) reads as "the string that follows is raw JSON", substituting or rejecting the
 /// object; whether today's parser does so depends on a feature of its build. An object
@@ -55,7 +57,7 @@ fn write_str(text: &str, out: &mut Vec<u8>) -> serde_json::Result<()> {
 }
 
 /// A string that borrows from the input when it has no escapes.
-struct Text<'de>(Cow<'de, str>);
+pub(crate) struct Text<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> serde::Deserialize<'de> for Text<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -82,7 +84,10 @@ impl<'de> serde::Deserialize<'de> for Text<'de> {
 /// One member of an object being written: its key, and where the member (`"key":value`)
 /// and its value lie in the output.
 struct Member<'de> {
-    key: Cow<'de, str>,
+    /// The key's text (UTF-8).
+    key: Cow<'de, [u8]>,
+    /// [`prefix_word`] of the key.
+    prefix: u64,
     start: usize,
     value: usize,
     end: usize,
@@ -190,23 +195,30 @@ impl<'de> Visitor<'de> for Writer<'_, 'de> {
                 )));
             }
             if let Some(last) = self.scratch.members[base..].last() {
-                sorted &= last.key.as_bytes() < key.as_bytes();
+                sorted &= last.key.as_ref() < key.as_bytes();
                 self.out.push(b',');
             }
             let start = self.out.len();
             written(write_str(&key, self.out))?;
+            let key = match key {
+                Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
+                Cow::Owned(text) => Cow::Owned(text.into_bytes()),
+            };
             self.out.push(b':');
             let value = self.out.len();
             map.next_value_seed(self.child())?;
             let end = self.out.len();
             self.scratch.members.push(Member {
+                prefix: prefix_word(&key),
                 key,
                 start,
                 value,
                 end,
             });
         }
-        if !sorted {
+        // The top-level object is put in key order when its bytes are assembled
+        // (`Decoded::object_bytes`), which may leave members out.
+        if !sorted && !self.top {
             rewrite_sorted(
                 self.out,
                 open,
@@ -224,44 +236,92 @@ impl<'de> Visitor<'de> for Writer<'_, 'de> {
     }
 }
 
+/// The first eight bytes of a key, zero-padded, as one big-endian word: comparing two keys'
+/// words decides almost every comparison of short keys without a call. Padding cannot
+/// change the order: where two words differ, either real bytes differ there or the
+/// shorter key is a prefix of the longer one.
+fn prefix_word(key: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    for (to, from) in word.iter_mut().zip(key) {
+        *to = *from;
+    }
+    u64::from_be_bytes(word)
+}
+
+/// The byte order of two members' keys, as `a.key.cmp(&b.key)`.
+fn key_order(a: &Member<'_>, b: &Member<'_>) -> std::cmp::Ordering {
+    a.prefix.cmp(&b.prefix).then_with(|| a.key.cmp(&b.key))
+}
+
+/// Sorts `members` by key (stably, so repeats stay in arrival order) and marks each
+/// repeated key's earlier values dropped (an empty range), as serde_json's map keeps the
+/// last.
+fn sort_members(members: &mut [Member<'_>]) {
+    members.sort_by(key_order);
+    for at in 1..members.len() {
+        if members[at].key == members[at - 1].key {
+            let dropped = &mut members[at - 1];
+            (dropped.start, dropped.value, dropped.end) = (0, 0, 0);
+        }
+    }
+}
+
 /// Rewrites the object opened at `open` (its members written in arrival order) in
-/// ascending key order; of a repeated key, the last value (a stable sort keeps repeats in
-/// arrival order, and the last of each run is kept). Moves the members' bytes once and
-/// updates their positions; a dropped repeat is marked by an empty range.
+/// ascending key order, of a repeated key the last value. Moves the members' bytes once;
+/// their positions are stale afterwards.
 fn rewrite_sorted(out: &mut Vec<u8>, open: usize, members: &mut [Member<'_>], moved: &mut Vec<u8>) {
     let from = open + 1;
     moved.clear();
     moved.extend_from_slice(&out[from..]);
     out.truncate(from);
-    members.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+    sort_members(members);
     let mut first = true;
-    for at in 0..members.len() {
-        let repeated = members
-            .get(at + 1)
-            .is_some_and(|next| next.key == members[at].key);
-        let member = &mut members[at];
-        if repeated {
-            member.start = 0;
-            member.value = 0;
-            member.end = 0;
-            continue;
-        }
+    for member in members.iter().filter(|m| m.end > 0) {
         if !first {
             out.push(b',');
         }
         first = false;
-        let start = out.len();
         out.extend_from_slice(&moved[member.start - from..member.end - from]);
-        member.value = start + (member.value - member.start);
-        member.end = start + (member.end - member.start);
-        member.start = start;
     }
 }
 
 /// The canonical bytes of the JSON text `json` (see the module documentation), or
 /// serde_json's error for text today's index could not parse.
 pub(crate) fn canonical_json(json: &[u8]) -> serde_json::Result<Vec<u8>> {
-    Ok(decode(json)?.bytes)
+    let mut raw = Vec::with_capacity(json.len());
+    let decoded = decode(json, &mut raw)?;
+    Ok(match decoded.not_an_object {
+        Some(_) => raw,
+        None => {
+            let mut out = Vec::with_capacity(raw.len());
+            decoded.object_bytes(&raw, |_| true, &mut out);
+            out
+        }
+    })
+}
+
+/// The canonical bytes as the serde_json-driven writer alone writes them (what the
+/// hand-written pass is tested against).
+#[cfg(test)]
+fn canonical_json_with_serde(json: &[u8]) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let top = write_with_serde(json, &mut out)?;
+    Ok(with_top_in_key_order(&out, top))
+}
+
+/// `written` (a pass's output, the top-level object's members in arrival order) with the
+/// top-level object in key order.
+#[cfg(test)]
+fn with_top_in_key_order(written: &[u8], mut top: Vec<Member<'_>>) -> Vec<u8> {
+    if written.first() != Some(&b'{') {
+        return written.to_vec();
+    }
+    let mut out = written.to_vec();
+    let mut moved = Vec::new();
+    out.truncate(written.len() - 1);
+    rewrite_sorted(&mut out, 0, &mut top, &mut moved);
+    out.push(b'}');
+    out
 }
 
 /// An id field of an envelope, as its parsed value.
@@ -277,17 +337,21 @@ pub(crate) enum IdField {
 pub(crate) enum TypeField {
     /// Absent or not a string: the empty type.
     Empty,
-    /// A string written unescaped at `start..start + len` of the canonical bytes.
+    /// A string written unescaped at `start..start + len` of the raw output.
     At { start: usize, len: usize },
     /// A string that needed escapes in the canonical bytes: its text.
     Owned(String),
 }
 
-/// One payload parsed once: its canonical bytes and the four fields the index reads, by the
-/// same rules as today's consumer, which reads them from the parsed value (a repeated key
-/// keeps its last value).
+/// One payload parsed once: its canonical bytes (all but the top-level object's member
+/// order) and the four fields the index reads, by the same rules as today's consumer,
+/// which reads them from the parsed value (a repeated key keeps its last value).
+///
+/// The canonical bytes themselves are in the buffer [`decode`] wrote to (its *raw* output),
+/// except that a top-level object's members are in arrival order (repeats included):
+/// [`Decoded::object_bytes`] puts them in key order, and can leave some out without having
+/// sorted the whole object first.
 pub(crate) struct Decoded {
-    pub(crate) bytes: Vec<u8>,
     /// `None` when the value is not an object: the kind it is instead.
     pub(crate) not_an_object: Option<&'static str>,
     pub(crate) event_id: IdField,
@@ -295,6 +359,52 @@ pub(crate) struct Decoded {
     /// An integer `prev_event_id` in `i64` range; anything else makes the event a root.
     pub(crate) prev: Option<i64>,
     pub(crate) event_type: TypeField,
+    /// The top-level object's members in the raw output, in key order, a repeated key's
+    /// earlier values left out.
+    members: Vec<MemberSpan>,
+}
+
+/// Where one top-level member lies in the raw output: `start..value` is its key, quoted,
+/// and the colon; `value..end` its value.
+struct MemberSpan {
+    start: usize,
+    value: usize,
+    end: usize,
+}
+
+impl Decoded {
+    /// Writes to `out` the canonical bytes of the top-level object (`raw` is what [`decode`]
+    /// wrote) reduced to the members whose key (as written, without quotes) `keep`
+    /// accepts, in key order; returns where the event type's text ([`TypeField::At`]) lies
+    /// in them, if its member is kept.
+    pub(crate) fn object_bytes(
+        &self,
+        raw: &[u8],
+        keep: impl Fn(&[u8]) -> bool,
+        out: &mut Vec<u8>,
+    ) -> Option<usize> {
+        let type_at = match self.event_type {
+            TypeField::At { start, .. } => Some(start),
+            _ => None,
+        };
+        let mut moved_type = None;
+        out.clear();
+        out.push(b'{');
+        for member in &self.members {
+            if !keep(&raw[member.start + 1..member.value - 2]) {
+                continue;
+            }
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            if let Some(at) = type_at.filter(|at| (member.value..member.end).contains(at)) {
+                moved_type = Some(out.len() + (at - member.start));
+            }
+            out.extend_from_slice(&raw[member.start..member.end]);
+        }
+        out.push(b'}');
+        moved_type
+    }
 }
 
 /// A value's canonical text read as an `i64`: canonical integers are plain digits (a float
@@ -304,25 +414,45 @@ fn as_id(text: &[u8]) -> Option<i64> {
     std::str::from_utf8(text).ok()?.parse().ok()
 }
 
-/// Parses `json` once into its canonical bytes and the envelope's fields.
-pub(crate) fn decode(json: &[u8]) -> serde_json::Result<Decoded> {
-    let mut out = Vec::with_capacity(json.len());
+/// Writes the canonical bytes of `json` to `out` with serde_json's parser driving the
+/// writer (every input; the errors are serde_json's) and returns the top-level object's
+/// members.
+fn write_with_serde<'de>(
+    json: &'de [u8],
+    out: &mut Vec<u8>,
+) -> serde_json::Result<Vec<Member<'de>>> {
     let mut scratch = Scratch::default();
     let mut parser = serde_json::Deserializer::from_slice(json);
     Writer {
-        out: &mut out,
+        out,
         scratch: &mut scratch,
         top: true,
     }
     .deserialize(&mut parser)?;
     parser.end()?;
+    Ok(scratch.top)
+}
+
+/// Parses `json` once into its canonical bytes and the envelope's fields: the hand-written
+/// pass ([`fast`]) first, and when it gives up, the serde_json-driven writer.
+pub(crate) fn decode(json: &[u8], out: &mut Vec<u8>) -> serde_json::Result<Decoded> {
+    out.clear();
+    out.reserve(json.len());
+    let mut top = match fast::write(json, out) {
+        Some(top) => top,
+        None => {
+            out.clear();
+            write_with_serde(json, out)?
+        }
+    };
+    sort_members(&mut top);
     let mut decoded = Decoded {
-        bytes: Vec::new(),
         not_an_object: None,
         event_id: IdField::Missing,
         execution_id: IdField::Missing,
         prev: None,
         event_type: TypeField::Empty,
+        members: Vec::new(),
     };
     if out.first() != Some(&b'{') {
         decoded.not_an_object = Some(match out.first() {
@@ -332,10 +462,14 @@ pub(crate) fn decode(json: &[u8]) -> serde_json::Result<Decoded> {
             Some(b'n') => "null",
             _ => "number",
         });
-        decoded.bytes = out;
         return Ok(decoded);
     }
-    for member in scratch.top.iter().filter(|m| m.end > 0) {
+    for member in top.iter().filter(|m| m.end > 0) {
+        decoded.members.push(MemberSpan {
+            start: member.start,
+            value: member.value,
+            end: member.end,
+        });
         let value = &out[member.value..member.end];
         let id = || {
             as_id(value).map_or_else(
@@ -348,10 +482,10 @@ pub(crate) fn decode(json: &[u8]) -> serde_json::Result<Decoded> {
             )
         };
         match member.key.as_ref() {
-            "event_id" => decoded.event_id = id(),
-            "execution_id" => decoded.execution_id = id(),
-            "prev_event_id" => decoded.prev = as_id(value),
-            "event_type" if value.first() == Some(&b'"') => {
+            b"event_id" => decoded.event_id = id(),
+            b"execution_id" => decoded.execution_id = id(),
+            b"prev_event_id" => decoded.prev = as_id(value),
+            b"event_type" if value.first() == Some(&b'"') => {
                 decoded.event_type = if value.contains(&b'\\') {
                     TypeField::Owned(serde_json::from_slice(value)?)
                 } else {
@@ -364,7 +498,6 @@ pub(crate) fn decode(json: &[u8]) -> serde_json::Result<Decoded> {
             _ => {}
         }
     }
-    decoded.bytes = out;
     Ok(decoded)
 }
 
@@ -507,6 +640,134 @@ mod tests {
                 (Ok(todays), Ok(ours)) => proptest::prop_assert_eq!(ours, todays, "{}", text),
                 (Err(_), Err(_)) => {}
                 (todays, ours) => proptest::prop_assert!(false, "{text}: today {todays:?}, ours {ours:?}"),
+            }
+        }
+    }
+
+    /// What the hand-written pass says of `json`, beside what the serde_json-driven writer
+    /// says: the pass may give up on anything, but whenever it writes bytes they are the
+    /// other writer's, and it never accepts what the other writer rejects.
+    fn passes_agree(json: &[u8]) -> Result<bool, String> {
+        let mut written = Vec::new();
+        let top = super::fast::write(json, &mut written);
+        let accepted = top.is_some();
+        let fast = top.map_or_else(Vec::new, |top| super::with_top_in_key_order(&written, top));
+        match (accepted, super::canonical_json_with_serde(json)) {
+            (true, Ok(serde)) if fast == serde => Ok(true),
+            (true, Ok(serde)) => Err(format!(
+                "{:?}: the pass wrote {:?}, serde {:?}",
+                String::from_utf8_lossy(json),
+                String::from_utf8_lossy(&fast),
+                String::from_utf8_lossy(&serde)
+            )),
+            (true, Err(e)) => Err(format!(
+                "{:?}: the pass accepted what serde rejects ({e})",
+                String::from_utf8_lossy(json)
+            )),
+            (false, _) => Ok(false),
+        }
+    }
+
+    #[test]
+    fn the_hand_written_pass_writes_what_producers_send_itself() {
+        for json in [
+            r#"{"b":1,"a":{"d":[1,2,{"z":null,"y":true}],"c":"x"}}"#,
+            "{ \"a\" : 1 ,\n \"a\": 2 }",
+            r#"{"s":"\u00e9\/\"\\\n\t\u0001\u007f","é":1,"e":2,"\u0065":3}"#,
+            r#"[1e2, -0, 0.1, 1.5e300, 18446744073709551615, -9223372036854775808, 18446744073709551616, 1E-7, -1.0]"#,
+            r#"{"emoji":"\ud83d\ude00","":""}"#,
+            "  \"top\"  ",
+            "123",
+            "[]",
+            "{}",
+            r#"{"event_id":3,"execution_id":1,"prev_event_id":2,"result":{"rows":[{"row":0,"name":"item-0","ok":true}]}}"#,
+        ] {
+            assert_eq!(passes_agree(json.as_bytes()), Ok(true), "{json}");
+        }
+    }
+
+    #[test]
+    fn the_hand_written_pass_leaves_every_error_to_serde() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let mut cases: Vec<Vec<u8>> = [
+            "",
+            " ",
+            "{",
+            "}",
+            "[1,]",
+            "{\"a\":1,}",
+            "{\"a\" 1}",
+            "{\"a\":}",
+            "{1:2}",
+            "01",
+            "-01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            "1e+",
+            "1e400",
+            "-1e400",
+            "+1",
+            "tru",
+            "nul",
+            "\"\\ud800\"",
+            "\"\\udc00\"",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"open",
+            "{\"a\":1} x",
+            "[1] [2]",
+            "\u{feff}{}",
+            r#"{"$serde_json::private::RawValue":"7"}"#,
+            r#"{"$serde_json::private::Number":"7"}"#,
+            r#"{"x":{"$serde_json::private::RawValue":"[2, 1]"}}"#,
+        ]
+        .iter()
+        .map(|text| text.as_bytes().to_vec())
+        .collect();
+        cases.push(b"\"a\x01b\"".to_vec());
+        cases.push(b"\"\xff\"".to_vec());
+        cases.push(b"{\"\xc3\":1}".to_vec());
+        cases.push(b"\"\xed\xa0\x80\"".to_vec());
+        for n in [95, 96, 97, 126, 127, 128, 129, 300] {
+            cases.push(deep(n).into_bytes());
+        }
+        for json in cases {
+            assert!(
+                passes_agree(&json).is_ok(),
+                "{}",
+                passes_agree(&json).unwrap_err()
+            );
+        }
+        // And the whole decode gives serde_json's answer for each of them.
+        assert!(canonical_json(deep(128).as_bytes()).is_err());
+        assert!(canonical_json(deep(127).as_bytes()).is_ok());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Whatever producers write, and whatever a byte flipped or a cut makes of it, the
+        /// hand-written pass writes serde's bytes or gives up.
+        #[test]
+        fn the_hand_written_pass_agrees_with_serde(
+            text in producer_text(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::prelude::any::<u8>(),
+            how in 0u8..3,
+        ) {
+            let mut json = text.into_bytes();
+            if !json.is_empty() {
+                let at = at.index(json.len());
+                match how {
+                    0 => {}
+                    1 => json[at] = byte,
+                    _ => json.truncate(at),
+                }
+            }
+            if let Err(why) = passes_agree(&json) {
+                proptest::prop_assert!(false, "{}", why);
             }
         }
     }

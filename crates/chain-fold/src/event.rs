@@ -1,5 +1,6 @@
 //! One WAL event: the four fields the index reads, and the payload it hands back in canonical form.
 
+use std::cell::RefCell;
 use std::fmt;
 
 use bytes::Bytes;
@@ -300,8 +301,64 @@ impl Event {
     /// # Ok::<(), chain_fold::EventError>(())
     /// ```
     pub fn from_json(payload: &[u8]) -> Result<Event, EventError> {
+        Self::decode(payload, false)
+    }
+
+    /// Decodes one WAL payload straight to its slim projection: the same event as
+    /// `Event::from_json(payload)?.to_slim()`, in one pass instead of two (the full
+    /// canonical bytes are written once and the kept members copied out of them, where
+    /// `to_slim` parses those bytes again). A drain that stores slim events decodes with
+    /// this.
+    ///
+    /// ```
+    /// use chain_fold::Event;
+    ///
+    /// let payload = br#"{"worker_id":"w-1", "result":{"b":2,"a":1}, "execution_id":2, "event_id":1}"#;
+    /// let slim = Event::from_json_slim(payload)?;
+    /// assert_eq!(slim.payload(), br#"{"event_id":1,"execution_id":2,"result":{"a":1,"b":2}}"#);
+    /// assert_eq!(slim, Event::from_json(payload)?.to_slim());
+    /// assert!(slim.to_slim().ptr_eq(&slim), "already slim");
+    /// # Ok::<(), chain_fold::EventError>(())
+    /// ```
+    pub fn from_json_slim(payload: &[u8]) -> Result<Event, EventError> {
+        Self::decode(payload, true)
+    }
+
+    fn decode(payload: &[u8], slim: bool) -> Result<Event, EventError> {
+        thread_local! {
+            /// Each thread's decode buffers (the pass's raw output and the assembled
+            /// object), reused from one decode to the next.
+            static SCRATCH: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+        }
+        /// A buffer grown past this is given back after use rather than kept.
+        const KEPT_CAPACITY: usize = 1 << 20;
+        SCRATCH.with(|scratch| {
+            let mut fresh = (Vec::new(), Vec::new());
+            let mut borrowed = scratch.try_borrow_mut();
+            // A decode cannot run inside another on one thread; if it ever did, it would
+            // use buffers of its own.
+            let (raw, out) = match borrowed.as_deref_mut() {
+                Ok(buffers) => buffers,
+                Err(_) => &mut fresh,
+            };
+            let decoded = Self::decode_with(payload, slim, raw, out);
+            for buffer in [raw, out] {
+                if buffer.capacity() > KEPT_CAPACITY {
+                    *buffer = Vec::new();
+                }
+            }
+            decoded
+        })
+    }
+
+    fn decode_with(
+        payload: &[u8],
+        slim: bool,
+        raw: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<Event, EventError> {
         use crate::canonical::{IdField, TypeField};
-        let decoded = match crate::canonical::decode(payload) {
+        let mut decoded = match crate::canonical::decode(payload, raw) {
             Ok(decoded) => decoded,
             // Name the problem as the field checks do (a lone surrogate, too deep, a
             // string id); what passes them but does not parse as a JSON value (a number
@@ -316,20 +373,37 @@ impl Event {
             IdField::Missing => Err(EventError::Missing { field }),
             IdField::Other(text) => Err(Self::why_not_an_id(payload, field, &text)),
         };
-        let id = id_of(decoded.event_id, Field::EventId)?;
-        let execution_id = id_of(decoded.execution_id, Field::ExecutionId)?;
-        let event_type = match decoded.event_type {
+        let id = id_of(
+            std::mem::replace(&mut decoded.event_id, IdField::Missing),
+            Field::EventId,
+        )?;
+        let execution_id = id_of(
+            std::mem::replace(&mut decoded.execution_id, IdField::Missing),
+            Field::ExecutionId,
+        )?;
+        let keep = |key: &[u8]| !slim || SLIM_KEYS.iter().any(|kept| kept.as_bytes() == key);
+        let type_at = decoded.object_bytes(raw, keep, out);
+        let event_type = match std::mem::replace(&mut decoded.event_type, TypeField::Empty) {
             TypeField::Empty => EventType::InPayload { start: 0, len: 0 },
-            TypeField::At { start, len } => EventType::InPayload { start, len },
+            TypeField::At { start, len } => match type_at {
+                Some(moved) => EventType::InPayload { start: moved, len },
+                // Its member was left out (`event_type` is a slim key, so this does not
+                // happen today): the text is looked for, as `to_slim` does.
+                None => EventType::located(
+                    out,
+                    std::str::from_utf8(&raw[start..start + len]).unwrap_or(""),
+                ),
+            },
             TypeField::Owned(text) => EventType::Owned(text),
         };
+        let flags = if slim { SLIM } else { 0 };
         Ok(Self::assemble(
             id,
             execution_id,
             decoded.prev,
             event_type,
-            &decoded.bytes,
-            0,
+            out,
+            flags,
         ))
     }
 
@@ -717,7 +791,8 @@ impl AsRef<[u8]> for PayloadOwner {
 fn slim_payload(payload: &[u8]) -> Option<Bytes> {
     // A Vec of pairs (not a map) keeps the producer's key order and tolerates nothing odd:
     // the payload already decoded once, so failure here means "keep it whole".
-    struct Pairs<'a>(Vec<(&'a str, &'a RawValue)>);
+    // Keys as `Text` (borrowed unless escaped): a key that needs an escape is still a key.
+    struct Pairs<'a>(Vec<(crate::canonical::Text<'a>, &'a RawValue)>);
     impl<'de: 'a, 'a> Deserialize<'de> for Pairs<'a> {
         fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             struct V<'a>(std::marker::PhantomData<&'a ()>);
@@ -731,7 +806,9 @@ fn slim_payload(payload: &[u8]) -> Option<Bytes> {
                     mut m: M,
                 ) -> Result<Self::Value, M::Error> {
                     let mut out = Vec::new();
-                    while let Some((k, v)) = m.next_entry::<&'de str, &'de RawValue>()? {
+                    while let Some((k, v)) =
+                        m.next_entry::<crate::canonical::Text<'de>, &'de RawValue>()?
+                    {
                         out.push((k, v));
                     }
                     Ok(Pairs(out))
@@ -743,11 +820,15 @@ fn slim_payload(payload: &[u8]) -> Option<Bytes> {
     let pairs: Pairs<'_> = serde_json::from_slice(payload).ok()?;
     let mut out = Vec::with_capacity(payload.len().min(4096));
     out.push(b'{');
-    for (key, value) in pairs.0.iter().filter(|(k, _)| SLIM_KEYS.contains(k)) {
+    for (key, value) in pairs
+        .0
+        .iter()
+        .filter(|(k, _)| SLIM_KEYS.contains(&k.0.as_ref()))
+    {
         if out.len() > 1 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, key).ok()?;
+        serde_json::to_writer(&mut out, key.0.as_ref()).ok()?;
         out.push(b':');
         out.extend_from_slice(value.get().as_bytes());
     }

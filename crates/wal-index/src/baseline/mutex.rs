@@ -306,6 +306,11 @@ impl StateIndex for MutexIndex {
     }
 
     /// The observer this index reports to.
+    /// No: today's drain hands over whole envelopes (see the trait).
+    fn drain_decodes_slim(&self) -> bool {
+        false
+    }
+
     fn observer(&self) -> &dyn IndexObserver {
         &*self.observer
     }

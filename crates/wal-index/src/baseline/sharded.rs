@@ -302,6 +302,11 @@ impl StateIndex for ShardedMutexIndex {
     }
 
     /// The observer.
+    /// No: today's drain hands over whole envelopes (see the trait).
+    fn drain_decodes_slim(&self) -> bool {
+        false
+    }
+
     fn observer(&self) -> &dyn IndexObserver {
         &*self.observer
     }

@@ -108,6 +108,16 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// The observer this index reports to.
     fn observer(&self) -> &dyn IndexObserver;
 
+    /// Whether a drain decodes records for this index straight to their slim projection
+    /// ([`Event::from_json_slim`](chain_fold::Event::from_json_slim), one pass) when the
+    /// index stores slim events. The default says yes when
+    /// [`IndexConfig::slim`](crate::IndexConfig::slim) is set. Today's design and the
+    /// comparator say no: today's drain parses every whole envelope and projects under its
+    /// lock, and they keep that cost.
+    fn drain_decodes_slim(&self) -> bool {
+        self.config().slim
+    }
+
     /// Indexes one event, publishes its execution's new state and wakes its waiters.
     /// Never evicts: terminal eviction happens at a batch boundary
     /// ([`apply_batch`](StateIndex::apply_batch)).

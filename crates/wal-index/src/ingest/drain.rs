@@ -192,10 +192,9 @@ impl DrainReport {
 const PARALLEL_DECODE_BYTES: usize = 256 << 10;
 
 /// Decodes `records` in log order: on `threads` threads side by side when the pull is
-/// large, else on this one. On several threads, each event is also projected to slim when
-/// `slim` (the index's own projection on apply is then free); on this one the index
-/// projects on apply, as it always has (today's design then sees the whole envelope, as
-/// today's worker does).
+/// large, else on this one. Each event is decoded straight to its slim projection when
+/// `slim` ([`StateIndex::drain_decodes_slim`]; the index's own projection on apply is
+/// then free), else whole.
 ///
 /// The runs are contiguous, so concatenating their results keeps the log's order. The
 /// calling thread decodes the first run itself and joins the others (scoped threads, one
@@ -209,11 +208,10 @@ fn decode_records(
     let decode = |run: &[Record], project: bool| -> Vec<(u64, Result<Event, EventError>)> {
         run.iter()
             .map(|record| {
-                let event = Event::from_json_bytes(record.payload.clone());
                 let event = if project {
-                    event.map(|e| e.to_slim())
+                    Event::from_json_slim(&record.payload)
                 } else {
-                    event
+                    Event::from_json(&record.payload)
                 };
                 (record.position, event)
             })
@@ -222,7 +220,7 @@ fn decode_records(
     let bytes: usize = records.iter().map(|r| r.payload.len()).sum();
     let threads = threads.clamp(1, records.len().max(1));
     if threads == 1 || bytes < PARALLEL_DECODE_BYTES {
-        return decode(&records, false);
+        return decode(&records, slim);
     }
     let per_run = records.len().div_ceil(threads);
     let runs: Vec<&[Record]> = records.chunks(per_run).collect();
@@ -380,7 +378,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             Pull::Idle => Step::Idle,
             Pull::Records(records) => {
                 self.index.observer().wal_events(records.len() as u64);
-                let slim = self.index.config().slim;
+                let slim = self.index.drain_decodes_slim();
                 let mut events = Vec::with_capacity(records.len());
                 for (position, decoded) in decode_records(records, slim, self.config.decode_threads)
                 {
