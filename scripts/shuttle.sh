@@ -5,8 +5,8 @@
 #
 # Usage: scripts/shuttle.sh [ITERATIONS]   (default 300 per scheduler and engine)
 #
-# Then each `shuttle` mutation of scripts/mutations.table is built in, and the test must
-# fail. Mutations without a shuttle line are loom's alone (their windows need a schedule
+# Then each `shuttle` mutation of scripts/mutations.table is built in, and the tests its
+# line names (a test-name filter) must fail. Mutations without a shuttle line are loom's alone (their windows need a schedule
 # this workload does not drive: a drive on an execution that is evicted and replayed while
 # it waits, two creators racing one execution's first event).
 set -euo pipefail
@@ -14,9 +14,14 @@ cd "$(dirname "$0")/.."
 export SHUTTLE_ITERATIONS=${1:-300}
 export RUSTFLAGS="${RUSTFLAGS:-} --cfg wal_index_shuttle"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/shuttle}
-shuttle_test() { cargo test --locked -q -p wal-index --features baselines --lib "$@" shuttle_models; }
+# shuttle_test FILTER [CARGO ARGS...]
+shuttle_test() {
+  local filter=$1
+  shift
+  cargo test --locked -q -p wal-index --features baselines --lib "$@" "$filter"
+}
 echo "shuttle, $SHUTTLE_ITERATIONS iterations per scheduler and engine"
-shuttle_test
+shuttle_test shuttle_models
 
 # The mutations run 5x the iterations: a caught mutation stops at its first failing
 # schedule, so this costs little, and a race that only some schedules reach (the sweep
@@ -24,17 +29,17 @@ shuttle_test
 # once) is still found on every run.
 export SHUTTLE_ITERATIONS=$((SHUTTLE_ITERATIONS * 5))
 escaped=0
-while read -r crate mutation checker _; do
+while read -r crate mutation checker filter; do
   [ "$checker" = shuttle ] || continue
   log=$(mktemp)
-  shuttle_test --features "$crate/mutation-$mutation" --no-run 2>"$log" \
+  shuttle_test "$filter" --features "$crate/mutation-$mutation" --no-run 2>"$log" \
     || { cat "$log"; echo "mutation $mutation does not build"; exit 1; }
-  if shuttle_test --features "$crate/mutation-$mutation" >"$log" 2>&1; then
-    echo "ESCAPED mutation-$mutation"
+  if shuttle_test "$filter" --features "$crate/mutation-$mutation" >"$log" 2>&1; then
+    echo "ESCAPED mutation-$mutation ($filter)"
     escaped=$((escaped + 1))
   else
-    why=$(grep -m1 -oE "deadlock!|lost an acknowledged event|totals equal a recount|attempt to [a-z ]+ with overflow|drive for [0-9]+" "$log" || echo "failed")
-    echo "caught  mutation-$mutation: $why"
+    why=$(grep -m1 -oE "deadlock!|lost an acknowledged event|totals equal a recount|attempt to [a-z ]+ with overflow|drive for [0-9]+|read its execution|replay permit" "$log" || echo "failed")
+    echo "caught  mutation-$mutation ($filter): $why"
   fi
   rm -f "$log"
 done < <(grep -v '^#' scripts/mutations.table)

@@ -179,6 +179,24 @@ impl crate::DriveFallbacks for Retained {
     }
 }
 
+/// The retained WAL of the async backfill model: a fixed answer after `yields` trips
+/// through the scheduler (so the read is pending while the drain applies and the drive's
+/// wait races it), counting its reads.
+struct SlowRetained(Vec<Event>, usize, std::sync::atomic::AtomicU32);
+
+impl crate::DriveFallbacks for SlowRetained {
+    fn retained(&self, _: crate::ExecutionId) -> crate::flow::FallbackRead<'_> {
+        self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (events, yields) = (self.0.clone(), self.1);
+        Box::pin(async move {
+            for _ in 0..yields {
+                shuttle::future::yield_now().await;
+            }
+            Some(events)
+        })
+    }
+}
+
 /// A restart: the engine's drain backfills one execution's history event by event, saying
 /// it caught up before it applies the last one (as the drain does: it notes after the pull,
 /// before the apply), while three drives for its tip run, each of which the engine sends
@@ -194,18 +212,7 @@ fn backfill_workload() {
     let history: Vec<Event> = (1..=3)
         .map(|id| ev(7, id, (id > 1).then(|| id - 1)))
         .collect();
-    let expected: Vec<u8> = {
-        let mut chain = chain_fold::Chain::new(chain_fold::SpineOrder::Causal);
-        history.iter().cloned().for_each(|e| {
-            chain.apply(e);
-        });
-        chain
-            .walk_from(3)
-            .expect("whole")
-            .json_array()
-            .to_bytes()
-            .to_vec()
-    };
+    let expected = whole_spine(&history, 3);
     let drain = {
         let (index, history) = (Arc::clone(&index), history.clone());
         thread::spawn(move || {
@@ -251,6 +258,88 @@ fn backfill_workload() {
     }
 }
 
+/// The restart of [`backfill_workload`] with *async* drives: each drive's early read races
+/// its own wait for the drain (the race `early_read` runs on an executor), and the read
+/// takes one or three trips through the scheduler to answer, so schedules where the drain
+/// serves the drive first, where the read answers first, and where both land together are
+/// all explored. The read gives the whole history, nothing, or the history without its
+/// tip. Each drive must be served with the whole spine and the drain's bytes, none may
+/// read twice, and every replay permit is given back when the drives end.
+fn async_backfill_workload() {
+    use crate::ingest::Backfill;
+    let index = Arc::new(crate::WalIndex::default());
+    index.note_backfill(Backfill::Behind { remaining: None });
+    let history: Vec<Event> = (1..=3)
+        .map(|id| ev(7, id, (id > 1).then(|| id - 1)))
+        .collect();
+    let expected = whole_spine(&history, 3);
+    let drain = {
+        let (index, history) = (Arc::clone(&index), history.clone());
+        thread::spawn(move || {
+            let last = history.len() - 1;
+            for (k, event) in history.into_iter().enumerate() {
+                if k == last {
+                    index.note_backfill(Backfill::CaughtUp);
+                }
+                index.apply_batch(vec![event]);
+            }
+        })
+    };
+    let gate = Arc::new(crate::rehydrate::RehydrateGate::new(1));
+    let reads = [
+        (history.clone(), 1),
+        (Vec::new(), 3),
+        (history[..2].to_vec(), 1),
+    ];
+    let drives: Vec<_> = reads
+        .into_iter()
+        .map(|(read, yields)| {
+            let (index, expected, gate) = (Arc::clone(&index), expected.clone(), Arc::clone(&gate));
+            thread::spawn(move || {
+                let retained = SlowRetained(read, yields, Default::default());
+                let flow = crate::DriveFlow::new(DriveBudget {
+                    attempts: 10_000,
+                    retry: Duration::from_secs(1),
+                })
+                .fallbacks(&retained)
+                .rehydrate_gate(&*gate);
+                let drive = shuttle::future::block_on(index.drive_flow(7, Some(3), &flow));
+                let served = drive.outcome.spine().map(|s| s.json_array().to_bytes());
+                assert_eq!(
+                    served.as_deref(),
+                    Some(&expected[..]),
+                    "drive for 7 behind the backfill (async): {:?}",
+                    drive.label
+                );
+                let reads = retained.2.load(std::sync::atomic::Ordering::Relaxed);
+                assert!(reads <= 1, "drive for 7 read its execution {reads} times");
+            })
+        })
+        .collect();
+    drain.join().expect("the drain panicked");
+    for drive in drives {
+        drive.join().expect("a drive was not served");
+    }
+    assert!(
+        gate.try_enter().is_some(),
+        "a replay permit was kept after its drive ended"
+    );
+}
+
+/// The bytes of `history`'s whole spine at `tip`.
+fn whole_spine(history: &[Event], tip: i64) -> Vec<u8> {
+    let mut chain = chain_fold::Chain::new(chain_fold::SpineOrder::Causal);
+    history.iter().cloned().for_each(|e| {
+        chain.apply(e);
+    });
+    chain
+        .walk_from(tip)
+        .expect("whole")
+        .json_array()
+        .to_bytes()
+        .to_vec()
+}
+
 /// Iterations per scheduler; `SHUTTLE_ITERATIONS` raises it for long runs.
 fn iterations() -> usize {
     std::env::var("SHUTTLE_ITERATIONS")
@@ -278,6 +367,16 @@ fn backfill_random() {
 #[test]
 fn backfill_pct() {
     shuttle::check_pct(backfill_workload, iterations(), 3);
+}
+
+#[test]
+fn async_backfill_random() {
+    shuttle::check_random(async_backfill_workload, iterations());
+}
+
+#[test]
+fn async_backfill_pct() {
+    shuttle::check_pct(async_backfill_workload, iterations(), 3);
 }
 
 engines!(
