@@ -160,7 +160,8 @@ fn production_envelope(id: i64) -> Vec<u8> {
 }
 
 /// Decoding one production-sized envelope: `Event::from_json` (one parse that keeps the
-/// canonical bytes), beside today's consumer's parse into a `serde_json::Value` and its
+/// canonical bytes) and `Event::from_json_slim` (the same parse, keeping the slim
+/// projection, as the drain decodes for an index that stores slim events), beside today's consumer's parse into a `serde_json::Value` and its
 /// serialization (what today's index does to every payload, in two steps), and a
 /// validating scan that keeps nothing (serde_json skipping every value: the floor of any
 /// decoder that checks its input).
@@ -170,6 +171,9 @@ fn decode(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(body.len() as u64));
     group.bench_function("event_from_json", |b| {
         b.iter(|| black_box(Event::from_json(black_box(&body)).unwrap()))
+    });
+    group.bench_function("event_from_json_slim", |b| {
+        b.iter(|| black_box(Event::from_json_slim(black_box(&body)).unwrap()))
     });
     group.bench_function("todays_value_parse_and_serialize", |b| {
         b.iter(|| {

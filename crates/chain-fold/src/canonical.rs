@@ -18,12 +18,27 @@
 //!   digits, every other number as the shortest `f64` that round-trips (`1e2` is `100.0`).
 //!
 //! The keys are sorted here, not by the map type, so the result does not change when some
-//! other crate in a build enables serde_json's `preserve_order` feature. The parse is
-//! serde_json's own (the same grammar, recursion limit and number parsing as today's), and
-//! it writes as it parses: no tree, no `Value` (which allocates every string and map node).
-//! An object is written member by member as it arrives; if its keys arrive out of order it
-//! is rewritten once, in sorted order, when it closes (the members are moved, not parsed
-//! again). Objects already sorted, as a canonical producer writes them, cost nothing more.
+//! other crate in a build enables serde_json's `preserve_order` feature.
+//!
+//! Two writers produce these bytes, and one is the reference for the other:
+//!
+//! - [`fast`], a hand-written single pass for the text producers write, which copies
+//!   canonical text in runs and gives up on anything it does not handle itself;
+//! - the writer below, which drives serde_json's own parser (the same grammar, recursion
+//!   limit and number parsing as today's) through serde's visitor interface and writes as
+//!   it parses: no tree, no `Value` (which allocates every string and map node). An object
+//!   is written member by member as it arrives; if its keys arrive out of order it is
+//!   rewritten once, in sorted order, when it closes. It takes every input the fast pass
+//!   gives up on, and so gives every error.
+//!
+//! The differential tests below hold the fast pass to the other writer's bytes on
+//! generated producer text, byte flips and cuts included; the `decode` fuzz target holds
+//! both to today's (`serde_json::Value`, serialized).
+//!
+//! The top-level object is left in arrival order by both and put in key order when its
+//! bytes are assembled ([`Decoded::object_bytes`]), which can leave members out: the slim
+//! projection is assembled straight from the decode, without sorting or copying the whole
+//! object first.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -241,11 +256,30 @@ impl<'de> Visitor<'de> for Writer<'_, 'de> {
 /// change the order: where two words differ, either real bytes differ there or the
 /// shorter key is a prefix of the longer one.
 fn prefix_word(key: &[u8]) -> u64 {
-    let mut word = [0u8; 8];
-    for (to, from) in word.iter_mut().zip(key) {
-        *to = *from;
+    match key.first_chunk::<8>() {
+        Some(first) => u64::from_be_bytes(*first),
+        None => prefix_word_within(key, key.len()),
     }
-    u64::from_be_bytes(word)
+}
+
+/// [`prefix_word`] of the key `text[..len]`, read as one eight-byte load when `text` has
+/// eight bytes (the bytes past `len` masked off).
+fn prefix_word_within(text: &[u8], len: usize) -> u64 {
+    match text.first_chunk::<8>() {
+        Some(first) if len < 8 => {
+            // The first `len` bytes are the word's high ones; no byte is kept when `len` is 0.
+            let mask = u64::MAX.checked_shl(8 * (8 - len as u32)).unwrap_or(0);
+            u64::from_be_bytes(*first) & mask
+        }
+        Some(first) => u64::from_be_bytes(*first),
+        None => {
+            let mut word = [0u8; 8];
+            for (to, from) in word.iter_mut().zip(&text[..len]) {
+                *to = *from;
+            }
+            u64::from_be_bytes(word)
+        }
+    }
 }
 
 /// The byte order of two members' keys, as `a.key.cmp(&b.key)`.

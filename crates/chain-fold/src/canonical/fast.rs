@@ -43,7 +43,7 @@
 
 use std::borrow::Cow;
 
-use super::{Member, prefix_word, rewrite_sorted, sort_members, write_str};
+use super::{Member, prefix_word, prefix_word_within, rewrite_sorted, sort_members, write_str};
 
 /// The deepest nesting this pass follows. serde_json allows 127 levels below the top; a
 /// deeper document is handed to the other writer, which applies that limit itself.
@@ -280,11 +280,16 @@ impl<'de> Pass<'_, 'de> {
             return None;
         }
         let start = self.written();
+        let key_open = self.at;
         let key = self.string()?;
         if self.members.len() == base && key.starts_with(PRIVATE_PREFIX) {
             return None;
         }
-        let prefix = prefix_word(&key);
+        let prefix = match &key {
+            // One load from the input, which goes on past the key.
+            Cow::Borrowed(text) => prefix_word_within(&self.json[key_open + 1..], text.len()),
+            Cow::Owned(text) => prefix_word(text),
+        };
         if let Some(last) = self.members[base..].last() {
             *sorted &= last.prefix < prefix || (last.prefix == prefix && last.key < key);
         }
