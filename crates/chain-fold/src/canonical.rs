@@ -720,6 +720,35 @@ mod tests {
         }
     }
 
+    /// Rows one after the other reuse the last row's key order only when their keys are the
+    /// same: same words but other lengths, other keys, repeats, long keys and escaped keys
+    /// in between.
+    #[test]
+    fn rows_in_a_row_are_written_in_their_own_key_order() {
+        let rows = [
+            r#"{"row":1,"name":"a","qty":2}"#,
+            r#"{"row":2,"name":"b","qty":3}"#,
+            r#"{"row":3,"name":"c","qty":4,"qty":5}"#,
+            r#"{"row":4,"name":"d","qt":6}"#,
+            r#"{"ro":5,"name":"e","qty":7}"#,
+            r#"{"row":6,"name":"f","qty":8}"#,
+            r#"{"row\u0000":7,"name":"g","qty":9}"#,
+            r#"{"row":8,"name":"h","quantity_long":10,"quantity_lo":11}"#,
+            r#"{"row":9,"name":"i","quantity_long":12,"quantity_lo":13}"#,
+            r#"{"\u0072ow":10,"name":"j","qty":14}"#,
+            r#"{"row":11,"name":"k","qty":15,"row":16}"#,
+            r#"{"row":12,"name":"l","qty":17,"row":18}"#,
+            r#"{"row":13,"name":"m","qty":19}"#,
+            r#"{"z":0,"quantity_b":1,"quantity_a":2}"#,
+            r#"{"z":0,"quantity_a":1,"quantity_b":2}"#,
+            r#"{"z":0,"b":1,"a":2}"#,
+            r#"{"z":0,"a":1,"b":2}"#,
+        ];
+        let json = format!("[{}]", rows.join(","));
+        assert_eq!(passes_agree(json.as_bytes()), Ok(true), "{json}");
+        assert_eq!(canonical(&json), todays(&json));
+    }
+
     #[test]
     fn the_hand_written_pass_leaves_every_error_to_serde() {
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));

@@ -386,10 +386,15 @@ impl Event {
         let event_type = match std::mem::replace(&mut decoded.event_type, TypeField::Empty) {
             TypeField::Empty => EventType::InPayload { start: 0, len: 0 },
             TypeField::At { start, len } => match type_at {
-                Some(moved) => EventType::InPayload { start: moved, len },
-                // Its member was left out (`event_type` is a slim key, so this does not
-                // happen today): the text is looked for, as `to_slim` does.
-                None => EventType::located(
+                // Where the header can point at it (and always for a whole event, as
+                // before): `assemble` copies a type it cannot point at.
+                Some(moved) if !slim || moved <= usize::from(u16::MAX) => {
+                    EventType::InPayload { start: moved, len }
+                }
+                // A slim event whose type lies past where the header can point, or (not
+                // today: `event_type` is a slim key) was left out: the text is looked for
+                // as `to_slim` does, so both charge the ledger the same bytes.
+                _ => EventType::located(
                     out,
                     std::str::from_utf8(&raw[start..start + len]).unwrap_or(""),
                 ),

@@ -302,3 +302,89 @@ fn slim_projection_keeps_only_slim_keys_and_the_link() {
     );
     assert_eq!(slim.prev(), Some(2));
 }
+
+/// An envelope as producers write it: the fields in any order, repeated or escaped, extra
+/// keys on either side of the slim ones, odd values.
+fn envelope() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let value = prop_oneof![
+        Just("null".to_string()),
+        Just("1.5e3".to_string()),
+        Just("-0".to_string()),
+        Just(r#"{"b":[1,{"d":2,"c":3}],"a":"x\ny"}"#.to_string()),
+        Just(r#""pla\u0079book_started""#.to_string()),
+        Just(r#""playbook_completed""#.to_string()),
+        Just(r#""step""#.to_string()),
+        Just("12".to_string()),
+        Just(r#"[{"row":1,"name":"a"},{"row":2,"name":"b"}]"#.to_string()),
+    ];
+    let key = prop_oneof![
+        Just("event_type"),
+        Just("event\\u005ftype"),
+        Just("result"),
+        Just("context"),
+        Just("worker_id"),
+        Just("prev_event_id"),
+        Just("status"),
+        Just("zz"),
+        Just("a"),
+    ];
+    (
+        proptest::collection::vec((key, value), 0..8),
+        0i64..4,
+        0usize..10,
+        prop_oneof![Just(""), Just(" "), Just("\n")],
+    )
+        .prop_map(|(members, id, at, space)| {
+            let mut members: Vec<String> = members
+                .into_iter()
+                .map(|(k, v)| format!("\"{k}\"{space}:{space}{v}"))
+                .collect();
+            let at = at.min(members.len());
+            members.insert(at, format!("\"event_id\":{id}"));
+            members.push("\"execution_id\":9".to_string());
+            format!("{{{}}}", members.join(&format!(",{space}")))
+        })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+
+    /// The one-pass slim decode is the whole decode projected: the same event, the same
+    /// bytes, the same resident cost; and both keep today's bytes.
+    #[test]
+    fn the_slim_decode_is_the_whole_decode_projected(text in envelope()) {
+        let whole = Event::from_json(text.as_bytes());
+        let slim = Event::from_json_slim(text.as_bytes());
+        match (whole, slim) {
+            (Ok(whole), Ok(slim)) => {
+                let todays: serde_json::Value = serde_json::from_str(&text).unwrap();
+                let todays = serde_json::to_vec(&todays).unwrap();
+                proptest::prop_assert_eq!(whole.payload(), todays.as_slice());
+                let projected = whole.to_slim();
+                proptest::prop_assert_eq!(&slim, &projected);
+                proptest::prop_assert_eq!(slim.payload(), projected.payload());
+                proptest::prop_assert_eq!(slim.event_type(), whole.event_type());
+                proptest::prop_assert_eq!(slim.resident_bytes(), projected.resident_bytes());
+                proptest::prop_assert!(slim.to_slim().ptr_eq(&slim));
+            }
+            (Err(a), Err(b)) => proptest::prop_assert_eq!(a, b),
+            (a, b) => proptest::prop_assert!(false, "{text}: whole {a:?}, slim {b:?}"),
+        }
+    }
+}
+
+/// A slim event whose type lands past where an event's header can point (64 KiB in) costs
+/// what the projection of the whole event costs.
+#[test]
+fn a_slim_event_with_its_type_far_in_costs_what_the_projection_costs() {
+    let text = format!(
+        r#"{{"event_id":1,"execution_id":2,"context":"{}","event_type":"e"}}"#,
+        "x".repeat(70_000)
+    );
+    let slim = Event::from_json_slim(text.as_bytes()).unwrap();
+    let projected = Event::from_json(text.as_bytes()).unwrap().to_slim();
+    assert_eq!(slim, projected);
+    assert_eq!(slim.event_type(), "e");
+    assert_eq!(slim.resident_bytes(), projected.resident_bytes());
+}

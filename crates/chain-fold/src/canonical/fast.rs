@@ -33,8 +33,8 @@
 //!   with escapes is decoded by serde_json itself (the same code as the other writer) and
 //!   written as serde_json writes it;
 //! - integers of up to 18 digits (19 without a sign), which are canonical as written;
-//!   any other number (a fraction, an exponent, a longer integer, `-0`) is read by
-//!   serde_json's own number parser and written as the other writer writes it;
+//!   any other number (a fraction, an exponent, a longer integer, `-0`) is handed, alone,
+//!   to the other writer;
 //! - objects (a repeated key keeps its last value, as in the other writer) and arrays.
 //!
 //! It gives up on any grammar error (so every error message comes from serde_json), on
@@ -43,7 +43,9 @@
 
 use std::borrow::Cow;
 
-use super::{Member, prefix_word, prefix_word_within, rewrite_sorted, sort_members, write_str};
+use super::{
+    Member, key_order, prefix_word, prefix_word_within, rewrite_sorted, write_str, write_with_serde,
+};
 
 /// The deepest nesting this pass follows. serde_json allows 127 levels below the top; a
 /// deeper document is handed to the other writer, which applies that limit itself.
@@ -63,6 +65,52 @@ struct Pass<'a, 'de> {
     members: Vec<Member<'de>>,
     moved: Vec<u8>,
     top: Vec<Member<'de>>,
+    order: KeyOrder,
+}
+
+/// The order in which the last out-of-order object's members were written, kept for the
+/// next one: the rows of a result set have the same keys in the same order, one after the
+/// other, so the sort is done once per run of rows rather than once per row.
+#[derive(Default)]
+struct KeyOrder {
+    /// The keys' prefix words and lengths; empty unless every key is at most eight bytes
+    /// (then the word and the length are the whole key).
+    shape: Vec<(u64, usize)>,
+    /// Member indices in key order, a repeated key's earlier values left out.
+    written: Vec<usize>,
+}
+
+impl KeyOrder {
+    /// The order to write `members` in: the last one's if they have the same keys.
+    fn of(&mut self, members: &[Member<'_>]) -> &[usize] {
+        let same = self.shape.len() == members.len()
+            && members
+                .iter()
+                .zip(&self.shape)
+                .all(|(m, &(prefix, len))| m.prefix == prefix && m.key.len() == len);
+        if !same {
+            self.written.clear();
+            self.written.extend(0..members.len());
+            // Stable: repeats stay in arrival order, and the last of each is kept.
+            self.written
+                .sort_by(|&a, &b| key_order(&members[a], &members[b]));
+            let mut kept = 0;
+            for at in 0..self.written.len() {
+                let next = self.written.get(at + 1);
+                if next.is_none_or(|&next| members[next].key != members[self.written[at]].key) {
+                    self.written[kept] = self.written[at];
+                    kept += 1;
+                }
+            }
+            self.written.truncate(kept);
+            self.shape.clear();
+            if members.iter().all(|m| m.key.len() <= 8) {
+                self.shape
+                    .extend(members.iter().map(|m| (m.prefix, m.key.len())));
+            }
+        }
+        &self.written
+    }
 }
 
 /// Writes the canonical bytes of `json` to `out`, except the top-level object's member
@@ -78,6 +126,7 @@ pub(super) fn write<'de>(json: &'de [u8], out: &mut Vec<u8>) -> Option<Vec<Membe
         members: Vec::new(),
         moved: Vec::new(),
         top: Vec::new(),
+        order: KeyOrder::default(),
     };
     pass.value(0)?;
     pass.skip_space();
@@ -157,10 +206,12 @@ impl<'de> Pass<'_, 'de> {
         let mut at = open + 1;
         let mut ascii = true;
         loop {
-            // Eight bytes at a time past the plain ASCII that is most of any text.
+            // Eight bytes at a time past the plain ASCII that is most of any text, to the
+            // first byte that needs a look (the lowest flagged byte is always a real one).
             while let Some(word) = self.json.get(at..at + 8) {
-                let word = u64::from_le_bytes(word.try_into().ok()?);
-                if needs_a_look(word) {
+                let flagged = needs_a_look(u64::from_le_bytes(word.try_into().ok()?));
+                if flagged != 0 {
+                    at += (flagged.trailing_zeros() / 8) as usize;
                     break;
                 }
                 at += 8;
@@ -246,9 +297,12 @@ impl<'de> Pass<'_, 'de> {
         if plain && short {
             return Some(());
         }
-        let value: serde_json::Value = serde_json::from_slice(&self.json[start..self.at]).ok()?;
+        // The other writer writes this token itself: the same number parsing and the same
+        // answer whatever serde_json's features in this build (with `arbitrary_precision`,
+        // say, a `Value` would keep the producer's spelling, where that writer rejects).
+        let token = &self.json[start..self.at];
         self.replace_from(start);
-        serde_json::to_writer(&mut *self.out, &value).ok()
+        write_with_serde(token, self.out).ok().map(drop)
     }
 
     fn array(&mut self, depth: u32) -> Option<()> {
@@ -352,10 +406,10 @@ impl<'de> Pass<'_, 'de> {
             // Output position `p` of the run is input position `p - copied + from`.
             let (copied, from) = (self.out.len(), self.from);
             self.flush_to(open);
-            let members = &mut self.members[base..];
-            sort_members(members);
+            let members = &self.members[base..];
             self.out.push(b'{');
-            for member in members.iter().filter(|m| m.end > 0) {
+            for &at in self.order.of(members) {
+                let member = &members[at];
                 if self.out.len() > open_written + 1 {
                     self.out.push(b',');
                 }
@@ -376,16 +430,47 @@ impl<'de> Pass<'_, 'de> {
     }
 }
 
-/// Whether any of the eight bytes of `word` ends a plain run of a string: a quote, a
-/// backslash, a control character (below 0x20) or a non-ASCII byte. The classic
-/// "has a zero byte" test on `word` XOR the byte repeated; no byte that does not match can
-/// make it true (a borrow only propagates from a byte that does).
-fn needs_a_look(word: u64) -> bool {
+/// The bytes of `word` (eight bytes of input, loaded little-endian) that end a plain run of
+/// a string, each flagged by its high bit: a quote, a backslash, a control character (below
+/// 0x20) or a non-ASCII byte. The classic "has a zero byte" test on `word` XOR the byte
+/// repeated: the *lowest* flagged byte is always a real match (a borrow only propagates
+/// upwards from a byte that matches), which is all the caller uses; zero means no byte
+/// matches.
+fn needs_a_look(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
     let quote = has_zero(word ^ (ONES * u64::from(b'"')));
     let backslash = has_zero(word ^ (ONES * u64::from(b'\\')));
     let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
-    (quote | backslash | control | (word & HIGH)) != 0
+    quote | backslash | control | (word & HIGH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_a_look;
+
+    /// The lowest flagged byte is the first byte that needs a look, for every byte value in
+    /// every lane, after any mix of plain bytes and before anything.
+    #[test]
+    fn the_lowest_flagged_byte_is_the_first_that_needs_a_look() {
+        let special = |b: u8| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80;
+        for lane in 0..8 {
+            for byte in 0..=255u8 {
+                for filler in [b'a', b' ', b'~', 0x21, 0x7f] {
+                    for after in [b'a', 0, b'"', 0xff, 0x01] {
+                        let mut word = [filler; 8];
+                        word[lane] = byte;
+                        for later in word.iter_mut().skip(lane + 1) {
+                            *later = after;
+                        }
+                        let first = word.iter().position(|&b| special(b));
+                        let flagged = needs_a_look(u64::from_le_bytes(word));
+                        let found = (flagged != 0).then(|| (flagged.trailing_zeros() / 8) as usize);
+                        assert_eq!(found, first, "{word:?}");
+                    }
+                }
+            }
+        }
+    }
 }
