@@ -69,6 +69,7 @@ fn main() {
     );
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); settings.len()];
     let (mut floor, mut today) = (Vec::new(), Vec::new());
+    let (mut validate, mut slim) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let started = Instant::now();
         let quotes: usize = items
@@ -82,10 +83,25 @@ fn main() {
             .filter(|i| serde_json::from_slice::<serde_json::Value>(&i.payload).is_ok())
             .count();
         today.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let valid = items
+            .iter()
+            .filter(|i| serde_json::from_slice::<serde::de::IgnoredAny>(&i.payload).is_ok())
+            .count();
+        validate.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let decoded = items
+            .iter()
+            .filter(|i| chain_fold::Event::from_json_slim(&i.payload).is_ok())
+            .count();
+        slim.push(started.elapsed().as_secs_f64());
         println!(
-            "round {round}: floor {:.0} ms ({quotes} quotes); today's decode {:.0} ms ({parsed} parsed)",
+            "round {round}: floor {:.0} ms ({quotes} quotes); today's decode {:.0} ms ({parsed} parsed); \
+             serde_json validation {:.0} ms ({valid} valid); the slim decode alone {:.0} ms ({decoded} decoded)",
             floor[round] * 1e3,
-            today[round] * 1e3
+            today[round] * 1e3,
+            validate[round] * 1e3,
+            slim[round] * 1e3,
         );
         for (k, &threads) in settings.iter().enumerate() {
             let secs = drain_once(&items, threads, round, bytes);
@@ -106,6 +122,14 @@ fn main() {
     };
     line("floor (memchr pass)", median(&floor));
     line("today's decode (serde_json::Value)", median(&today));
+    line(
+        "serde_json's validation (IgnoredAny), one thread",
+        median(&validate),
+    );
+    line(
+        "the engine's decode alone (Event::from_json_slim), one thread",
+        median(&slim),
+    );
     for (k, &threads) in settings.iter().enumerate() {
         line(
             &format!("the drain, {threads} decode thread(s)"),

@@ -454,7 +454,7 @@ mod tests {
     /// every lane, after any mix of plain bytes and before anything.
     #[test]
     fn the_lowest_flagged_byte_is_the_first_that_needs_a_look() {
-        let special = |b: u8| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80;
+        let special = |b: u8| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b);
         for lane in 0..8 {
             for byte in 0..=255u8 {
                 for filler in [b'a', b' ', b'~', 0x21, 0x7f] {
