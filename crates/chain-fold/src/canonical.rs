@@ -720,6 +720,101 @@ mod tests {
         }
     }
 
+    /// A float spelled as producers spell them: up to 17 significant digits, a decimal
+    /// point anywhere, an exponent or none, either sign.
+    fn float_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            (1u32..=17).prop_flat_map(|n| 10u64.pow(n - 1)..10u64.pow(n)),
+            0usize..18,
+            prop_oneof![Just(None), (-30i32..30).prop_map(Some)],
+            any::<bool>(),
+            prop_oneof![Just("e"), Just("E"), Just("e+")],
+        )
+            .prop_map(|(mantissa, point, exponent, negative, e)| {
+                let digits = mantissa.to_string();
+                let point = point.min(digits.len() - 1);
+                let (int, frac) = digits.split_at(digits.len() - point);
+                let mut text = String::new();
+                if negative {
+                    text.push('-');
+                }
+                text.push_str(int);
+                if !frac.is_empty() {
+                    text.push('.');
+                    text.push_str(frac);
+                }
+                if let Some(exponent) = exponent {
+                    let e = if exponent < 0 { "e" } else { e };
+                    text.push_str(&format!("{e}{exponent}"));
+                }
+                text
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5000))]
+
+        /// Floats the pass reads itself are written as serde's parse and serialization
+        /// write them, and the rest are left to serde.
+        #[test]
+        fn floats_are_read_as_serde_reads_them(text in float_text()) {
+            let json = format!("[{text},{{\"b\":{text},\"a\":1}}]");
+            if let Err(why) = passes_agree(json.as_bytes()) {
+                proptest::prop_assert!(false, "{}", why);
+            }
+        }
+    }
+
+    #[test]
+    fn floats_at_the_edges_of_what_the_pass_reads() {
+        for text in [
+            "0.1",
+            "0.30000000000000004",
+            "1e22",
+            "1e23",
+            "-1e-22",
+            "1e-23",
+            "123456789012345e-22",
+            "1234567890123456e-22",
+            "9007199254740993.0",
+            "4.35",
+            "2.675",
+            "1.0",
+            "-0.0",
+            "0e0",
+            "0.0000001",
+            "1e+0",
+            "1E-0",
+            "5e-324",
+            "1.7976931348623157e308",
+            "1e0005",
+            "999999999999999e22",
+            "0.000000000000000000001",
+            "100000000000000000000000.0",
+        ] {
+            let json = format!("[{text}]");
+            assert!(
+                passes_agree(json.as_bytes()).is_ok(),
+                "{text}: {:?}",
+                passes_agree(json.as_bytes())
+            );
+            assert_eq!(canonical(&json), todays(&json), "{text}");
+        }
+        // These are read by the pass itself, not left to serde.
+        for text in [
+            "0.1",
+            "4.35",
+            "1e22",
+            "-1e-22",
+            "123456789012345e-22",
+            "0e0",
+        ] {
+            let json = format!("[{text}]");
+            assert_eq!(passes_agree(json.as_bytes()), Ok(true), "{text}");
+        }
+    }
+
     /// Rows one after the other reuse the last row's key order only when their keys are the
     /// same: same words but other lengths, other keys, repeats, long keys and escaped keys
     /// in between.

@@ -33,8 +33,10 @@
 //!   with escapes is decoded by serde_json itself (the same code as the other writer) and
 //!   written as serde_json writes it;
 //! - integers of up to 18 digits (19 without a sign), which are canonical as written;
-//!   any other number (a fraction, an exponent, a longer integer, `-0`) is handed, alone,
-//!   to the other writer;
+//!   floats of at most 15 significant digits and a decimal exponent of at most 22 either
+//!   way (which serde_json's parser reads exactly, to the correctly rounded value), written
+//!   as serde_json writes an `f64`; any other number (a longer integer or float, `-0`) is
+//!   handed, alone, to the other writer;
 //! - objects (a repeated key keeps its last value, as in the other writer) and arrays.
 //!
 //! It gives up on any grammar error (so every error message comes from serde_json), on
@@ -66,6 +68,8 @@ struct Pass<'a, 'de> {
     moved: Vec<u8>,
     top: Vec<Member<'de>>,
     order: KeyOrder,
+    /// A float as serde_json writes it, to compare with its input.
+    number: Vec<u8>,
 }
 
 /// The order in which the last out-of-order object's members were written, kept for the
@@ -118,6 +122,9 @@ impl KeyOrder {
 /// arrival order, positioned in `out`; or `None` when this pass gives up (`out` then holds
 /// a partial result, which the caller discards).
 pub(super) fn write<'de>(json: &'de [u8], out: &mut Vec<u8>) -> Option<Vec<Member<'de>>> {
+    if !numbers_are_parsed() {
+        return None;
+    }
     let mut pass = Pass {
         json,
         at: 0,
@@ -127,6 +134,7 @@ pub(super) fn write<'de>(json: &'de [u8], out: &mut Vec<u8>) -> Option<Vec<Membe
         moved: Vec::new(),
         top: Vec::new(),
         order: KeyOrder::default(),
+        number: Vec::new(),
     };
     pass.value(0)?;
     pass.skip_space();
@@ -273,34 +281,67 @@ impl<'de> Pass<'_, 'de> {
         if digits == 0 || (first == b'0' && digits > 1) {
             return None;
         }
-        let mut plain = true;
+        let (mut fraction, mut exponent, mut exponent_digits) = (None, 0i32, 0);
         if self.peek() == Some(b'.') {
             self.at += 1;
-            (self.digits() > 0).then_some(())?;
-            plain = false;
+            fraction = Some(self.digits()).filter(|&n| n > 0);
+            fraction?;
         }
         if let Some(b'e' | b'E') = self.peek() {
             self.at += 1;
-            if let Some(b'+' | b'-') = self.peek() {
+            let sign = match self.peek() {
+                Some(b'-') => -1,
+                Some(b'+') => 1,
+                _ => 0,
+            };
+            if sign != 0 {
                 self.at += 1;
             }
-            (self.digits() > 0).then_some(())?;
-            plain = false;
+            let from = self.at;
+            exponent_digits = self.digits();
+            if exponent_digits == 0 {
+                return None;
+            }
+            // Three digits at most are read here; a longer exponent goes to serde_json.
+            let text = &self.json[from..self.at];
+            exponent = text
+                .iter()
+                .take(3)
+                .fold(0, |e, d| e * 10 + i32::from(d - b'0'));
+            exponent *= if sign < 0 { -1 } else { 1 };
         }
-        // Canonical as written: an integer that is a u64 or i64 (no `-0`, which serde_json
-        // reads as the float -0.0).
-        let short = if negative {
-            digits <= 18 && first != b'0'
-        } else {
-            digits <= 19
-        };
-        if plain && short {
+        let token = &self.json[start..self.at];
+        if fraction.is_none() && exponent_digits == 0 {
+            // Canonical as written: an integer that is a u64 or i64 (no `-0`, which
+            // serde_json reads as the float -0.0).
+            let short = if negative {
+                digits <= 18 && first != b'0'
+            } else {
+                digits <= 19
+            };
+            if short {
+                return Some(());
+            }
+        } else if exponent_digits <= 3
+            && digits + fraction.unwrap_or(0) <= 15
+            && (exponent - fraction.unwrap_or(0) as i32).abs() <= 22
+        {
+            // A float serde_json reads exactly: at most 15 significant digits (so its
+            // significand is exact in an f64) scaled by a power of ten it holds exactly
+            // (at most 1e22), one IEEE operation, so the correctly rounded value, which is
+            // what `str::parse` gives. Written as the other writer writes an f64.
+            // Most floats are written as serde_json writes them: those stay in the run.
+            let value: f64 = std::str::from_utf8(token).ok()?.parse().ok()?;
+            self.number.clear();
+            serde_json::to_writer(&mut self.number, &value).ok()?;
+            if self.number != token {
+                self.replace_from(start);
+                self.out.extend_from_slice(&self.number);
+            }
             return Some(());
         }
         // The other writer writes this token itself: the same number parsing and the same
-        // answer whatever serde_json's features in this build (with `arbitrary_precision`,
-        // say, a `Value` would keep the producer's spelling, where that writer rejects).
-        let token = &self.json[start..self.at];
+        // answer.
         self.replace_from(start);
         write_with_serde(token, self.out).ok().map(drop)
     }
@@ -428,6 +469,18 @@ impl<'de> Pass<'_, 'de> {
         self.out.push(b'}');
         self.from = self.at + 1;
     }
+}
+
+/// Whether serde_json in this build parses numbers into `u64`/`i64`/`f64`, which is what
+/// this pass assumes. With its `arbitrary_precision` feature (which any crate in a build
+/// can enable) it hands them over as text, the other writer rejects every number, and so
+/// this pass gives up on everything. Checked once per thread.
+fn numbers_are_parsed() -> bool {
+    thread_local! {
+        static PARSED: bool = serde_json::from_str::<serde_json::Value>("1E0")
+            .is_ok_and(|value| value.to_string() == "1.0");
+    }
+    PARSED.with(|parsed| *parsed)
 }
 
 /// The bytes of `word` (eight bytes of input, loaded little-endian) that end a plain run of
