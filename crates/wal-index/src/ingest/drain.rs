@@ -222,8 +222,7 @@ fn decode_records(
     if threads == 1 || bytes < PARALLEL_DECODE_BYTES {
         return decode(&records, slim);
     }
-    let per_run = records.len().div_ceil(threads);
-    let runs: Vec<&[Record]> = records.chunks(per_run).collect();
+    let runs = runs_of_equal_bytes(&records, threads, bytes);
     std::thread::scope(|scope| {
         let spawned: Vec<_> = runs[1..]
             .iter()
@@ -247,6 +246,26 @@ fn decode_records(
         }
         decoded
     })
+}
+
+/// `records` cut into at most `threads` contiguous runs of about `bytes / threads` bytes
+/// each (decoding costs by the byte: envelopes of mixed sizes cut by count leave one thread
+/// waiting for another). None is empty.
+fn runs_of_equal_bytes(records: &[Record], threads: usize, bytes: usize) -> Vec<&[Record]> {
+    let share = bytes.div_ceil(threads).max(1);
+    let mut runs = Vec::with_capacity(threads);
+    let (mut start, mut filled) = (0, 0);
+    for (at, record) in records.iter().enumerate() {
+        filled += record.payload.len();
+        if filled >= share && runs.len() + 1 < threads {
+            runs.push(&records[start..=at]);
+            (start, filled) = (at + 1, 0);
+        }
+    }
+    if start < records.len() {
+        runs.push(&records[start..]);
+    }
+    runs
 }
 
 /// Pulls from `source` into `index`.
@@ -575,5 +594,56 @@ impl DrainHandle {
     pub fn stop(self) -> io::Result<DrainReport> {
         self.stop.store(true, Ordering::Relaxed);
         self.join()
+    }
+}
+
+#[cfg(all(test, not(any(wal_index_loom, wal_index_shuttle))))]
+mod tests {
+    use super::{Record, runs_of_equal_bytes};
+
+    /// The runs cover the records in order, none empty, at most one per thread, and no run
+    /// holds more than its share plus one record.
+    #[test]
+    fn runs_cut_by_bytes_cover_every_record_in_order() {
+        let sizes = [
+            vec![10, 10, 10, 10],
+            vec![1, 1, 1, 1000, 1, 1],
+            vec![1000],
+            vec![5; 17],
+            vec![700, 1, 1, 1, 1, 1, 1, 300],
+        ];
+        for sizes in sizes {
+            let records: Vec<Record> = sizes
+                .iter()
+                .enumerate()
+                .map(|(at, &len)| Record {
+                    position: at as u64,
+                    payload: vec![b'x'; len].into(),
+                })
+                .collect();
+            let bytes: usize = sizes.iter().sum();
+            for threads in 1..=4 {
+                let runs = runs_of_equal_bytes(&records, threads, bytes);
+                assert!(
+                    !runs.is_empty() && runs.len() <= threads,
+                    "{sizes:?} / {threads}"
+                );
+                let positions: Vec<u64> = runs
+                    .iter()
+                    .flat_map(|r| r.iter().map(|r| r.position))
+                    .collect();
+                assert_eq!(positions, (0..sizes.len() as u64).collect::<Vec<_>>());
+                let share = bytes.div_ceil(threads);
+                let largest = sizes.iter().max().copied().unwrap_or(0);
+                for run in &runs {
+                    assert!(!run.is_empty());
+                    let run_bytes: usize = run.iter().map(|r| r.payload.len()).sum();
+                    assert!(
+                        run_bytes < share + largest,
+                        "{sizes:?} / {threads}: {run_bytes}"
+                    );
+                }
+            }
+        }
     }
 }
