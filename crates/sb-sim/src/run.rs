@@ -14,7 +14,7 @@ use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
 use wal_index::config::EvictionPolicy;
 use wal_index::ingest::DrainReport;
-use wal_index::labels::DriveLabel;
+use wal_index::labels::{DriveLabel, RehydrateLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::report::IndexStats;
 use wal_index::{
@@ -199,6 +199,9 @@ pub struct DriveRecord {
     /// It left its wait at once because the engine's drain was backfilling, and read its
     /// execution instead.
     pub backfill_skip: bool,
+    /// How its last reported read of the retained WAL ended (`None`: it reported none,
+    /// because it made none or the source did not answer in time).
+    pub rehydrate: Option<RehydrateLabel>,
 }
 
 /// Everything one engine's run produced.
@@ -396,6 +399,7 @@ impl<I: StateIndex> DriveContext<I> {
                 wakes: drive.wakes,
                 timeouts: drive.timeouts,
                 backfill_skip: drive.backfill_skip,
+                rehydrate: drive.rehydrate,
             };
             if let Ok(mut records) = self.records.lock() {
                 records.push(record);

@@ -363,9 +363,10 @@ fn a_throttled_early_read_is_not_counted_and_the_drive_waits() {
 }
 
 #[test]
-fn a_drive_replays_at_most_once() {
+fn an_early_read_that_does_not_serve_leaves_the_read_after_the_deadline() {
     // The retained read has no genesis: the early replay leaves the chain incomplete, and
-    // the step after the deadline does not read again.
+    // the step after the deadline reads again, as today's flow reads (here the source gives
+    // the same short history again, so the drive falls back after two reads).
     let index = WalIndex::default();
     index.note_backfill(BEHIND);
     let feed = CountingFeed {
@@ -382,7 +383,55 @@ fn a_drive_replays_at_most_once() {
     let drive = index.drive_flow_blocking(7, Some(2), &flow);
     assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
     assert_eq!(drive.rehydrate, Some(RehydrateLabel::Incomplete));
-    assert_eq!(feed.reads.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        feed.reads.load(Ordering::Relaxed),
+        2,
+        "early, and after the deadline"
+    );
+}
+
+#[test]
+fn a_short_early_read_then_a_whole_one_serves_the_drive() {
+    // A broker cold from the restart answers the first read short (no genesis) and the
+    // read after the deadline whole: the drive is served by the second, as today's flow,
+    // which only makes the second, would be.
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let feed = ShortThenWholeFeed {
+        whole: vec![
+            Event::minimal(1, 7, None, "playbook_started"),
+            Event::minimal(2, 7, Some(1), "step"),
+        ],
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    assert_eq!(drive.label, DriveLabel::ServedRehydrated);
+    assert_eq!(drive.rehydrate, Some(RehydrateLabel::Served));
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2]);
+    assert_eq!(feed.reads.load(Ordering::Relaxed), 2);
+}
+
+/// A retained WAL that answers its first read with the history's last event alone, and
+/// every later read with the whole history.
+struct ShortThenWholeFeed {
+    whole: Vec<Event>,
+    reads: Arc<AtomicU64>,
+}
+
+impl DriveFallbacks for ShortThenWholeFeed {
+    fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
+        let first = self.reads.fetch_add(1, Ordering::Relaxed) == 0;
+        let events = if first {
+            self.whole[self.whole.len() - 1..].to_vec()
+        } else {
+            self.whole.clone()
+        };
+        Box::pin(std::future::ready(Some(events)))
+    }
 }
 
 #[test]

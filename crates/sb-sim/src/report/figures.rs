@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use wal_index::labels::DriveLabel;
+use wal_index::labels::{DriveLabel, RehydrateLabel};
 
 use super::{Calibration, ColdStart, DriveFigures, EngineReport, Latency, OutcomeRow, WalHealth};
 use crate::Engine;
@@ -95,6 +95,21 @@ fn outcome_rows(run: &EngineRun) -> Vec<OutcomeRow> {
 }
 
 /// What the drives did, and how long from their tip entering the WAL to their end.
+/// The drives that were not served, by their last reported read.
+fn fallback_reads(drives: &[DriveRecord]) -> Vec<(&'static str, usize)> {
+    let unserved = || drives.iter().filter(|d| !d.served);
+    RehydrateLabel::ALL
+        .iter()
+        .map(|&l| {
+            (
+                l.label(),
+                unserved().filter(|d| d.rehydrate == Some(l)).count(),
+            )
+        })
+        .chain([("none", unserved().filter(|d| d.rehydrate.is_none()).count())])
+        .collect()
+}
+
 fn drive_figures(run: &EngineRun) -> DriveFigures {
     let served: Vec<&DriveRecord> = run.drives.iter().filter(|d| d.served).collect();
     let histogram = LogHistogram::default();
@@ -122,6 +137,7 @@ fn drive_figures(run: &EngineRun) -> DriveFigures {
                 )
             })
             .collect(),
+        fallback_reads: fallback_reads(&run.drives),
         repeats: run.drives.iter().filter(|d| d.repeat).count(),
         builds: sum(|d| d.builds),
         tail_applied: sum(|d| d.tail_applied),

@@ -86,6 +86,9 @@ pub struct DriveFigures {
     pub incomplete: usize,
     /// Drives per `drive_builds_total{outcome}` label, every label listed.
     pub by_label: Vec<(&'static str, usize)>,
+    /// The drives that fell back, by how their last reported read of the retained WAL ended
+    /// (`rehydrate_total{outcome}`, or `none` when they reported none), every label listed.
+    pub fallback_reads: Vec<(&'static str, usize)>,
     /// Repeated dispatches (the second drive of a head).
     pub repeats: usize,
     /// Builds the drives ran.

@@ -292,6 +292,20 @@ fn drives(out: &mut String, e: &EngineReport) {
         d.wakes,
         d.timeouts
     );
+    if d.incomplete > 0 {
+        let reads: Vec<String> = d
+            .fallback_reads
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(l, n)| format!("{n} {l}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "fell back: {}; their last read of the retained WAL: {}",
+            d.incomplete,
+            reads.join(", ")
+        );
+    }
     let _ = writeln!(
         out,
         "tip entered WAL → drive served: {} (steady state: {})",

@@ -173,12 +173,10 @@ pub(crate) async fn run_flow<I: StateIndex>(
         &mut drive,
     )
     .await;
-    // Whether this drive has read its execution: at most once per drive, as today.
-    let mut replayed = false;
     if end == LoopEnd::Backfilling {
         // The drain is replaying history this drive's chain is still behind: read the
         // execution now rather than after the deadline.
-        let (read, served) = early_read(
+        let served = early_read(
             index,
             execution_id,
             expected_head,
@@ -187,7 +185,6 @@ pub(crate) async fn run_flow<I: StateIndex>(
             &mut drive,
         )
         .await;
-        replayed = read;
         if served {
             end = LoopEnd::Served;
         } else if cfg!(feature = "mutation-backfill-read-ends-drive") {
@@ -224,7 +221,10 @@ pub(crate) async fn run_flow<I: StateIndex>(
     .await
     {
         drive.label = label;
-    } else if !replayed {
+    } else {
+        // Today's read after the deadline, whatever an early read gave: one that did not
+        // serve the drive (a broker still cold from the restart may answer short or not at
+        // all) takes nothing away from the read today's flow makes.
         let read = read_retained(execution_id, flow, waiting).await;
         if let Some(replay) = replay(index, execution_id, expected_head, read, &mut drive).await {
             report_replay(index, replay, &mut drive);
@@ -362,16 +362,16 @@ enum Race<'g> {
 /// dropped; if the read ends first, the wait is dropped and the read's events are replayed
 /// and built once; if the deadline passes first, the drive awaits the read alone, within
 /// the fallback timeout it started with. So a drive waits no wait past its deadline. A read
-/// that answered ends within the later of its deadline and its read's timeout, plus the
-/// replay: never later than today's flow, which reads after the deadline. One that did
-/// not answer leaves today's read after the deadline, which may still serve the drive (a
-/// broker cold at the restart answers later ones): such a drive can end up to one read
-/// timeout later than today's. A blocking drive cannot wait and read at once, so it reads
-/// first and then waits out what is left of its deadline.
+/// that served ends the drive within the later of its deadline and its read's timeout,
+/// plus the replay: never later than today's flow, which reads after the deadline. One
+/// that did not serve (short, empty, throttled or unanswered) leaves today's read after the
+/// deadline, which may still serve the drive (a broker cold at the restart answers later
+/// reads, and answers them whole): such a drive can end up to one read timeout later than
+/// today's. A blocking drive cannot wait and read at once, so it reads first and then waits
+/// out what is left of its deadline.
 ///
-/// Returns whether the drive read its execution (its one read: one that answered, reported;
-/// a throttled read, an unanswered one or a source that answered it had nothing leaves the
-/// read after the deadline, as today's flow makes it) and whether it is served.
+/// Returns whether the early read served the drive. Every read that answered is reported;
+/// one that did not serve leaves today's read after the deadline in place.
 async fn early_read<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
@@ -379,7 +379,7 @@ async fn early_read<I: StateIndex>(
     flow: &DriveFlow<'_>,
     (waiting, window): (Waiting, (u64, Duration)),
     drive: &mut Drive,
-) -> (bool, bool) {
+) -> bool {
     let mut read = std::pin::pin!(read_retained(execution_id, flow, waiting));
     let raced = match waiting {
         Waiting::Timer => {
@@ -404,16 +404,16 @@ async fn early_read<I: StateIndex>(
         Waiting::Park => Race::Read(read.as_mut().await),
     };
     let read = match raced {
-        Race::Waited(LoopEnd::Served) => return (false, true),
+        Race::Waited(LoopEnd::Served) => return true,
         // The deadline passed (or the execution finished and is gone): the read alone.
         Race::Waited(_) => read.await,
         Race::Read(read) => read,
     };
     match replay(index, execution_id, expected_head, read, drive).await {
-        Some(RehydrateLabel::Throttled) | None => (false, false),
+        Some(RehydrateLabel::Throttled) | None => false,
         Some(label) => {
             report_replay(index, label, drive);
-            (true, label == RehydrateLabel::Served)
+            label == RehydrateLabel::Served
         }
     }
 }

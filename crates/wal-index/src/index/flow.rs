@@ -25,10 +25,10 @@
 //! and labels) instead of after the deadline. An async drive goes on waiting for the drain
 //! meanwhile, within its deadline, and whichever serves it first wins; past the deadline it
 //! awaits the read alone. A blocking drive reads first. If the read does not serve it, the
-//! drive waits out what is left of its deadline, then goes on as above. A drive replays at
-//! most once: a read that answered is its step 4; a throttled read, an unanswered one, or a
-//! source that answered at once that it has nothing leaves step 4 its read and is not
-//! reported. A rehydrated execution is served only when its walk
+//! drive waits out what is left of its deadline, then goes on as above, step 4's read
+//! included: an early read that did not serve the drive (answered short or empty,
+//! throttled, unanswered) takes nothing away from the read today's flow makes, so such a
+//! drive reads twice. Every read that answered is reported. A rehydrated execution is served only when its walk
 //! reaches genesis, like any build, and the drain's later replay of the same events is an
 //! overwrite that changes no served byte. The outcomes stay the worker's: such a drive is
 //! `served_rehydrated`, and [`Drive::backfill_skip`](crate::Drive::backfill_skip) says it
@@ -121,7 +121,7 @@ pub trait DriveFallbacks: Send + Sync {
 /// process: past that a read answers `None` at once, as a worker without the source would.
 ///
 /// A thread per read is the price of never parking an executor's worker: reads are rare (at
-/// most one replay and one shard read per unserved drive, replays capped by the gate), and
+/// most two replays and one shard read per unserved drive, replays capped by the gate), and
 /// a thread costs tens of microseconds against a network read's milliseconds. `None` if
 /// the thread cannot be started.
 pub fn blocking_read(
