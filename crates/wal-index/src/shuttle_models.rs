@@ -18,7 +18,7 @@ use shuttle::thread;
 
 use crate::Event;
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
-use crate::index::{DriveHooks, StateIndex};
+use crate::index::StateIndex;
 use crate::report::IndexStats;
 
 /// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
@@ -169,22 +169,12 @@ fn workload<I: StateIndex>() {
     }
 }
 
-/// The retained WAL of the backfill model: a fixed answer, at once, counting its reads.
-struct Retained(Vec<Event>, std::sync::atomic::AtomicU32);
+/// The retained WAL of the backfill models: a fixed answer after `yields` trips through
+/// the scheduler (none for a blocking drive; for an async one the read is pending while
+/// the drain applies and the drive's wait races it), counting its reads.
+struct Retained(Vec<Event>, usize, std::sync::atomic::AtomicU32);
 
 impl crate::DriveFallbacks for Retained {
-    fn retained(&self, _: crate::ExecutionId) -> crate::flow::FallbackRead<'_> {
-        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Box::pin(std::future::ready(Some(self.0.clone())))
-    }
-}
-
-/// The retained WAL of the async backfill model: a fixed answer after `yields` trips
-/// through the scheduler (so the read is pending while the drain applies and the drive's
-/// wait races it), counting its reads.
-struct SlowRetained(Vec<Event>, usize, std::sync::atomic::AtomicU32);
-
-impl crate::DriveFallbacks for SlowRetained {
     fn retained(&self, _: crate::ExecutionId) -> crate::flow::FallbackRead<'_> {
         self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (events, yields) = (self.0.clone(), self.1);
@@ -206,66 +196,23 @@ impl crate::DriveFallbacks for SlowRetained {
 /// served, with the whole spine and the bytes the drain applies (never a short chain, never
 /// a byte the drain's replay changes), and none may read its execution twice.
 fn backfill_workload() {
-    use crate::ingest::Backfill;
-    let index = Arc::new(crate::WalIndex::default());
-    index.note_backfill(Backfill::Behind { remaining: None });
-    let history: Vec<Event> = (1..=3)
-        .map(|id| ev(7, id, (id > 1).then(|| id - 1)))
-        .collect();
-    let expected = whole_spine(&history, 3);
-    let drain = {
-        let (index, history) = (Arc::clone(&index), history.clone());
-        thread::spawn(move || {
-            let last = history.len() - 1;
-            for (k, event) in history.into_iter().enumerate() {
-                if k == last {
-                    index.note_backfill(Backfill::CaughtUp);
-                }
-                index.apply_batch(vec![event]);
-            }
-        })
-    };
-    let gate = Arc::new(crate::rehydrate::RehydrateGate::new(1));
-    let reads = [history.clone(), Vec::new(), history[..2].to_vec()];
-    let drives: Vec<_> = reads
-        .into_iter()
-        .map(|read| {
-            let (index, expected, gate) = (Arc::clone(&index), expected.clone(), Arc::clone(&gate));
-            thread::spawn(move || {
-                let retained = Retained(read, Default::default());
-                let flow = crate::DriveFlow::new(DriveBudget {
-                    attempts: 10_000,
-                    retry: Duration::from_secs(1),
-                })
-                .fallbacks(&retained)
-                .rehydrate_gate(&*gate);
-                let drive = index.drive_flow_blocking(7, Some(3), &flow);
-                let served = drive.outcome.spine().map(|s| s.json_array().to_bytes());
-                assert_eq!(
-                    served.as_deref(),
-                    Some(&expected[..]),
-                    "drive for 7 behind the backfill: {:?}",
-                    drive.label
-                );
-                let reads = retained.1.load(std::sync::atomic::Ordering::Relaxed);
-                assert!(reads <= 1, "drive for 7 read its execution {reads} times");
-            })
-        })
-        .collect();
-    drain.join().expect("the drain panicked");
-    for drive in drives {
-        drive.join().expect("a drive was not served");
-    }
+    restart_behind_the_drain(false);
 }
 
 /// The restart of [`backfill_workload`] with *async* drives: each drive's early read races
 /// its own wait for the drain (the race `early_read` runs on an executor), and the read
 /// takes one or three trips through the scheduler to answer, so schedules where the drain
 /// serves the drive first, where the read answers first, and where both land together are
-/// all explored. The read gives the whole history, nothing, or the history without its
-/// tip. Each drive must be served with the whole spine and the drain's bytes, none may
-/// read twice, and every replay permit is given back when the drives end.
+/// all explored.
 fn async_backfill_workload() {
+    restart_behind_the_drain(true);
+}
+
+/// The body of both restart models: the drain applies one execution's history while three
+/// drives (blocking, or `asynchronous`) read it whole, read nothing, or read it without its
+/// tip, under one replay cap of 1. Each drive must be served with the whole spine and the
+/// drain's bytes, none may read twice, and every replay permit is given back.
+fn restart_behind_the_drain(asynchronous: bool) {
     use crate::ingest::Backfill;
     let index = Arc::new(crate::WalIndex::default());
     index.note_backfill(Backfill::Behind { remaining: None });
@@ -296,19 +243,24 @@ fn async_backfill_workload() {
         .map(|(read, yields)| {
             let (index, expected, gate) = (Arc::clone(&index), expected.clone(), Arc::clone(&gate));
             thread::spawn(move || {
-                let retained = SlowRetained(read, yields, Default::default());
+                let yields = if asynchronous { yields } else { 0 };
+                let retained = Retained(read, yields, Default::default());
                 let flow = crate::DriveFlow::new(DriveBudget {
                     attempts: 10_000,
                     retry: Duration::from_secs(1),
                 })
                 .fallbacks(&retained)
                 .rehydrate_gate(&*gate);
-                let drive = shuttle::future::block_on(index.drive_flow(7, Some(3), &flow));
+                let drive = if asynchronous {
+                    shuttle::future::block_on(index.drive_flow(7, Some(3), &flow))
+                } else {
+                    index.drive_flow_blocking(7, Some(3), &flow)
+                };
                 let served = drive.outcome.spine().map(|s| s.json_array().to_bytes());
                 assert_eq!(
                     served.as_deref(),
                     Some(&expected[..]),
-                    "drive for 7 behind the backfill (async): {:?}",
+                    "drive for 7 behind the backfill (async: {asynchronous}): {:?}",
                     drive.label
                 );
                 let reads = retained.2.load(std::sync::atomic::Ordering::Relaxed);

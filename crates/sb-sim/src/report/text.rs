@@ -272,15 +272,19 @@ fn production_note(out: &mut String, e: &EngineReport) {
     );
 }
 
-/// What the drives did, and their tip → served latency.
-fn drives(out: &mut String, e: &EngineReport) {
-    let d = &e.drives;
-    let labels: Vec<String> = d
-        .by_label
+/// The labels counted at least once, as "N label".
+fn nonzero(counts: &[(&str, usize)]) -> Vec<String> {
+    counts
         .iter()
         .filter(|(_, n)| *n > 0)
         .map(|(l, n)| format!("{n} {l}"))
-        .collect();
+        .collect()
+}
+
+/// What the drives did, and their tip → served latency.
+fn drives(out: &mut String, e: &EngineReport) {
+    let d = &e.drives;
+    let labels = nonzero(&d.by_label);
     let _ = writeln!(
         out,
         "drives: {} ({}; {} repeated at the same head), {} builds, {} tail events applied; waits: {} woken, {} timeout",
@@ -293,12 +297,7 @@ fn drives(out: &mut String, e: &EngineReport) {
         d.timeouts
     );
     if d.incomplete > 0 {
-        let reads: Vec<String> = d
-            .fallback_reads
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(l, n)| format!("{n} {l}"))
-            .collect();
+        let reads = nonzero(&d.fallback_reads);
         let _ = writeln!(
             out,
             "fell back: {}; their last read of the retained WAL: {}",
