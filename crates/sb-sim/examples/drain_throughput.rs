@@ -1,8 +1,10 @@
 //! The drain alone over a backlog of the simulator's production-sized envelopes, in
 //! process: how fast the engine indexes a restart's backlog with one decode thread and with
-//! several, side by side in one run with two references on the same bytes: the floor (one
-//! `memchr` pass over every byte, on one thread) and today's decode (each payload parsed
-//! into a `serde_json::Value`, on one thread, as today's worker does before its lock).
+//! several, side by side in one run with four references on the same bytes, each on one
+//! thread: the floor (one `memchr` pass over every byte), today's decode (each payload
+//! parsed into a `serde_json::Value`, as today's worker does before its lock), serde_json's
+//! validation of every payload (`IgnoredAny`), and the engine's decode alone
+//! (`Event::from_json_slim`, nothing indexed).
 //!
 //! ```sh
 //! cargo run --release -p sb-sim --example drain_throughput -- 17803 3
@@ -48,6 +50,44 @@ fn drain_once(items: &[Item], threads: usize, round: usize, bytes: usize) -> f64
     secs
 }
 
+/// A reference's name and what it does to one payload (true when the payload passes).
+type Reference = (&'static str, fn(&[u8]) -> bool);
+
+/// The references timed beside the drain, each over every payload on one thread: its name,
+/// and what it does to one payload (true when the payload passes).
+const REFERENCES: [Reference; 4] = [
+    ("floor (memchr pass)", |p| {
+        memchr::memchr_iter(b'"', p).count() > 0
+    }),
+    ("today's decode (serde_json::Value)", |p| {
+        serde_json::from_slice::<serde_json::Value>(p).is_ok()
+    }),
+    ("serde_json's validation (IgnoredAny), one thread", |p| {
+        serde_json::from_slice::<serde::de::IgnoredAny>(p).is_ok()
+    }),
+    (
+        "the engine's decode alone (Event::from_json_slim), one thread",
+        |p| chain_fold::Event::from_json_slim(p).is_ok(),
+    ),
+];
+
+/// One round of every reference over `items`: each one's seconds, printed.
+fn references_once(items: &[Item], round: usize) -> Vec<f64> {
+    REFERENCES
+        .iter()
+        .map(|(name, run)| {
+            let started = Instant::now();
+            let passed = items.iter().filter(|i| run(&i.payload)).count();
+            let secs = started.elapsed().as_secs_f64();
+            println!(
+                "round {round}: {name}: {:.0} ms ({passed} passed)",
+                secs * 1e3
+            );
+            secs
+        })
+        .collect()
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let events: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(17_803);
@@ -68,41 +108,11 @@ fn main() {
         bytes as f64 / 1e6
     );
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); settings.len()];
-    let (mut floor, mut today) = (Vec::new(), Vec::new());
-    let (mut validate, mut slim) = (Vec::new(), Vec::new());
+    let mut references: Vec<Vec<f64>> = vec![Vec::new(); REFERENCES.len()];
     for round in 0..rounds {
-        let started = Instant::now();
-        let quotes: usize = items
-            .iter()
-            .map(|i| memchr::memchr_iter(b'"', &i.payload).count())
-            .sum();
-        floor.push(started.elapsed().as_secs_f64());
-        let started = Instant::now();
-        let parsed = items
-            .iter()
-            .filter(|i| serde_json::from_slice::<serde_json::Value>(&i.payload).is_ok())
-            .count();
-        today.push(started.elapsed().as_secs_f64());
-        let started = Instant::now();
-        let valid = items
-            .iter()
-            .filter(|i| serde_json::from_slice::<serde::de::IgnoredAny>(&i.payload).is_ok())
-            .count();
-        validate.push(started.elapsed().as_secs_f64());
-        let started = Instant::now();
-        let decoded = items
-            .iter()
-            .filter(|i| chain_fold::Event::from_json_slim(&i.payload).is_ok())
-            .count();
-        slim.push(started.elapsed().as_secs_f64());
-        println!(
-            "round {round}: floor {:.0} ms ({quotes} quotes); today's decode {:.0} ms ({parsed} parsed); \
-             serde_json validation {:.0} ms ({valid} valid); the slim decode alone {:.0} ms ({decoded} decoded)",
-            floor[round] * 1e3,
-            today[round] * 1e3,
-            validate[round] * 1e3,
-            slim[round] * 1e3,
-        );
+        for (k, secs) in references_once(&items, round).into_iter().enumerate() {
+            references[k].push(secs);
+        }
         for (k, &threads) in settings.iter().enumerate() {
             let secs = drain_once(&items, threads, round, bytes);
             times[k].push(secs);
@@ -120,16 +130,9 @@ fn main() {
             bytes as f64 / 1e6 / secs
         );
     };
-    line("floor (memchr pass)", median(&floor));
-    line("today's decode (serde_json::Value)", median(&today));
-    line(
-        "serde_json's validation (IgnoredAny), one thread",
-        median(&validate),
-    );
-    line(
-        "the engine's decode alone (Event::from_json_slim), one thread",
-        median(&slim),
-    );
+    for ((name, _), secs) in REFERENCES.iter().zip(&references) {
+        line(name, median(secs));
+    }
     for (k, &threads) in settings.iter().enumerate() {
         line(
             &format!("the drain, {threads} decode thread(s)"),

@@ -194,7 +194,9 @@ impl crate::DriveFallbacks for Retained {
 /// history, racing the drain's apply of the same events; one reads nothing (the retained
 /// WAL lost it); one reads the history without its tip. Throttled or not, each must be
 /// served, with the whole spine and the bytes the drain applies (never a short chain, never
-/// a byte the drain's replay changes), and none may read its execution twice.
+/// a byte the drain's replay changes), and none may read its execution early twice. (The
+/// model clock stands still, so no deadline passes and the read after it is not reached:
+/// `tests/backfill.rs` covers that step.)
 fn backfill_workload() {
     restart_behind_the_drain(false);
 }
@@ -211,7 +213,7 @@ fn async_backfill_workload() {
 /// The body of both restart models: the drain applies one execution's history while three
 /// drives (blocking, or `asynchronous`) read it whole, read nothing, or read it without its
 /// tip, under one replay cap of 1. Each drive must be served with the whole spine and the
-/// drain's bytes, none may read twice, and every replay permit is given back.
+/// drain's bytes, none may read early twice, and every replay permit is given back.
 fn restart_behind_the_drain(asynchronous: bool) {
     use crate::ingest::Backfill;
     let index = Arc::new(crate::WalIndex::default());

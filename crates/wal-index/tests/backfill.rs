@@ -606,3 +606,28 @@ impl DriveFallbacks for CountingFeed {
         Box::pin(std::future::ready(Some(self.events.clone())))
     }
 }
+
+#[test]
+fn an_empty_early_read_leaves_the_read_after_the_deadline() {
+    // The source answers the early read with no events (a broker still cold from the
+    // restart may): the drive still makes today's read after its deadline.
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let feed = CountingFeed {
+        events: Vec::new(),
+        reads: Arc::default(),
+    };
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
+        .fallbacks(&feed)
+        .rehydrate_gate(&gate);
+    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    assert!(drive.backfill_skip);
+    assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
+    assert_eq!(drive.rehydrate, Some(RehydrateLabel::Empty));
+    assert_eq!(
+        feed.reads.load(Ordering::Relaxed),
+        2,
+        "early, and after the deadline"
+    );
+}

@@ -94,7 +94,6 @@ fn outcome_rows(run: &EngineRun) -> Vec<OutcomeRow> {
         .collect()
 }
 
-/// What the drives did, and how long from their tip entering the WAL to their end.
 /// The drives that were not served, by their last reported read.
 fn fallback_reads(drives: &[DriveRecord]) -> Vec<(&'static str, usize)> {
     let unserved = || drives.iter().filter(|d| !d.served);
@@ -110,6 +109,7 @@ fn fallback_reads(drives: &[DriveRecord]) -> Vec<(&'static str, usize)> {
         .collect()
 }
 
+/// What the drives did, and how long from their tip entering the WAL to their end.
 fn drive_figures(run: &EngineRun) -> DriveFigures {
     let served: Vec<&DriveRecord> = run.drives.iter().filter(|d| d.served).collect();
     let histogram = LogHistogram::default();

@@ -305,12 +305,12 @@ impl StateIndex for MutexIndex {
         &self.config
     }
 
-    /// The observer this index reports to.
     /// No: today's drain hands over whole envelopes (see the trait).
     fn drain_decodes_slim(&self) -> bool {
         false
     }
 
+    /// The observer this index reports to.
     fn observer(&self) -> &dyn IndexObserver {
         &*self.observer
     }

@@ -301,12 +301,12 @@ impl StateIndex for ShardedMutexIndex {
         &self.config
     }
 
-    /// The observer.
     /// No: today's drain hands over whole envelopes (see the trait).
     fn drain_decodes_slim(&self) -> bool {
         false
     }
 
+    /// The observer.
     fn observer(&self) -> &dyn IndexObserver {
         &*self.observer
     }

@@ -27,8 +27,9 @@
 //! awaits the read alone. A blocking drive reads first. If the read does not serve it, the
 //! drive waits out what is left of its deadline, then goes on as above, step 4's read
 //! included: an early read that did not serve the drive (answered short or empty,
-//! throttled, unanswered) takes nothing away from the read today's flow makes, so such a
-//! drive reads twice. Every read that answered is reported. A rehydrated execution is served only when its walk
+//! throttled, unanswered) takes nothing away from the read today's flow makes: such a drive
+//! reads again after its deadline unless the drain serves it meanwhile. Every read that
+//! answered is reported. A rehydrated execution is served only when its walk
 //! reaches genesis, like any build, and the drain's later replay of the same events is an
 //! overwrite that changes no served byte. The outcomes stay the worker's: such a drive is
 //! `served_rehydrated`, and [`Drive::backfill_skip`](crate::Drive::backfill_skip) says it
