@@ -17,7 +17,7 @@ use wal_index::ingest::{Backfill, channel_wal};
 use wal_index::labels::{DriveLabel, RehydrateLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{
-    Drain, DrainConfig, DriveBudget, DriveFlow, Event, ExecutionId, StateIndex, WalIndex,
+    Drain, DrainConfig, Drive, DriveBudget, DriveFlow, Event, ExecutionId, StateIndex, WalIndex,
 };
 
 const BEHIND: Backfill = Backfill::Behind {
@@ -362,13 +362,23 @@ fn a_throttled_early_read_is_not_counted_and_the_drive_waits() {
     assert_eq!(drive.label, DriveLabel::Served);
 }
 
+/// A blocking drive for event 2 of `execution` on an engine whose drain is behind, reading
+/// `feed` under the default replay cap, with a deadline of two 5 ms waits.
+fn drive_behind_the_drain(feed: &dyn DriveFallbacks, execution: ExecutionId) -> Drive {
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let gate = RehydrateGate::default();
+    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
+        .fallbacks(feed)
+        .rehydrate_gate(&gate);
+    index.drive_flow_blocking(execution, Some(2), &flow)
+}
+
 #[test]
 fn an_early_read_that_does_not_serve_leaves_the_read_after_the_deadline() {
     // The retained read has no genesis: the early replay leaves the chain incomplete, and
     // the step after the deadline reads again, as today's flow reads (here the source gives
     // the same short history again, so the drive falls back after two reads).
-    let index = WalIndex::default();
-    index.note_backfill(BEHIND);
     let feed = CountingFeed {
         events: vec![
             Event::minimal(1, 7, None, "step"),
@@ -376,11 +386,7 @@ fn an_early_read_that_does_not_serve_leaves_the_read_after_the_deadline() {
         ],
         reads: Arc::default(),
     };
-    let gate = RehydrateGate::default();
-    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
-        .fallbacks(&feed)
-        .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    let drive = drive_behind_the_drain(&feed, 7);
     assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
     assert_eq!(drive.rehydrate, Some(RehydrateLabel::Incomplete));
     assert_eq!(
@@ -395,8 +401,6 @@ fn a_short_early_read_then_a_whole_one_serves_the_drive() {
     // A broker cold from the restart answers the first read short (no genesis) and the
     // read after the deadline whole: the drive is served by the second, as today's flow,
     // which only makes the second, would be.
-    let index = WalIndex::default();
-    index.note_backfill(BEHIND);
     let feed = ShortThenWholeFeed {
         whole: vec![
             Event::minimal(1, 7, None, "playbook_started"),
@@ -404,11 +408,7 @@ fn a_short_early_read_then_a_whole_one_serves_the_drive() {
         ],
         reads: Arc::default(),
     };
-    let gate = RehydrateGate::default();
-    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
-        .fallbacks(&feed)
-        .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    let drive = drive_behind_the_drain(&feed, 7);
     assert_eq!(drive.label, DriveLabel::ServedRehydrated);
     assert_eq!(drive.rehydrate, Some(RehydrateLabel::Served));
     assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2]);
@@ -526,17 +526,11 @@ fn an_early_read_that_runs_out_its_timeout_leaves_the_read_after_the_deadline() 
 fn a_source_that_has_nothing_leaves_the_read_after_the_deadline() {
     // The source answers at once that it has nothing for the execution (no read took
     // place): the drive may read again after its deadline, as today's flow does.
-    let index = WalIndex::default();
-    index.note_backfill(BEHIND);
     let feed = AnswerFeed {
         answer: Answer::Nothing,
         reads: Arc::default(),
     };
-    let gate = RehydrateGate::default();
-    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
-        .fallbacks(&feed)
-        .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(9, Some(2), &flow);
+    let drive = drive_behind_the_drain(&feed, 9);
     assert!(drive.backfill_skip);
     assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
     assert_eq!(
@@ -611,17 +605,11 @@ impl DriveFallbacks for CountingFeed {
 fn an_empty_early_read_leaves_the_read_after_the_deadline() {
     // The source answers the early read with no events (a broker still cold from the
     // restart may): the drive still makes today's read after its deadline.
-    let index = WalIndex::default();
-    index.note_backfill(BEHIND);
     let feed = CountingFeed {
         events: Vec::new(),
         reads: Arc::default(),
     };
-    let gate = RehydrateGate::default();
-    let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(5)))
-        .fallbacks(&feed)
-        .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(7, Some(2), &flow);
+    let drive = drive_behind_the_drain(&feed, 7);
     assert!(drive.backfill_skip);
     assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
     assert_eq!(drive.rehydrate, Some(RehydrateLabel::Empty));
