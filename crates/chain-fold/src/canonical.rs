@@ -115,6 +115,7 @@ struct Member<'de> {
 struct Scratch<'de> {
     members: Vec<Member<'de>>,
     moved: Vec<u8>,
+    order: Vec<usize>,
     top: Vec<Member<'de>>,
 }
 
@@ -234,10 +235,12 @@ impl<'de> Visitor<'de> for Writer<'_, 'de> {
         // The top-level object is put in key order when its bytes are assembled
         // (`Decoded::object_bytes`), which may leave members out.
         if !sorted && !self.top {
+            let members = &self.scratch.members[base..];
+            key_order_of(members, &mut self.scratch.order);
             rewrite_sorted(
                 self.out,
                 open,
-                &mut self.scratch.members[base..],
+                (members, &self.scratch.order),
                 &mut self.scratch.moved,
             );
         }
@@ -287,34 +290,42 @@ fn key_order(a: &Member<'_>, b: &Member<'_>) -> std::cmp::Ordering {
     a.prefix.cmp(&b.prefix).then_with(|| a.key.cmp(&b.key))
 }
 
-/// Sorts `members` by key (stably, so repeats stay in arrival order) and marks each
-/// repeated key's earlier values dropped (an empty range), as serde_json's map keeps the
-/// last.
-fn sort_members(members: &mut [Member<'_>]) {
-    members.sort_by(key_order);
-    for at in 1..members.len() {
-        if members[at].key == members[at - 1].key {
-            let dropped = &mut members[at - 1];
-            (dropped.start, dropped.value, dropped.end) = (0, 0, 0);
+/// Writes to `order` the indices of `members` in key order, of a repeated key only the last
+/// (as serde_json's map keeps the last value): a stable sort keeps repeats in arrival order,
+/// and each run of one key keeps its last index.
+fn key_order_of(members: &[Member<'_>], order: &mut Vec<usize>) {
+    order.clear();
+    order.extend(0..members.len());
+    order.sort_by(|&a, &b| key_order(&members[a], &members[b]));
+    let mut kept = 0;
+    for at in 0..order.len() {
+        let next = order.get(at + 1);
+        if next.is_none_or(|&next| members[next].key != members[order[at]].key) {
+            order[kept] = order[at];
+            kept += 1;
         }
     }
+    order.truncate(kept);
 }
 
-/// Rewrites the object opened at `open` (its members written in arrival order) in
-/// ascending key order, of a repeated key the last value. Moves the members' bytes once;
-/// their positions are stale afterwards.
-fn rewrite_sorted(out: &mut Vec<u8>, open: usize, members: &mut [Member<'_>], moved: &mut Vec<u8>) {
+/// Rewrites the object opened at `open` (its `members` written in arrival order) with its
+/// members in `order` ([`key_order_of`]). Moves the members' bytes once; their positions
+/// are stale afterwards.
+fn rewrite_sorted(
+    out: &mut Vec<u8>,
+    open: usize,
+    (members, order): (&[Member<'_>], &[usize]),
+    moved: &mut Vec<u8>,
+) {
     let from = open + 1;
     moved.clear();
     moved.extend_from_slice(&out[from..]);
     out.truncate(from);
-    sort_members(members);
-    let mut first = true;
-    for member in members.iter().filter(|m| m.end > 0) {
-        if !first {
+    for (k, &at) in order.iter().enumerate() {
+        if k > 0 {
             out.push(b',');
         }
-        first = false;
+        let member = &members[at];
         out.extend_from_slice(&moved[member.start - from..member.end - from]);
     }
 }
@@ -346,14 +357,15 @@ fn canonical_json_with_serde(json: &[u8]) -> serde_json::Result<Vec<u8>> {
 /// `written` (a pass's output, the top-level object's members in arrival order) with the
 /// top-level object in key order.
 #[cfg(test)]
-fn with_top_in_key_order(written: &[u8], mut top: Vec<Member<'_>>) -> Vec<u8> {
+fn with_top_in_key_order(written: &[u8], top: Vec<Member<'_>>) -> Vec<u8> {
     if written.first() != Some(&b'{') {
         return written.to_vec();
     }
     let mut out = written.to_vec();
-    let mut moved = Vec::new();
+    let (mut moved, mut order) = (Vec::new(), Vec::new());
     out.truncate(written.len() - 1);
-    rewrite_sorted(&mut out, 0, &mut top, &mut moved);
+    key_order_of(&top, &mut order);
+    rewrite_sorted(&mut out, 0, (&top, &order), &mut moved);
     out.push(b'}');
     out
 }
@@ -472,14 +484,15 @@ fn write_with_serde<'de>(
 pub(crate) fn decode(json: &[u8], out: &mut Vec<u8>) -> serde_json::Result<Decoded> {
     out.clear();
     out.reserve(json.len());
-    let mut top = match fast::write(json, out) {
+    let top = match fast::write(json, out) {
         Some(top) => top,
         None => {
             out.clear();
             write_with_serde(json, out)?
         }
     };
-    sort_members(&mut top);
+    let mut order = Vec::with_capacity(top.len());
+    key_order_of(&top, &mut order);
     let mut decoded = Decoded {
         not_an_object: None,
         event_id: IdField::Missing,
@@ -498,7 +511,7 @@ pub(crate) fn decode(json: &[u8], out: &mut Vec<u8>) -> serde_json::Result<Decod
         });
         return Ok(decoded);
     }
-    for member in top.iter().filter(|m| m.end > 0) {
+    for member in order.iter().map(|&at| &top[at]) {
         decoded.members.push(MemberSpan {
             start: member.start,
             value: member.value,

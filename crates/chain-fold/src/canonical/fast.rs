@@ -46,7 +46,8 @@
 use std::borrow::Cow;
 
 use super::{
-    Member, key_order, prefix_word, prefix_word_within, rewrite_sorted, write_str, write_with_serde,
+    Member, key_order_of, prefix_word, prefix_word_within, rewrite_sorted, write_str,
+    write_with_serde,
 };
 
 /// The deepest nesting this pass follows. serde_json allows 127 levels below the top; a
@@ -93,20 +94,7 @@ impl KeyOrder {
                 .zip(&self.shape)
                 .all(|(m, &(prefix, len))| m.prefix == prefix && m.key.len() == len);
         if !same {
-            self.written.clear();
-            self.written.extend(0..members.len());
-            // Stable: repeats stay in arrival order, and the last of each is kept.
-            self.written
-                .sort_by(|&a, &b| key_order(&members[a], &members[b]));
-            let mut kept = 0;
-            for at in 0..self.written.len() {
-                let next = self.written.get(at + 1);
-                if next.is_none_or(|&next| members[next].key != members[self.written[at]].key) {
-                    self.written[kept] = self.written[at];
-                    kept += 1;
-                }
-            }
-            self.written.truncate(kept);
+            key_order_of(members, &mut self.written);
             self.shape.clear();
             if members.iter().all(|m| m.key.len() <= 8) {
                 self.shape
@@ -459,12 +447,9 @@ impl<'de> Pass<'_, 'de> {
             }
         } else {
             self.flush_to(self.at);
-            rewrite_sorted(
-                self.out,
-                open_written,
-                &mut self.members[base..],
-                &mut self.moved,
-            );
+            let members = &self.members[base..];
+            let order = self.order.of(members);
+            rewrite_sorted(self.out, open_written, (members, order), &mut self.moved);
         }
         self.out.push(b'}');
         self.from = self.at + 1;
