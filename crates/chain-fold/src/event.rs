@@ -399,6 +399,10 @@ impl Event {
                     std::str::from_utf8(&raw[start..start + len]).unwrap_or(""),
                 ),
             },
+            // A type that needed an escape is stored as its text; a slim event looks for
+            // that text in its payload first, as `to_slim` does, so both charge the ledger
+            // the same bytes.
+            TypeField::Owned(text) if slim => EventType::located(out, &text),
             TypeField::Owned(text) => EventType::Owned(text),
         };
         let flags = if slim { SLIM } else { 0 };

@@ -315,6 +315,11 @@ fn envelope() -> impl proptest::strategy::Strategy<Value = String> {
         Just(r#""pla\u0079book_started""#.to_string()),
         Just(r#""playbook_completed""#.to_string()),
         Just(r#""step""#.to_string()),
+        // Types whose text needs an escape; a lone quote is also found verbatim in every
+        // payload (each key is quoted).
+        Just(r#""\"""#.to_string()),
+        Just(r#""a\\b""#.to_string()),
+        Just(r#""st\"ep""#.to_string()),
         Just("12".to_string()),
         Just(r#"[{"row":1,"name":"a"},{"row":2,"name":"b"}]"#.to_string()),
     ];
@@ -387,4 +392,21 @@ fn a_slim_event_with_its_type_far_in_costs_what_the_projection_costs() {
     assert_eq!(slim, projected);
     assert_eq!(slim.event_type(), "e");
     assert_eq!(slim.resident_bytes(), projected.resident_bytes());
+}
+
+/// An event type that needs an escape costs the slim decode what it costs the projection,
+/// whether its text occurs verbatim in the slim payload (a lone quote does: every key is
+/// quoted) or not.
+#[test]
+fn a_slim_event_with_an_escaped_type_costs_what_the_projection_costs() {
+    for event_type in [r#"\""#, r#"\\"#, r#"a\"b"#, r#"\u0022"#] {
+        let text = format!(
+            r#"{{"event_id":1,"result":-0,"event_type":"{event_type}","execution_id":2}}"#
+        );
+        let slim = Event::from_json_slim(text.as_bytes()).unwrap();
+        let projected = Event::from_json(text.as_bytes()).unwrap().to_slim();
+        assert_eq!(slim, projected, "{text}");
+        assert_eq!(slim.event_type(), projected.event_type(), "{text}");
+        assert_eq!(slim.resident_bytes(), projected.resident_bytes(), "{text}");
+    }
 }
