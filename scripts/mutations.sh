@@ -4,11 +4,26 @@
 # stale plan): the engine is built with it and the named check must fail. The check is
 # randomized, so each mutation gets three tries; it fails this script only if the mutation
 # escapes all three. (The loom models catch every mutation exhaustively: scripts/loom.sh.)
+# It also runs the `test` lines: a deterministic test that must fail with its mutation.
 #
 # Usage: scripts/mutations.sh [SECONDS]   (default 3 per try)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LEDGER_SECS=${1:-3}
+# Each `test` mutation: the named integration test (FILE::NAME) must fail with it, once.
+while read -r crate mutation checker check; do
+  [ "$checker" = test ] || continue
+  file=${check%%::*} name=${check#*::}
+  features="$crate/mutation-$mutation"
+  cargo test --locked -q -p "$crate" --features "$features" --test "$file" --no-run
+  if cargo test --locked -q -p "$crate" --features "$features" --test "$file" "$name" \
+      -- --exact >/dev/null 2>&1; then
+    echo "mutation-$mutation escaped $check"
+    exit 1
+  fi
+  echo "caught mutation-$mutation by $check"
+done < <(grep -v '^#' scripts/mutations.table)
+
 while read -r crate mutation checker check; do
   [ "$checker" = soak ] || continue
   features="$crate/mutation-$mutation"

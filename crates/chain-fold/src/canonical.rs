@@ -1,13 +1,13 @@
 //! The canonical bytes of a JSON value: what today's index serves for an event, whatever
 //! bytes its producer sent.
 //!
-//! Today's index parses every payload into a `serde_json::Value` and serializes it again
-//! when it builds a drive's input, so the bytes a consumer receives are a function of the
-//! event's JSON *value*, not of how a producer wrote it: key order, whitespace, escapes and
-//! number spellings are normalized, and the same event read from the WAL, from a tail, from
-//! a state shard or from a rehydrate is the same bytes. Production's shard verification
-//! byte-compares drive inputs on that basis. [`canonical_json`] produces exactly those
-//! bytes, once, when an event is decoded:
+//! Today's index parses every payload into a `serde_json::Value` with serde_json's default
+//! parser and serializes it again when it builds a drive's input, so the bytes a consumer
+//! receives are a function of the payload's text as that parser reads it: key order,
+//! whitespace, escapes and number spellings are normalized, and the same text read from the
+//! WAL, from a tail, from a state shard or from a rehydrate is the same bytes. Production's
+//! shard verification byte-compares drive inputs on that basis. [`canonical_json`] produces
+//! exactly those bytes, once, when an event is decoded:
 //!
 //! - objects with their keys in ascending byte order (a `serde_json::Map` without
 //!   `preserve_order`), a repeated key keeping its last value, as serde_json's map does;
@@ -16,6 +16,11 @@
 //!   `\t`, ... or `\u00XX`, everything else as UTF-8);
 //! - numbers as serde_json writes the number it parsed: integers in `u64` / `i64` range as
 //!   digits, every other number as the shortest `f64` that round-trips (`1e2` is `100.0`).
+//!   serde_json's default parser reads a float of more than 15 significant digits to within
+//!   one unit in the last place, not always to the nearest double, so two spellings of one
+//!   double can give different bytes, and the bytes of such a float can change when they are
+//!   decoded again: exactly as today's index does with the same text (docs/domain.md,
+//!   "Events").
 //!
 //! The keys are sorted here, not by the map type, so the result does not change when some
 //! other crate in a build enables serde_json's `preserve_order` feature.

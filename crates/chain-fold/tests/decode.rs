@@ -400,13 +400,59 @@ fn a_slim_event_with_its_type_far_in_costs_what_the_projection_costs() {
 #[test]
 fn a_slim_event_with_an_escaped_type_costs_what_the_projection_costs() {
     for event_type in [r#"\""#, r#"\\"#, r#"a\"b"#, r#"\u0022"#] {
-        let text = format!(
-            r#"{{"event_id":1,"result":-0,"event_type":"{event_type}","execution_id":2}}"#
-        );
+        let text =
+            format!(r#"{{"event_id":1,"result":-0,"event_type":"{event_type}","execution_id":2}}"#);
         let slim = Event::from_json_slim(text.as_bytes()).unwrap();
         let projected = Event::from_json(text.as_bytes()).unwrap().to_slim();
         assert_eq!(slim, projected, "{text}");
         assert_eq!(slim.event_type(), projected.event_type(), "{text}");
         assert_eq!(slim.resident_bytes(), projected.resident_bytes(), "{text}");
     }
+}
+
+/// Today's bytes for `text`: serde_json's default parser into a `Value`, then `to_vec`.
+fn todays_bytes(text: &str) -> Vec<u8> {
+    let value: serde_json::Value = serde_json::from_str(text).unwrap();
+    serde_json::to_vec(&value).unwrap()
+}
+
+/// docs/domain.md, "Events": the bytes are a function of the payload's text as serde_json's
+/// default parser reads it, not of the JSON values: a float of more than 15 significant
+/// digits is read to within one unit in the last place. Two spellings of one double give
+/// different bytes, and canonical bytes decoded again can change, here exactly as today.
+#[test]
+fn floats_past_fifteen_digits_are_read_as_todays_parser_reads_them() {
+    let payload = |x: &str| format!(r#"{{"event_id":1,"execution_id":2,"x":{x}}}"#);
+    let bytes = |text: &str| {
+        Event::from_json(text.as_bytes())
+            .unwrap()
+            .payload()
+            .to_vec()
+    };
+    // One double, two spellings (Rust's exact parser says they are the same double).
+    let (a, b) = ("0.22780213362657402", "0.22780213362657403");
+    assert_eq!(a.parse::<f64>().unwrap(), b.parse::<f64>().unwrap());
+    let (a, b) = (payload(a), payload(b));
+    assert_eq!(bytes(&a), todays_bytes(&a));
+    assert_eq!(bytes(&b), todays_bytes(&b));
+    assert_ne!(
+        bytes(&a),
+        bytes(&b),
+        "two spellings of one double, two byte strings"
+    );
+    // Canonical bytes decoded again: a different last digit, as today's round trip gives.
+    let first = payload("0.90955061764025144");
+    let once = bytes(&first);
+    assert_eq!(once, todays_bytes(&first));
+    let once_text = String::from_utf8(once.clone()).unwrap();
+    assert!(once_text.contains("0.9095506176402515"), "{once_text}");
+    let twice = bytes(&once_text);
+    assert_eq!(twice, todays_bytes(&once_text));
+    assert_ne!(once, twice, "decoding canonical bytes again changed them");
+    // At most 15 significant digits: exact, so canonical bytes decode to themselves.
+    let short = payload("0.227802133626574");
+    assert_eq!(
+        bytes(&String::from_utf8(bytes(&short)).unwrap()),
+        bytes(&short)
+    );
 }

@@ -419,3 +419,89 @@ fn the_drain_reports_withheld_events_and_drives_fall_back() {
         assert!(stalled.waited > bound, "{stalled:?}");
     }
 }
+
+/// docs/domain.md: a hole is an id the chain links to and does not hold; an execution that
+/// leaves with no hole has nothing to report. A check saw the hole, the missing event then
+/// arrived (a drive's tail ahead of a slightly late drain), and the execution left before
+/// the next check: by an explicit eviction, by its terminal event, or by a sweep.
+#[test]
+fn a_hole_filled_before_the_execution_left_is_not_reported() {
+    let index = WalIndex::new(IndexConfig {
+        stall_after: Some(BOUND),
+        eviction: wal_index::config::EvictionPolicy {
+            max_executions: Some(1),
+            ..Default::default()
+        },
+        ..IndexConfig::default()
+    });
+    let mut checks = Checks::start(&index);
+    // Explicit eviction.
+    with_a_hole(&index);
+    assert!(checks.quarters(1).is_empty(), "hole 2 seen, not yet due");
+    index.apply(ev(7, 2, Some(1)));
+    assert_eq!(
+        index.build(7, Some(4)).spine.unwrap().ids(),
+        vec![1, 2, 3, 4]
+    );
+    assert!(index.evict(7));
+    quiet_for_two_bounds(&mut checks);
+    // Its terminal event.
+    for event in linear(8, 1, 4).into_iter().filter(|e| e.id() != 2) {
+        index.apply(event);
+    }
+    assert!(checks.quarters(1).is_empty());
+    index.apply(ev(8, 2, Some(1)));
+    assert_eq!(
+        index.apply_batch(vec![end(8, 5, 4)]).terminal_evicted,
+        vec![8]
+    );
+    quiet_for_two_bounds(&mut checks);
+    // A sweep (one execution at most: the older of two goes).
+    for event in linear(9, 1, 4).into_iter().filter(|e| e.id() != 2) {
+        index.apply(event);
+    }
+    assert!(checks.quarters(1).is_empty());
+    index.apply(ev(9, 2, Some(1)));
+    index.apply(ev(10, 1, None));
+    let swept = index.enforce_limits_at(checks.at).evicted;
+    assert_eq!(
+        swept.iter().map(|v| v.execution_id).collect::<Vec<_>>(),
+        vec![9]
+    );
+    quiet_for_two_bounds(&mut checks);
+}
+
+/// A departed hole is judged against the chain the execution comes back with: a
+/// redelivery that moved the link past it (docs/domain.md: the redelivered event replaces
+/// the one before) closes it, as it would have while the execution was resident.
+#[test]
+fn a_departed_hole_whose_link_moved_is_not_reported() {
+    let index = index();
+    let mut checks = Checks::start(&index);
+    with_a_hole(&index);
+    assert!(index.evict(7)); // hole 2 on record as departed
+    checks.quarters(1);
+    // Back whole, with 3 redelivered linking to 1: nothing names 2 any more.
+    index.apply(ev(7, 1, None));
+    index.apply(ev(7, 3, Some(1)));
+    index.apply(ev(7, 4, Some(3)));
+    assert_eq!(index.build(7, Some(4)).spine.unwrap().ids(), vec![1, 3, 4]);
+    quiet_for_two_bounds(&mut checks);
+    // The same, evicted again before any check saw it back.
+    let mut checks = Checks::start(&index);
+    for event in linear(11, 1, 4).into_iter().filter(|e| e.id() != 2) {
+        index.apply(event);
+    }
+    assert!(index.evict(11));
+    checks.quarters(1);
+    index.apply(ev(11, 1, None));
+    index.apply(ev(11, 3, Some(1)));
+    assert!(index.evict(11));
+    quiet_for_two_bounds(&mut checks);
+}
+
+/// Two bounds of checks that report nothing.
+fn quiet_for_two_bounds(checks: &mut Checks<'_>) {
+    let found = checks.advance(OVER * 2);
+    assert!(found.is_empty(), "{found:?}");
+}

@@ -323,3 +323,50 @@ fn two_creators_of_one_execution_share_one_slot() {
         assert_eq!(directory.awaited_unknown(), 0);
     });
 }
+
+/// A stall check vs an execution leaving. Execution 7 is `1 ← [2] ← 3`; a check runs while
+/// another thread applies 2 (filling the hole, or not) and then evicts the execution.
+/// Whatever the interleaving, a later check past the bound reports the hole exactly when
+/// the chain left with it (docs/domain.md: an execution that leaves keeps the holes it
+/// left with on record): never a filled hole, never a lost report of an open one.
+///
+/// Mutation: `mutation-gone-slot-departs-seen-holes` (the check hands the holes it saw of
+/// a slot gone since to the departed record, whatever the chain left with).
+#[test]
+fn stall_check_vs_fill_and_eviction_reports_only_what_left_open() {
+    const BOUND: Duration = Duration::from_secs(1);
+    for fill in [true, false] {
+        loom::model(move || {
+            let index = Arc::new(WalIndex::new(IndexConfig {
+                stall_after: Some(BOUND),
+                ..IndexConfig::default()
+            }));
+            index.apply(ev(7, 1, None));
+            index.apply(ev(7, 3, Some(2)));
+            let leaver = {
+                let index = Arc::clone(&index);
+                thread::spawn(move || {
+                    if fill {
+                        index.apply(ev(7, 2, Some(1)));
+                    }
+                    assert!(index.evict(7));
+                })
+            };
+            let early = index.check_stalls_at(Instant::now());
+            leaver.join().unwrap();
+            assert!(early.is_empty(), "nothing is due before the bound");
+            // Checks every half bound (a longer gap would restart the clocks).
+            let mut later = Vec::new();
+            for _ in 0..3 {
+                advance_clock(&*index, BOUND / 2);
+                later.extend(index.check_stalls_at(Instant::now()));
+            }
+            let reported: Vec<(i64, i64)> = later
+                .iter()
+                .map(|s| (s.execution_id, s.missing_event_id))
+                .collect();
+            let expected = if fill { vec![] } else { vec![(7, 2)] };
+            assert_eq!(reported, expected, "filled before leaving: {fill}");
+        });
+    }
+}

@@ -76,7 +76,23 @@ struct Hole {
     since: u64,
     /// The chain's newest event when it was last seen.
     newest: EventId,
+    /// The smallest id of the events that named it when it was last seen: a departed hole
+    /// is closed by a chain that holds this event linking elsewhere (see
+    /// [`Watch::take_departed`]).
+    named_by: EventId,
     reported: bool,
+}
+
+impl Hole {
+    /// A hole first seen at `since`.
+    fn new(since: u64, newest: EventId, named_by: EventId) -> Hole {
+        Hole {
+            since,
+            newest,
+            named_by,
+            reported: false,
+        }
+    }
 }
 
 impl Watch {
@@ -123,9 +139,12 @@ impl Watch {
         }
     }
 
-    /// Takes `execution_id`'s departed holes off the record: those whose missing event
-    /// `chain` holds are dropped (it arrived), the others are returned (to be watched as
-    /// resident again, or put back).
+    /// Takes `execution_id`'s departed holes off the record and judges them against
+    /// `chain`, the execution's chain now: a hole is closed if `chain` holds its missing
+    /// event (it arrived), or holds the event that named it linking elsewhere while no
+    /// event of `chain` names it (a redelivery moved the link past it, as it closes a
+    /// resident hole). The open ones are returned (to be watched as resident again, or put
+    /// back).
     fn take_departed(
         &mut self,
         execution_id: ExecutionId,
@@ -135,17 +154,52 @@ impl Watch {
             return HashMap::new();
         };
         self.departed_holes -= holes.len();
-        holes.retain(|&missing, _| !chain.contains(missing));
+        let mut named: Option<Vec<EventId>> = None;
+        holes.retain(|&missing, hole| {
+            if chain.contains(missing) {
+                return false;
+            }
+            let moved = chain
+                .get(hole.named_by)
+                .is_some_and(|event| event.prev() != Some(missing));
+            // The mutation keeps a hole whose link moved: it is reported as a lost write.
+            if !moved || cfg!(feature = "mutation-departed-hole-ignores-moved-link") {
+                return true;
+            }
+            let named = named.get_or_insert_with(|| chain.missing_links());
+            named.binary_search(&missing).is_ok()
+        });
         holes
     }
 }
 
-/// A chain's holes, if it is judged at all (it holds its genesis).
-fn holes_of(chain: &Chain) -> Vec<EventId> {
+/// A chain's holes, if it is judged at all (it holds its genesis): each missing id,
+/// ascending, with the smallest id of the events that name it. One scan of the chain, and
+/// a second only when it has a hole.
+fn holes_of(chain: &Chain) -> Vec<(EventId, EventId)> {
     if chain.is_empty() || !chain.holds_genesis() {
         return Vec::new();
     }
-    chain.missing_links()
+    let missing = chain.missing_links();
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    let mut holes: Vec<(EventId, EventId)> =
+        missing.into_iter().map(|m| (m, EventId::MAX)).collect();
+    for event in chain.iter() {
+        let Some(prev) = event.prev() else { continue };
+        if let Ok(at) = holes.binary_search_by_key(&prev, |&(missing, _)| missing) {
+            holes[at].1 = holes[at].1.min(event.id());
+        }
+    }
+    holes
+}
+
+/// Whether `holes` (as [`holes_of`] gives them) has `missing`.
+fn has_hole(holes: &[(EventId, EventId)], missing: EventId) -> bool {
+    holes
+        .binary_search_by_key(&missing, |&(missing, _)| missing)
+        .is_ok()
 }
 
 /// After `slot` was evicted holding `chain` (called with the directory's lock released):
@@ -176,13 +230,19 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
         None => HashMap::new(),
     };
     let mut holes: Vec<(EventId, Hole)> = earlier.into_iter().collect();
-    holes.extend(missing.into_iter().map(|id| {
-        let hole = seen.get(&id).copied().unwrap_or(Hole {
-            since: now,
-            newest,
-            reported: false,
-        });
-        (id, Hole { newest, ..hole })
+    holes.extend(missing.into_iter().map(|(id, named_by)| {
+        let hole = seen
+            .get(&id)
+            .copied()
+            .unwrap_or(Hole::new(now, newest, named_by));
+        (
+            id,
+            Hole {
+                newest,
+                named_by,
+                ..hole
+            },
+        )
     }));
     watch.depart(execution_id, holes);
     index.stalls.note_departed(&watch);
@@ -230,7 +290,7 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
         let now_missing = holes_of(&chain);
         let (again, kept): (Vec<_>, Vec<_>) = holes
             .into_iter()
-            .partition(|(missing, _)| now_missing.binary_search(missing).is_ok());
+            .partition(|&(missing, _)| has_hole(&now_missing, missing));
         watch.depart(execution_id, kept);
         if again.is_empty() {
             continue;
@@ -312,8 +372,12 @@ fn take_overdue(watch: &mut Watch, now: u64, bound: u64) -> Vec<StalledChain> {
     found
 }
 
-/// Slots gone from the directory since the last check (evicted, or evicted and re-created)
-/// hand their holes to the departed record.
+/// Forgets the slots gone from the directory since the last check (evicted, or evicted and
+/// re-created). What they leave on the departed record is their eviction's to say, from the
+/// chain they left with ([`departed`]): the holes this check saw may have filled since. An
+/// eviction that takes the watch's lock finds its slot's entry here, if no check has
+/// forgotten it yet, and keeps its clocks; one that did not need the lock (its chain left
+/// whole) left nothing to keep.
 fn prune_gone(watch: &mut Watch, snapshot: &super::directory::SlotMap) {
     let gone: Vec<ExecutionId> = watch
         .resident
@@ -327,7 +391,12 @@ fn prune_gone(watch: &mut Watch, snapshot: &super::directory::SlotMap) {
         .collect();
     for execution_id in gone {
         if let Some(resident) = watch.resident.remove(&execution_id) {
-            watch.depart(execution_id, resident.holes);
+            // The mutation hands the holes this check saw to the departed record, as if
+            // the chain had left with them: a hole filled just before the eviction is
+            // then reported as a lost write.
+            if cfg!(feature = "mutation-gone-slot-departs-seen-holes") {
+                watch.depart(execution_id, resident.holes);
+            }
         }
     }
 }
@@ -357,19 +426,14 @@ fn scan_resident(watch: &mut Watch, snapshot: &super::directory::SlotMap, now: u
                 slot: Arc::clone(slot),
                 holes: HashMap::new(),
             });
-        resident
-            .holes
-            .retain(|id, _| missing.binary_search(id).is_ok());
-        for id in missing {
-            resident
+        resident.holes.retain(|&id, _| has_hole(&missing, id));
+        for (id, named_by) in missing {
+            let hole = resident
                 .holes
                 .entry(id)
-                .or_insert(Hole {
-                    since: now,
-                    newest,
-                    reported: false,
-                })
-                .newest = newest;
+                .or_insert(Hole::new(now, newest, named_by));
+            hole.newest = newest;
+            hole.named_by = named_by;
         }
     }
 }
