@@ -18,6 +18,9 @@ use crate::frame::{FeedError, FrameReader, Limits};
 /// the bound on how long dropping the source waits for a reader that is reading.
 const TICK: Duration = Duration::from_millis(100);
 
+/// The writer's default cap on the records of one frame (its `EHDB_FEED_BATCH_LIMIT`).
+pub const DEFAULT_FEED_BATCH_LIMIT: u64 = 2_000;
+
 /// Where and how an [`EhdbSource`] reads the feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EhdbConfig {
@@ -47,6 +50,11 @@ pub struct EhdbConfig {
     pub keepalive: Option<Duration>,
     /// The pause between redials (default: 25 ms doubling to 1 s).
     pub redial: Backoff,
+    /// The most records the writer puts in one frame (its `EHDB_FEED_BATCH_LIMIT`;
+    /// default 2,000, the writer's own default), or `None` for a writer that sends a whole
+    /// backlog in one frame. It decides when a shard's backfill is over (see
+    /// [`EhdbSource`], "Backfill"); it never limits what is read.
+    pub feed_batch_limit: Option<u64>,
 }
 
 impl EhdbConfig {
@@ -62,6 +70,7 @@ impl EhdbConfig {
             idle_deadline: None,
             keepalive: Some(Duration::from_secs(10)),
             redial: Backoff::default(),
+            feed_batch_limit: Some(DEFAULT_FEED_BATCH_LIMIT),
         }
     }
 
@@ -98,6 +107,8 @@ pub struct FeedStats {
     pub records: u64,
     /// Bytes of frames read.
     pub bytes: u64,
+    /// Frames that held no record: the writer's heartbeats.
+    pub heartbeats: u64,
 }
 
 #[derive(Default)]
@@ -109,6 +120,7 @@ struct Counters {
     frames_abandoned: AtomicU64,
     records: AtomicU64,
     bytes: AtomicU64,
+    heartbeats: AtomicU64,
 }
 
 impl Counters {
@@ -127,6 +139,7 @@ impl Counters {
             frames_abandoned: load(&self.frames_abandoned),
             records: load(&self.records),
             bytes: load(&self.bytes),
+            heartbeats: load(&self.heartbeats),
         }
     }
 }
@@ -147,8 +160,9 @@ struct ShardState {
     outage: Option<Outage>,
     /// Whether it has been down before (its next way up is a redial).
     down_before: bool,
-    /// The highest `global_sequence` queued when the shard's first frame ended: the head of
-    /// its log at subscription, which the drain has backfilled once it pulled that far.
+    /// The highest `global_sequence` queued when the shard's frames first told that its
+    /// backlog had ended ([`BacklogWatch`]): the head of its log, which the drain has
+    /// backfilled once it pulled that far.
     head: Option<u64>,
 }
 
@@ -212,8 +226,9 @@ impl Shared {
         ))
     }
 
-    /// Records the head of a shard's log at its first frame's end (later frames are live).
-    fn first_frame_ended(&self, slot: usize, cursor: u64) {
+    /// Records the head of a shard's log where its frames first told its backlog ended
+    /// (later frames are live).
+    fn backlog_ended(&self, slot: usize, cursor: u64) {
         self.lock()[slot].head.get_or_insert(cursor);
     }
 
@@ -267,6 +282,19 @@ impl Shared {
 /// all-ones one).
 ///
 /// Bad records are counted by the drain and their neighbours kept.
+///
+/// # Backfill
+///
+/// The source reads as behind ([`WalSource::backfill`]) until each shard's frames have
+/// told where its backlog ends and the drain has pulled that far; stall clocks and early
+/// reads follow it. The feed states no head, so the end is read off the frames (the rule
+/// is [`EhdbConfig::feed_batch_limit`]'s): a frame of records that is not exactly the
+/// writer's cap, a heartbeat after records, or two heartbeats in a row before any record.
+/// A backlog of many capped frames is therefore behind until its last frame, whether or
+/// not a heartbeat came first, and a quiet shard reads as caught up at its second
+/// heartbeat. A writer that sends no heartbeat (older versions) leaves a quiet shard
+/// behind until its first live record, and a backlog that is an exact multiple of the cap
+/// behind until the next live frame: the feed cannot tell them from a slow writer.
 ///
 /// # Limits
 ///
@@ -417,10 +445,8 @@ impl WalSource for EhdbSource {
         Ok(Pull::Decoded(batch))
     }
 
-    /// Behind until every shard's first frame has ended and the drain has pulled each one
-    /// up to that frame's last record: the feed's head is known only when its first frame
-    /// ends. A shard with nothing after the cursor sends no frame at all, so it reads as
-    /// behind until its first live record (the feed cannot tell it from a slow one).
+    /// Behind until every shard's frames have told where its backlog ends (see
+    /// [`EhdbSource`], "Backfill") and the drain has pulled each shard up to there.
     fn backfill(&self) -> Backfill {
         let shards = self.shared.lock();
         let caught_up = shards
@@ -456,6 +482,52 @@ struct ShardReader {
     cursor: u64,
     sender: Sender<(usize, Decoded)>,
     shared: Arc<Shared>,
+}
+
+/// What one subscription's frames tell about where the shard's backlog ends: the writer
+/// answers a subscription with the records after its cursor, at most
+/// [`EhdbConfig::feed_batch_limit`] to a frame, and sends a frame with no record (a
+/// heartbeat) while it has nothing new; a heartbeat may also come before the backlog's
+/// first frame, while the writer prepares it.
+///
+/// The backlog has ended at a frame's end when that frame
+/// - holds records, and not exactly the cap (fewer: the writer had no more when it polled;
+///   more: it does not cap at that number, so the frame is its whole answer), or any number
+///   of them with no cap configured;
+/// - is a heartbeat after a frame of records (the writer polled and found nothing);
+/// - is the second heartbeat in a row before any record (the first may precede a backlog
+///   still being prepared; the second follows a poll that found nothing: a quiet shard).
+///
+/// A frame whose array broke part-way (its count is not the writer's) tells nothing.
+#[derive(Debug)]
+struct BacklogWatch {
+    cap: Option<u64>,
+    frames_with_records: u64,
+    heartbeats_in_a_row: u32,
+}
+
+impl BacklogWatch {
+    fn new(cap: Option<u64>) -> BacklogWatch {
+        BacklogWatch {
+            cap,
+            frames_with_records: 0,
+            heartbeats_in_a_row: 0,
+        }
+    }
+
+    /// Notes a frame read whole; whether the backlog has ended at its end.
+    fn frame(&mut self, frame: &crate::frame::FrameSummary) -> bool {
+        if frame.abandoned {
+            return false;
+        }
+        if frame.scanned == 0 {
+            self.heartbeats_in_a_row += 1;
+            return self.frames_with_records > 0 || self.heartbeats_in_a_row >= 2;
+        }
+        self.heartbeats_in_a_row = 0;
+        self.frames_with_records += 1;
+        self.cap.is_none_or(|cap| frame.scanned != cap)
+    }
 }
 
 /// How one connection ended.
@@ -517,6 +589,7 @@ impl ShardReader {
         };
         let mut input = BufReader::with_capacity(256 << 10, feed);
         let mut frames = FrameReader::new(self.config.limits);
+        let mut backlog = BacklogWatch::new(self.config.feed_batch_limit);
         loop {
             let mut gone = false;
             let cursor = &mut self.cursor;
@@ -541,7 +614,12 @@ impl ShardReader {
             match read {
                 Ok(Some(summary)) => {
                     progressed = true;
-                    self.shared.first_frame_ended(self.slot, self.cursor);
+                    if backlog.frame(&summary) {
+                        self.shared.backlog_ended(self.slot, self.cursor);
+                    }
+                    if summary.records == 0 && !summary.abandoned {
+                        Counters::add(&counters.heartbeats, 1);
+                    }
                     Counters::add(&counters.frames, 1);
                     Counters::add(&counters.bytes, summary.bytes);
                     if summary.abandoned {

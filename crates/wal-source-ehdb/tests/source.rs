@@ -325,3 +325,89 @@ fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
     true
 }
+
+/// Pulls one record at a time until `n` arrived, asserting the source reads as behind
+/// before the last; the positions pulled.
+fn pull_through_behind(source: &mut EhdbSource, n: usize) -> Vec<u64> {
+    let mut positions = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while positions.len() < n && Instant::now() < deadline {
+        if let Ok(Pull::Decoded(batch)) = source.pull(1, Duration::from_millis(50)) {
+            positions.extend(batch.iter().map(|d| d.position));
+            if positions.len() < n {
+                assert!(
+                    source.backfill().is_behind(),
+                    "caught up after {positions:?} of {n}"
+                );
+            }
+        }
+    }
+    positions
+}
+
+/// A writer that caps its frames and heartbeats as upstream's does (a heartbeat first,
+/// then the backlog two records to a frame): behind through every frame of the backlog,
+/// caught up once its last one is pulled.
+#[test]
+fn a_capped_backlog_is_behind_until_its_last_frame_whatever_came_first() {
+    let writer = FakeWriter::start(
+        chain(5),
+        vec![Behaviour::Capped {
+            limit: 2,
+            heartbeat_first: true,
+            heartbeat_ms: 100,
+        }],
+    );
+    let mut config = fast(&writer.addr);
+    config.feed_batch_limit = Some(2);
+    let mut source = EhdbSource::connect(config).unwrap();
+    // Let the heartbeat and the first frames arrive before the drain pulls anything.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(source.backfill().is_behind(), "a heartbeat is not the head");
+    assert_eq!(
+        pull_through_behind(&mut source, 5),
+        vec![10, 20, 30, 40, 50]
+    );
+    assert!(wait(Duration::from_secs(10), || source.backfill()
+        == Backfill::CaughtUp));
+    assert!(source.stats().heartbeats >= 1);
+}
+
+/// A backlog that fills its last frame exactly: the heartbeat after it tells it ended.
+#[test]
+fn a_backlog_of_whole_capped_frames_ends_at_the_heartbeat_after_it() {
+    let writer = FakeWriter::start(
+        chain(4),
+        vec![Behaviour::Capped {
+            limit: 2,
+            heartbeat_first: false,
+            heartbeat_ms: 100,
+        }],
+    );
+    let mut config = fast(&writer.addr);
+    config.feed_batch_limit = Some(2);
+    let mut source = EhdbSource::connect(config).unwrap();
+    assert_eq!(pull_through_behind(&mut source, 4), vec![10, 20, 30, 40]);
+    assert!(wait(Duration::from_secs(10), || source.backfill()
+        == Backfill::CaughtUp));
+}
+
+/// Two shards, one of them quiet (only heartbeats): the quiet one does not hold the source
+/// behind once the other's backlog is pulled.
+#[test]
+fn a_quiet_shard_that_heartbeats_does_not_hold_the_backfill() {
+    let writer = FakeWriter::start(
+        chain(3),
+        vec![Behaviour::Capped {
+            limit: 2,
+            heartbeat_first: true,
+            heartbeat_ms: 50,
+        }],
+    );
+    let mut config = fast(&writer.addr).shards([0, 1]);
+    config.feed_batch_limit = Some(2);
+    let mut source = EhdbSource::connect(config).unwrap();
+    assert_eq!(pull_through_behind(&mut source, 3), vec![10, 20, 30]);
+    assert!(wait(Duration::from_secs(10), || source.backfill()
+        == Backfill::CaughtUp));
+}

@@ -85,6 +85,21 @@ pub enum Behaviour {
     Trickle(Vec<u8>),
     /// Send nothing, and close after this many milliseconds.
     CloseAfterMs(u64),
+    /// As upstream's writer with `EHDB_FEED_BATCH_LIMIT`: a heartbeat (a frame with no
+    /// record) first if `heartbeat_first`, then the records after the cursor at most
+    /// `limit` to a frame, then a heartbeat every `heartbeat_ms` for as long as the
+    /// connection lasts. A subscription to a shard other than 0 gets no record: a quiet
+    /// shard.
+    Capped {
+        limit: usize,
+        heartbeat_first: bool,
+        heartbeat_ms: u64,
+    },
+}
+
+/// A frame with no record: the writer's heartbeat.
+pub fn heartbeat() -> Vec<u8> {
+    frame_of(&[])
 }
 
 /// The writer: a listener on loopback and the subscriptions it received.
@@ -111,7 +126,7 @@ impl FakeWriter {
                 let Ok(mut connection) = connection else {
                     return;
                 };
-                let Some(cursor) = read_subscription(&mut connection) else {
+                let Some((shard, cursor)) = read_subscription(&mut connection) else {
                     continue;
                 };
                 seen.lock().unwrap().push(cursor);
@@ -122,10 +137,39 @@ impl FakeWriter {
                     .unwrap_or(Behaviour::Serve);
                 let after: Vec<LogRecord> = log
                     .iter()
-                    .filter(|r| r.global_sequence > cursor)
+                    .filter(|r| shard == 0 && r.global_sequence > cursor)
                     .cloned()
                     .collect();
+                if shard != 0 {
+                    assert!(
+                        matches!(behaviour, Behaviour::Capped { .. }),
+                        "only a capped writer serves other shards"
+                    );
+                }
                 match behaviour {
+                    Behaviour::Capped {
+                        limit,
+                        heartbeat_first,
+                        heartbeat_ms,
+                    } => {
+                        std::thread::spawn(move || {
+                            if heartbeat_first {
+                                let _ = connection.write_all(&heartbeat());
+                                std::thread::sleep(std::time::Duration::from_millis(heartbeat_ms));
+                            }
+                            for chunk in after.chunks(limit.max(1)) {
+                                if connection.write_all(&frame_of(chunk)).is_err() {
+                                    return;
+                                }
+                            }
+                            loop {
+                                std::thread::sleep(std::time::Duration::from_millis(heartbeat_ms));
+                                if connection.write_all(&heartbeat()).is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                    }
                     Behaviour::Serve => {
                         let _ = connection.write_all(&frame_of(&after));
                         open.push(connection);
@@ -168,13 +212,12 @@ impl FakeWriter {
     }
 }
 
-/// Reads one subscribe frame and returns its cursor.
-fn read_subscription(connection: &mut TcpStream) -> Option<u64> {
+/// Reads one subscribe frame and returns its shard and cursor.
+fn read_subscription(connection: &mut TcpStream) -> Option<(u64, u64)> {
     let mut prefix = [0u8; 4];
     connection.read_exact(&mut prefix).ok()?;
     let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
     connection.read_exact(&mut body).ok()?;
     let request: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    assert_eq!(request["shard"], 0, "the subscription names its shard");
-    request["cursor"].as_u64()
+    Some((request["shard"].as_u64()?, request["cursor"].as_u64()?))
 }
