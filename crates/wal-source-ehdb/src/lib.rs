@@ -80,4 +80,4 @@ pub mod test_writer;
 pub use publish::EhdbPublisher;
 pub use rehydrate::{FeedRehydrate, read_retained};
 pub use shard::shard_of;
-pub use source::{EhdbConfig, EhdbSource, FeedStats};
+pub use source::{DEFAULT_FEED_BATCH_LIMIT, EhdbConfig, EhdbSource, FeedStats};

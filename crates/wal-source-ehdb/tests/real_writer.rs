@@ -265,3 +265,35 @@ fn a_stopped_writer_is_an_outage_found_by_the_idle_deadline() {
     assert_eq!(after, (101..=200).collect::<Vec<_>>());
     assert!(source.stats().outages >= 1);
 }
+
+/// The writer alone: a record re-sent under the sequence its first copy was stored with (a
+/// producer whose acknowledgement was lost sends it again, as the simulator's producer
+/// does) is stored twice. A subscription from 0 serves both copies; a live subscription
+/// already past that sequence is never served the second one, because the feed serves
+/// records *above* a cursor. So "records the writer holds" counted copy by copy exceeds what
+/// any live drain receives, by the copies stored after the drain passed their sequence,
+/// though no distinct record is missing.
+#[test]
+fn a_record_resent_under_its_sequence_is_served_live_once_and_stored_twice() {
+    let Some(writer) = Writer::start("resent_record") else {
+        return;
+    };
+    publish(&writer, 0..3);
+    let mut source = EhdbSource::connect(fast(&writer.feed)).unwrap();
+    assert_eq!(pull_until(&mut source, |p| p.len() >= 3), vec![1, 2, 3]);
+    // Sequence 3 again (the first copy's acknowledgement was lost), then 4.
+    let mut publisher = EhdbPublisher::connect(&writer.ingest, Duration::from_secs(10)).unwrap();
+    for n in [2, 3] {
+        let r = record(n);
+        let execution: i64 = r.execution_id.parse().unwrap();
+        publisher
+            .publish(r.global_sequence, execution, "t", &r.payload)
+            .unwrap();
+    }
+    assert_eq!(
+        pull_until(&mut source, |p| p.contains(&4)),
+        vec![4],
+        "live: once"
+    );
+    assert_eq!(served(&writer), vec![1, 2, 3, 3, 4], "stored: twice");
+}

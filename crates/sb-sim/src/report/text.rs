@@ -163,6 +163,13 @@ fn wal_health(out: &mut String, e: &EngineReport) {
             p.stored,
             h.duplicates_stored
         );
+        if p.stored_again > 0 {
+            let _ = writeln!(
+                out,
+                "WAL on the server: {} re-sent records were stored again under their first copy's sequence (not counted above: the feed serves a drain past that sequence none of them)",
+                p.stored_again
+            );
+        }
     }
     if h.lost_by_server > 0 {
         let _ = writeln!(

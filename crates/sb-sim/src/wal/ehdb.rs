@@ -83,7 +83,7 @@ pub struct EhdbFeed {
     next: u64,
     figures: PublisherFigures,
     /// What the writer holds of the run, once counted.
-    stored: std::sync::OnceLock<u64>,
+    stored: std::sync::OnceLock<(u64, u64)>,
 }
 
 impl EhdbFeed {
@@ -203,29 +203,49 @@ impl EhdbFeed {
     /// counted by reading the records its feed serves after the run's base, every shard, 60 s
     /// each at most, once per run. A shard that sends nothing within that counts as holding
     /// none: this writer version sends no frame while nothing follows the cursor.
+    ///
+    /// `stored` counts distinct sequences, `stored_again` the further copies: this writer
+    /// stores a re-sent record again under the sequence of its first copy, and its feed
+    /// serves a subscriber only records above its cursor, so a drain already past that
+    /// sequence is never served the copy (`tests/real_writer.rs` in wal-source-ehdb shows it
+    /// with the writer alone). Counting copies would report them as records the drain did
+    /// not consume.
     pub fn figures(&self) -> PublisherFigures {
-        let stored = if self.figures.ack_failures == 0 && self.figures.send_failures == 0 {
-            self.figures.published
-        } else {
-            *self.stored.get_or_init(|| self.count_stored())
-        };
+        let (stored, stored_again) =
+            if self.figures.ack_failures == 0 && self.figures.send_failures == 0 {
+                (self.figures.published, 0)
+            } else {
+                *self.stored.get_or_init(|| self.count_stored())
+            };
         PublisherFigures {
             stored,
+            stored_again,
             ..self.figures
         }
     }
 
-    fn count_stored(&self) -> u64 {
-        let mut stored = 0;
+    /// Distinct sequences the writer holds after the run's base, and further copies.
+    fn count_stored(&self) -> (u64, u64) {
+        let (mut stored, mut again) = (0, 0);
         for shard in 0..self.target.shards {
             let mut records = 0u64;
+            // The feed serves a shard's records in ascending sequence: a copy follows the
+            // record whose sequence it reuses.
+            let mut last = None;
             let read = wal_source_ehdb::read_retained(
                 &self.target.feed,
                 shard,
                 self.base,
                 Duration::from_secs(60),
                 wal_source_ehdb::frame::Limits::default(),
-                |_| records += 1,
+                |record| {
+                    if last == Some(record.position) {
+                        again += 1;
+                    } else {
+                        records += 1;
+                    }
+                    last = Some(record.position);
+                },
             );
             match read {
                 Ok(_) => stored += records,
@@ -238,7 +258,7 @@ impl EhdbFeed {
                 }
             }
         }
-        stored
+        (stored, again)
     }
 }
 

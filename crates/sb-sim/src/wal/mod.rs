@@ -109,8 +109,12 @@ pub struct PublisherFigures {
     /// Retry rounds the producer waited for the broker.
     pub waits: u64,
     /// Messages the stream held at the end (records, plus duplicates of re-sends whose
-    /// first copy had been stored).
+    /// first copy had been stored). On EHDB, distinct sequences: a re-sent record is stored
+    /// again under its first copy's sequence, and the feed serves a drain only records
+    /// above its cursor, so a drain already past that sequence is never served the copy.
     pub stored: u64,
+    /// EHDB: copies stored under a sequence an earlier copy holds (not in `stored`).
+    pub stored_again: u64,
 }
 
 impl Drop for Feed {
@@ -285,6 +289,7 @@ impl Feed {
             send_failures: stats.send_failures,
             waits: stats.waits,
             stored,
+            stored_again: 0,
         })
     }
 }
