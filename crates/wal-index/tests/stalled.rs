@@ -505,3 +505,33 @@ fn quiet_for_two_bounds(checks: &mut Checks<'_>) {
     let found = checks.advance(OVER * 2);
     assert!(found.is_empty(), "{found:?}");
 }
+
+/// A departed hole named by an event that came back linking elsewhere stays on record
+/// while another event that named it did not come back: judged by every event that named
+/// it when the execution last left, not by the first one ever seen.
+#[test]
+fn a_departed_hole_stays_while_an_event_that_named_it_is_away() {
+    let index = index();
+    let mut checks = Checks::start(&index);
+    // Left with 1 ← [2] ← 3; came back with 3 linking to 1 and 4 naming 2; left again.
+    index.apply(ev(7, 1, None));
+    index.apply(ev(7, 3, Some(2)));
+    assert!(index.evict(7));
+    index.apply(ev(7, 1, None));
+    index.apply(ev(7, 3, Some(1)));
+    index.apply(ev(7, 4, Some(2)));
+    assert!(index.evict(7));
+    // Back without 4.
+    index.apply(ev(7, 1, None));
+    index.apply(ev(7, 3, Some(1)));
+    // Two events named 2 (a conflicting redelivery made a fork); back with one of them
+    // moved, the other away.
+    index.apply(ev(8, 1, None));
+    index.apply(ev(8, 3, Some(2)));
+    index.apply(ev(8, 4, Some(2)));
+    assert!(index.evict(8));
+    index.apply(ev(8, 1, None));
+    index.apply(ev(8, 3, Some(1)));
+    let found = checks.advance(OVER + BOUND / 4);
+    assert_eq!(seen(&found), vec![(7, 2), (8, 2)]);
+}

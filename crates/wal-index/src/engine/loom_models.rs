@@ -370,3 +370,39 @@ fn stall_check_vs_fill_and_eviction_reports_only_what_left_open() {
         });
     }
 }
+
+/// A stall check vs an eviction of a chain with a hole, the check landing between the
+/// eviction's removal from the directory and its record of what the chain left with: the
+/// hole keeps the clock an earlier check started (reported one bound after it was first
+/// seen, not one bound after the eviction).
+///
+/// Mutation: `mutation-gone-slot-forgets-clocks` (a check drops what it saw of a slot that
+/// has left, so the eviction's record starts the clock again).
+#[test]
+fn stall_check_vs_eviction_keeps_the_hole_clock() {
+    const BOUND: Duration = Duration::from_secs(1);
+    loom::model(|| {
+        let index = Arc::new(WalIndex::new(IndexConfig {
+            stall_after: Some(BOUND),
+            ..IndexConfig::default()
+        }));
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 3, Some(2)));
+        assert!(index.check_stalls_at(Instant::now()).is_empty()); // hole 2 seen at 0
+        advance_clock(&*index, BOUND * 3 / 4);
+        let leaver = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || assert!(index.evict(7)))
+        };
+        let early = index.check_stalls_at(Instant::now());
+        leaver.join().unwrap();
+        assert!(early.is_empty(), "not due at three quarters of the bound");
+        advance_clock(&*index, BOUND / 2);
+        let due: Vec<(i64, i64)> = index
+            .check_stalls_at(Instant::now())
+            .iter()
+            .map(|s| (s.execution_id, s.missing_event_id))
+            .collect();
+        assert_eq!(due, vec![(7, 2)], "due one bound after it was first seen");
+    });
+}

@@ -13,6 +13,7 @@
 //! | `max_id` | appliers, just before publishing `chain` | `writer` | builds' miss path (no lock) |
 //! | `last_used` | appliers, builds | nothing (relaxed store) | sweeps |
 //! | `judged` | stall checks | the engine's stall lock | stall checks, under the same lock |
+//! | `left_whole` | its evictor's stall record, after the eviction | nothing (relaxed store) | stall checks, under the stall lock |
 //!
 //! Builds never take `writer`; that is the whole point.
 
@@ -74,6 +75,10 @@ pub(crate) struct Slot {
     /// The chain version a stall check last scanned (see [`Slot::judge`]; 0: none), so an
     /// unchanged chain is not scanned again.
     judged: AtomicU64,
+    /// Set by the eviction that removed the slot when its chain left with no hole and it
+    /// recorded nothing under the stall lock: a stall check that kept clocks for it in
+    /// case the eviction needed them drops them (see `stalls::prune_gone`).
+    left_whole: AtomicBool,
 }
 
 /// What the byte ledger charges per resident execution beyond its chain and cached spine:
@@ -113,6 +118,7 @@ impl Slot {
             last_used: AtomicU64::new(now),
             pending_sink: AtomicBool::new(false),
             judged: AtomicU64::new(0),
+            left_whole: AtomicBool::new(false),
         }
     }
 
@@ -325,6 +331,17 @@ impl Slot {
     pub(crate) fn judge(&self, chain: &Chain) -> bool {
         let version = ((chain.len() as u64) << 32 | (chain.rewrites() & 0xffff_ffff)) + 1;
         self.judged.swap(version, Ordering::Relaxed) != version
+    }
+
+    /// Notes that this slot's eviction recorded nothing for the stall checks (its chain left
+    /// whole). Relaxed: a hint; a check that misses it keeps an entry one check longer.
+    pub(crate) fn note_left_whole(&self) {
+        self.left_whole.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Slot::note_left_whole`] ran. Relaxed, as there.
+    pub(crate) fn left_whole(&self) -> bool {
+        self.left_whole.load(Ordering::Relaxed)
     }
 
     /// Makes the next stall check scan the chain again. Relaxed, as [`Slot::judge`].

@@ -47,6 +47,11 @@ impl StallWatch {
 struct Watch {
     /// Resident executions whose chain had holes when last scanned.
     resident: HashMap<ExecutionId, Resident>,
+    /// Entries of `resident` whose slot has left the directory and whose eviction has not
+    /// yet recorded what the chain left with ([`departed`] takes its entry's clocks from
+    /// here). An eviction that needed no lock (its chain left whole) marks its slot, and
+    /// the next check drops the entry.
+    leaving: Vec<Resident>,
     /// Holes of executions that left the index, by execution, then missing id.
     departed: HashMap<ExecutionId, HashMap<EventId, Hole>>,
     departed_holes: usize,
@@ -70,22 +75,22 @@ struct Resident {
     holes: HashMap<EventId, Hole>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Hole {
     /// When a check (or an eviction) first saw it.
     since: u64,
     /// The chain's newest event when it was last seen.
     newest: EventId,
-    /// The smallest id of the events that named it when it was last seen: a departed hole
-    /// is closed by a chain that holds this event linking elsewhere (see
-    /// [`Watch::take_departed`]).
-    named_by: EventId,
+    /// The events that named it when it was last seen, ascending (one, but for a fork a
+    /// conflicting redelivery made): a departed hole is closed by a chain that holds every
+    /// one of them linking elsewhere (see [`Watch::take_departed`]).
+    named_by: Box<[EventId]>,
     reported: bool,
 }
 
 impl Hole {
     /// A hole first seen at `since`.
-    fn new(since: u64, newest: EventId, named_by: EventId) -> Hole {
+    fn new(since: u64, newest: EventId, named_by: Box<[EventId]>) -> Hole {
         Hole {
             since,
             newest,
@@ -126,7 +131,12 @@ impl Watch {
             let full = self.departed_holes >= DEPARTED_HOLES_MAX;
             let kept = self.departed.entry(execution_id).or_default();
             match kept.get_mut(&missing) {
-                Some(kept) => kept.since = kept.since.min(hole.since),
+                // The later sighting says who names it now; the earlier, since when.
+                Some(kept) => {
+                    kept.since = kept.since.min(hole.since);
+                    kept.newest = hole.newest;
+                    kept.named_by = hole.named_by;
+                }
                 None if full => {}
                 None => {
                     kept.insert(missing, hole);
@@ -141,10 +151,10 @@ impl Watch {
 
     /// Takes `execution_id`'s departed holes off the record and judges them against
     /// `chain`, the execution's chain now: a hole is closed if `chain` holds its missing
-    /// event (it arrived), or holds the event that named it linking elsewhere while no
-    /// event of `chain` names it (a redelivery moved the link past it, as it closes a
-    /// resident hole). The open ones are returned (to be watched as resident again, or put
-    /// back).
+    /// event (it arrived), or holds every event that named it when it was last seen, each
+    /// linking elsewhere, while no event of `chain` names it (redeliveries moved the links
+    /// past it, as they close a resident hole). The open ones are returned (to be watched
+    /// as resident again, or put back).
     fn take_departed(
         &mut self,
         execution_id: ExecutionId,
@@ -159,9 +169,11 @@ impl Watch {
             if chain.contains(missing) {
                 return false;
             }
-            let moved = chain
-                .get(hole.named_by)
-                .is_some_and(|event| event.prev() != Some(missing));
+            let moved = hole.named_by.iter().all(|&named_by| {
+                chain
+                    .get(named_by)
+                    .is_some_and(|event| event.prev() != Some(missing))
+            });
             // The mutation keeps a hole whose link moved: it is reported as a lost write.
             if !moved || cfg!(feature = "mutation-departed-hole-ignores-moved-link") {
                 return true;
@@ -174,9 +186,9 @@ impl Watch {
 }
 
 /// A chain's holes, if it is judged at all (it holds its genesis): each missing id,
-/// ascending, with the smallest id of the events that name it. One scan of the chain, and
-/// a second only when it has a hole.
-fn holes_of(chain: &Chain) -> Vec<(EventId, EventId)> {
+/// ascending, with the events that name it, ascending. One scan of the chain, and a second
+/// only when it has a hole.
+fn holes_of(chain: &Chain) -> Vec<(EventId, Box<[EventId]>)> {
     if chain.is_empty() || !chain.holds_genesis() {
         return Vec::new();
     }
@@ -184,21 +196,27 @@ fn holes_of(chain: &Chain) -> Vec<(EventId, EventId)> {
     if missing.is_empty() {
         return Vec::new();
     }
-    let mut holes: Vec<(EventId, EventId)> =
-        missing.into_iter().map(|m| (m, EventId::MAX)).collect();
+    let mut namers: Vec<Vec<EventId>> = vec![Vec::new(); missing.len()];
     for event in chain.iter() {
         let Some(prev) = event.prev() else { continue };
-        if let Ok(at) = holes.binary_search_by_key(&prev, |&(missing, _)| missing) {
-            holes[at].1 = holes[at].1.min(event.id());
+        if let Ok(at) = missing.binary_search(&prev) {
+            namers[at].push(event.id());
         }
     }
-    holes
+    missing
+        .into_iter()
+        .zip(namers)
+        .map(|(missing, mut named_by)| {
+            named_by.sort_unstable();
+            (missing, named_by.into_boxed_slice())
+        })
+        .collect()
 }
 
 /// Whether `holes` (as [`holes_of`] gives them) has `missing`.
-fn has_hole(holes: &[(EventId, EventId)], missing: EventId) -> bool {
+fn has_hole(holes: &[(EventId, Box<[EventId]>)], missing: EventId) -> bool {
     holes
-        .binary_search_by_key(&missing, |&(missing, _)| missing)
+        .binary_search_by_key(&missing, |(missing, _)| *missing)
         .is_ok()
 }
 
@@ -214,6 +232,9 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
     let missing = holes_of(chain);
     // Relaxed: a hint (see the field); the lock orders everything it guards.
     if missing.is_empty() && !index.stalls.departed_on_record.load(Ordering::Relaxed) {
+        // A check that already moved this slot's entry to `leaving` drops it at its next
+        // run; one that has not yet found the slot gone drops the entry then.
+        slot.note_left_whole();
         return;
     }
     let execution_id = slot.execution_id;
@@ -222,25 +243,29 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
     let earlier = watch.take_departed(execution_id, chain);
     let seen = match watch.resident.remove(&execution_id) {
         Some(resident) if Arc::ptr_eq(&resident.slot, slot) => resident.holes,
-        Some(other) => {
-            // A check already watches a newer slot of the same execution.
-            watch.resident.insert(execution_id, other);
-            HashMap::new()
+        other => {
+            // Not watched as resident (a check may already watch a newer slot of the same
+            // execution): a check that found this slot gone kept its clocks in `leaving`.
+            if let Some(other) = other {
+                watch.resident.insert(execution_id, other);
+            }
+            watch
+                .leaving
+                .iter()
+                .position(|leaving| Arc::ptr_eq(&leaving.slot, slot))
+                .map(|at| watch.leaving.swap_remove(at).holes)
+                .unwrap_or_default()
         }
-        None => HashMap::new(),
     };
     let mut holes: Vec<(EventId, Hole)> = earlier.into_iter().collect();
     holes.extend(missing.into_iter().map(|(id, named_by)| {
-        let hole = seen
-            .get(&id)
-            .copied()
-            .unwrap_or(Hole::new(now, newest, named_by));
+        let since = seen.get(&id).map_or(now, |hole| hole.since);
+        let reported = seen.get(&id).is_some_and(|hole| hole.reported);
         (
             id,
             Hole {
-                newest,
-                named_by,
-                ..hole
+                reported,
+                ..Hole::new(since, newest, named_by)
             },
         )
     }));
@@ -372,13 +397,14 @@ fn take_overdue(watch: &mut Watch, now: u64, bound: u64) -> Vec<StalledChain> {
     found
 }
 
-/// Forgets the slots gone from the directory since the last check (evicted, or evicted and
-/// re-created). What they leave on the departed record is their eviction's to say, from the
-/// chain they left with ([`departed`]): the holes this check saw may have filled since. An
-/// eviction that takes the watch's lock finds its slot's entry here, if no check has
-/// forgotten it yet, and keeps its clocks; one that did not need the lock (its chain left
-/// whole) left nothing to keep.
+/// Moves the entries of slots gone from the directory since the last check (evicted, or
+/// evicted and re-created) to `leaving`, and drops those of `leaving` whose eviction left
+/// whole. What a slot leaves on the departed record is its eviction's to say, from the
+/// chain it left with ([`departed`]): the holes this check saw may have filled since. An
+/// eviction that takes the watch's lock takes its slot's clocks from `resident` or
+/// `leaving`; one that did not need the lock (its chain left whole) marks the slot.
 fn prune_gone(watch: &mut Watch, snapshot: &super::directory::SlotMap) {
+    watch.leaving.retain(|leaving| !leaving.slot.left_whole());
     let gone: Vec<ExecutionId> = watch
         .resident
         .iter()
@@ -391,11 +417,16 @@ fn prune_gone(watch: &mut Watch, snapshot: &super::directory::SlotMap) {
         .collect();
     for execution_id in gone {
         if let Some(resident) = watch.resident.remove(&execution_id) {
-            // The mutation hands the holes this check saw to the departed record, as if
-            // the chain had left with them: a hole filled just before the eviction is
-            // then reported as a lost write.
+            // The first mutation hands the holes this check saw to the departed record, as
+            // if the chain had left with them: a hole filled just before the eviction is
+            // then reported as a lost write. The second drops them, clocks and all: the
+            // eviction's record, if this check ran before it, starts the clocks again.
             if cfg!(feature = "mutation-gone-slot-departs-seen-holes") {
                 watch.depart(execution_id, resident.holes);
+            } else if !cfg!(feature = "mutation-gone-slot-forgets-clocks")
+                && !resident.slot.left_whole()
+            {
+                watch.leaving.push(resident);
             }
         }
     }
@@ -428,12 +459,16 @@ fn scan_resident(watch: &mut Watch, snapshot: &super::directory::SlotMap, now: u
             });
         resident.holes.retain(|&id, _| has_hole(&missing, id));
         for (id, named_by) in missing {
-            let hole = resident
-                .holes
-                .entry(id)
-                .or_insert(Hole::new(now, newest, named_by));
-            hole.newest = newest;
-            hole.named_by = named_by;
+            match resident.holes.entry(id) {
+                std::collections::hash_map::Entry::Occupied(mut seen) => {
+                    let hole = seen.get_mut();
+                    hole.newest = newest;
+                    hole.named_by = named_by;
+                }
+                std::collections::hash_map::Entry::Vacant(new) => {
+                    new.insert(Hole::new(now, newest, named_by));
+                }
+            }
         }
     }
 }
