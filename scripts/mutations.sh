@@ -15,9 +15,10 @@ while read -r crate mutation checker check; do
   [ "$checker" = test ] || continue
   file=${check%%::*} name=${check#*::}
   features="$crate/mutation-$mutation"
-  cargo test --locked -q -p "$crate" --features "$features" --test "$file" --no-run
-  if cargo test --locked -q -p "$crate" --features "$features" --test "$file" "$name" \
-      -- --exact >/dev/null 2>&1; then
+  if [ "$file" = lib ]; then target=(--lib) exact=(); else target=(--test "$file") exact=(--exact); fi
+  cargo test --locked -q -p "$crate" --features "$features" "${target[@]}" --no-run
+  if cargo test --locked -q -p "$crate" --features "$features" "${target[@]}" "$name" \
+      -- "${exact[@]}" >/dev/null 2>&1; then
     echo "mutation-$mutation escaped $check"
     exit 1
   fi

@@ -166,7 +166,7 @@ fn wal_health(out: &mut String, e: &EngineReport) {
         if p.stored_again > 0 {
             let _ = writeln!(
                 out,
-                "WAL on the server: {} re-sent records were stored again under their first copy's sequence (not counted above: the feed serves a drain past that sequence none of them)",
+                "WAL on the server: {} re-sent records were stored again under their first copy's sequence (not counted above; the feed does not serve such a copy to a drain already past its sequence)",
                 p.stored_again
             );
         }

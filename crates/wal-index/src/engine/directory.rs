@@ -55,8 +55,9 @@ pub(super) type SlotMap = imbl::GenericHashMap<
 /// documentation).
 pub(super) struct Directory {
     map: Published<SlotMap>,
-    /// Serializes the map's writers (slot creation and removal). Builds never take it.
-    writer: Mutex<()>,
+    /// Serializes the map's writers (slot creation and removal), and counts the slots
+    /// created (each slot's generation). Builds never take it.
+    writer: Mutex<u64>,
     /// Executions recently evicted after their terminal event: a drive for one of them
     /// whose slot is empty ends at once instead of waiting for a tip that came and went.
     finished: Mutex<FinishedExecutions>,
@@ -70,14 +71,14 @@ pub(super) struct DirectoryWriter<'a> {
     /// The map as published when the lock was taken; no other writer can replace it while
     /// this one lives.
     map: Arc<SlotMap>,
-    _lock: MutexGuard<'a, ()>,
+    _lock: MutexGuard<'a, u64>,
 }
 
 impl Directory {
     pub(super) fn new() -> Directory {
         Directory {
             map: Published::new(Arc::new(SlotMap::default())),
-            writer: Mutex::new(()),
+            writer: Mutex::new(0),
             finished: Mutex::new(FinishedExecutions::default()),
             rooms: WaitingRooms::default(),
         }
@@ -106,12 +107,12 @@ impl Directory {
     pub(super) fn get_or_create(
         &self,
         execution_id: ExecutionId,
-        new: impl FnOnce() -> Slot,
+        new: impl FnOnce(u64) -> Slot,
     ) -> Arc<Slot> {
         if let Some(slot) = self.lookup(execution_id) {
             return slot;
         }
-        let _writer = self.writer.lock();
+        let mut created = self.writer.lock();
         let map = self.map.load();
         // Another creator may have published this execution's slot between the lookup
         // above and the lock: the check under the lock keeps one slot per execution. The
@@ -121,7 +122,10 @@ impl Directory {
         {
             return Arc::clone(slot);
         }
-        let slot = Arc::new(new());
+        // Under the writers' lock: a slot created after another of the same execution was
+        // removed (under the same lock) has the larger generation.
+        *created += 1;
+        let slot = Arc::new(new(*created));
         let next = map.update(execution_id, Arc::clone(&slot));
         self.finished.lock().forget(execution_id);
         // The room is woken after the store: a drive registering in the room checks

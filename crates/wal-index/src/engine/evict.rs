@@ -32,6 +32,7 @@ impl WalIndex {
         });
         if let SlotEviction::Evicted { .. } = result {
             let next = writer.map().without(&execution_id);
+            super::stalls::begin_departures(self, 1);
             writer.publish_removal(next, &[Arc::clone(&slot)], reason == EvictReason::Terminal);
         } else {
             drop(writer);
@@ -70,6 +71,7 @@ impl WalIndex {
         if let SlotEviction::Evicted { .. } = result {
             let slot = Arc::clone(expected);
             let next = writer.map().without(&execution_id);
+            super::stalls::begin_departures(self, 1);
             writer.publish_removal(next, &[slot], reason == EvictReason::Terminal);
         } else {
             drop(writer);
@@ -190,6 +192,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         });
     eviction_plan::recount(&mut plan, gated_at_eviction);
     // The reasons differ per victim, but none is terminal, which is all the removal needs.
+    super::stalls::begin_departures(index, removed.len());
     writer.publish_removal(directory, &removed, false);
     let evicted_at = index.clock.now();
     for slot in &removed {

@@ -296,7 +296,7 @@ fn two_creators_of_one_execution_share_one_slot() {
                 let directory = Arc::clone(&directory);
                 thread::spawn(move || {
                     directory
-                        .get_or_create(5, || Slot::new(5, chain_fold::SpineOrder::default(), 0))
+                        .get_or_create(5, |g| Slot::new(5, g, chain_fold::SpineOrder::default(), 0))
                 })
             })
             .collect();

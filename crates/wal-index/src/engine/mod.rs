@@ -153,8 +153,13 @@ impl WalIndex {
     }
 
     fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
-        self.directory.get_or_create(execution_id, || {
-            Slot::new(execution_id, self.config.order, self.clock.now())
+        self.directory.get_or_create(execution_id, |generation| {
+            Slot::new(
+                execution_id,
+                generation,
+                self.config.order,
+                self.clock.now(),
+            )
         })
     }
 

@@ -58,6 +58,10 @@ pub(crate) struct SlotApplied {
 pub(crate) struct Slot {
     /// The execution.
     pub(crate) execution_id: ExecutionId,
+    /// The order of its creation among the index's slots (see
+    /// `Directory::get_or_create`): of two slots of one execution, the later created has
+    /// the larger generation.
+    pub(crate) generation: u64,
     chain: Swap<Chain>,
     /// The largest id of the published chain (`i64::MIN` while it is empty), stored just
     /// before each chain publish: a build asking for a tip above it is a miss decided by one load,
@@ -105,10 +109,16 @@ fn spine_heap(cached: Option<&Spine>) -> i64 {
 }
 
 impl Slot {
-    /// An empty slot, last used at `now`.
-    pub(crate) fn new(execution_id: ExecutionId, order: SpineOrder, now: u64) -> Slot {
+    /// An empty slot of the given creation `generation`, last used at `now`.
+    pub(crate) fn new(
+        execution_id: ExecutionId,
+        generation: u64,
+        order: SpineOrder,
+        now: u64,
+    ) -> Slot {
         Slot {
             execution_id,
+            generation,
             chain: sync::new_swap(Arc::new(Chain::new(order))),
             max_id: AtomicI64::new(i64::MIN),
             spine: sync::new_swap(Arc::new(None)),

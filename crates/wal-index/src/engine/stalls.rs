@@ -5,8 +5,10 @@
 //! # Locks
 //!
 //! [`StallWatch`] is one mutex. Checks hold it for their whole scan. An eviction takes it
-//! after the directory's lock is released, only for a chain with a hole or while departed
-//! holes are on record: so an applier whose batch ends an execution (the drain's terminal
+//! after the directory's lock is released, only for a chain with a hole, while departed
+//! holes are on record, or while another eviction is between its removal and its record
+//! (then it stamps its slot's generation, so an older slot's record that comes later is
+//! known stale): so an applier whose batch ends an execution (the drain's terminal
 //! eviction) or a sink-gate release that removes a slot may wait for a check's scan.
 //! Builds and drive waits never take it. It is taken with no other lock held, and the
 //! observer is called after it is released. Under it, checks read published snapshots as
@@ -21,7 +23,7 @@ use super::WalIndex;
 use super::slot::Slot;
 use crate::labels::StallReason;
 use crate::stall::{DEPARTED_HOLES_MAX, REPORTED_MEMORY, StalledChain};
-use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 
 /// What stall checks remember between runs.
 #[derive(Default)]
@@ -32,6 +34,11 @@ pub(super) struct StallWatch {
     /// only leaves a departed hole that this eviction's chain filled to the next check
     /// that finds the execution resident (or, if none does, to be reported).
     departed_on_record: AtomicBool,
+    /// Evictions between their removal from the directory and the end of their record
+    /// ([`begin_departures`] to [`departed`]). While another is in flight, a departure takes
+    /// the lock and stamps its slot's generation (`Watch::newest_departure`), so an older
+    /// slot of the same execution whose record comes later does not overwrite it.
+    departing: AtomicU64,
 }
 
 impl StallWatch {
@@ -65,6 +72,10 @@ struct Watch {
     counting_since: u64,
     /// When the last check ran (`None` before the first).
     last_check: Option<u64>,
+    /// The newest slot generation whose departure was recorded while other departures were
+    /// in flight, by execution: the record of an older slot that comes later is stale.
+    /// Emptied when a departure or a check finds none in flight.
+    newest_departure: HashMap<ExecutionId, u64>,
     /// The last check found the drain behind.
     was_behind: bool,
 }
@@ -220,6 +231,20 @@ fn has_hole(holes: &[(EventId, Box<[EventId]>)], missing: EventId) -> bool {
         .is_ok()
 }
 
+/// Before evictions publish the removal of `slots` slots from the directory: each will call
+/// [`departed`] once, after.
+pub(super) fn begin_departures(index: &WalIndex, slots: usize) {
+    if index.config.stall_bound().is_none() || slots == 0 {
+        return;
+    }
+    // Relaxed: the directory's writers' lock, held here and by whoever creates and evicts a
+    // later slot of the same execution, orders this before that eviction's load.
+    index
+        .stalls
+        .departing
+        .fetch_add(slots as u64, Ordering::Relaxed);
+}
+
 /// After `slot` was evicted holding `chain` (called with the directory's lock released):
 /// the chain's open holes go on record with the departed ones (unless already reported),
 /// and departed holes of the same execution that `chain` filled are dropped. Costs one
@@ -230,16 +255,44 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
         return;
     }
     let missing = holes_of(chain);
+    // Acquire pairs with the Release decrement at the end of another departure: one seen
+    // done has its record (and `departed_on_record`) in place. An older slot of this
+    // execution whose departure is not done counts here (see `begin_departures`).
+    let others_in_flight = index.stalls.departing.load(Ordering::Acquire) > 1;
     // Relaxed: a hint (see the field); the lock orders everything it guards.
-    if missing.is_empty() && !index.stalls.departed_on_record.load(Ordering::Relaxed) {
+    if missing.is_empty()
+        && !others_in_flight
+        && !index.stalls.departed_on_record.load(Ordering::Relaxed)
+    {
         // A check that already moved this slot's entry to `leaving` drops it at its next
         // run; one that has not yet found the slot gone drops the entry then.
         slot.note_left_whole();
+        end_departure(index, None);
         return;
     }
     let execution_id = slot.execution_id;
     let newest = chain.newest().unwrap_or(EventId::MIN);
     let mut watch = index.stalls.state.lock();
+    // The mutation takes every record as the newest: an older chain whose record comes
+    // last overwrites what a later one left with.
+    let stale = !cfg!(feature = "mutation-departure-ignores-generation")
+        && watch
+            .newest_departure
+            .get(&execution_id)
+            .is_some_and(|&newer| newer > slot.generation);
+    if stale {
+        // A later slot of this execution left first and recorded what it left with: this
+        // older chain says nothing more. Its clocks go with it.
+        watch
+            .leaving
+            .retain(|leaving| !Arc::ptr_eq(&leaving.slot, slot));
+        end_departure(index, Some(&mut watch));
+        return;
+    }
+    if others_in_flight {
+        let stamp = watch.newest_departure.entry(execution_id).or_default();
+        *stamp = (*stamp).max(slot.generation);
+    }
     let earlier = watch.take_departed(execution_id, chain);
     let seen = match watch.resident.remove(&execution_id) {
         Some(resident) if Arc::ptr_eq(&resident.slot, slot) => resident.holes,
@@ -271,6 +324,22 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
     }));
     watch.depart(execution_id, holes);
     index.stalls.note_departed(&watch);
+    end_departure(index, Some(&mut watch));
+}
+
+/// Ends one departure begun by [`begin_departures`]; with the watch's lock held (`watch`),
+/// forgets the stamps once none is in flight.
+fn end_departure(index: &WalIndex, watch: Option<&mut Watch>) {
+    // Release pairs with the Acquire load in `departed`: a departure that sees this one
+    // done sees its record.
+    let before = index.stalls.departing.fetch_sub(1, Ordering::Release);
+    if before == 1
+        && let Some(watch) = watch
+    {
+        // No departure in flight: any later one is of a slot created after every stamped
+        // one left, so none can be stale.
+        watch.newest_departure.clear();
+    }
 }
 
 /// One check as of `now`: reports (to the observer, after releasing the lock) and returns
@@ -294,6 +363,11 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
         watch.counting_since = now;
     }
     watch.was_behind = behind;
+    // Acquire, as in `departed`: with none in flight, no stamp can matter (see
+    // `end_departure`).
+    if index.stalls.departing.load(Ordering::Acquire) == 0 {
+        watch.newest_departure.clear();
+    }
     let snapshot = index.directory.snapshot();
     prune_gone(&mut watch, &snapshot);
     // Departed holes whose execution is resident again: watched with it from here on (or
@@ -470,5 +544,136 @@ fn scan_resident(watch: &mut Watch, snapshot: &super::directory::SlotMap, now: u
                 }
             }
         }
+    }
+}
+
+/// Two departures of one execution out of order: an eviction paused between removing its
+/// slot and recording what the chain left with, while the execution is re-created, and
+/// its new slot evicted and recorded, meanwhile. The older record, coming last, must not
+/// overwrite the newer one.
+#[cfg(all(test, not(any(wal_index_loom, wal_index_shuttle))))]
+mod out_of_order_departures {
+    use std::time::{Duration, Instant};
+
+    use chain_fold::Chain;
+
+    use super::super::slot::{Slot, SlotEviction};
+    use crate::config::IndexConfig;
+    use crate::index::StateIndex;
+    use crate::sync::Arc;
+    use crate::{Event, WalIndex};
+
+    const BOUND: Duration = Duration::from_secs(30);
+
+    fn ev(execution: i64, id: i64, prev: Option<i64>) -> Event {
+        let ty = if prev.is_none() {
+            "playbook_started"
+        } else {
+            "step"
+        };
+        Event::minimal(id, execution, prev, ty)
+    }
+
+    fn index() -> WalIndex {
+        WalIndex::new(IndexConfig {
+            stall_after: Some(BOUND),
+            ..IndexConfig::default()
+        })
+    }
+
+    /// An explicit eviction's first half: the slot is out of the directory, and what its
+    /// chain left with is not recorded yet.
+    fn evict_paused(index: &WalIndex, id: i64) -> (Arc<Slot>, Arc<Chain>) {
+        let writer = index.directory.write();
+        let slot = writer.map().get(&id).cloned().expect("resident");
+        let mut last = None;
+        let evicted = slot.evict_if(&index.accounting, false, |chain, _| {
+            last = Some(Arc::clone(chain));
+            true
+        });
+        assert!(matches!(evicted, SlotEviction::Evicted { .. }));
+        let next = writer.map().without(&id);
+        super::begin_departures(index, 1);
+        writer.publish_removal(next, &[Arc::clone(&slot)], false);
+        (slot, last.expect("judged"))
+    }
+
+    /// Its second half.
+    fn resume(index: &WalIndex, (slot, chain): (Arc<Slot>, Arc<Chain>)) {
+        super::departed(index, &slot, &chain, index.clock.now());
+    }
+
+    /// Checks every quarter bound for a bound and a half after `start`.
+    fn reported(index: &WalIndex, start: Instant) -> Vec<(i64, i64)> {
+        (1..=6)
+            .flat_map(|q| index.check_stalls_at(start + BOUND / 4 * q))
+            .map(|s| (s.execution_id, s.missing_event_id))
+            .collect()
+    }
+
+    #[test]
+    fn an_older_record_does_not_replace_who_names_a_newer_hole() {
+        let index = index();
+        let start = Instant::now();
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 3, Some(2)));
+        assert!(index.check_stalls_at(start).is_empty());
+        let older = evict_paused(&index, 7);
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 3, Some(1)));
+        index.apply(ev(7, 4, Some(2)));
+        assert!(index.evict(7)); // left with hole 2, named by 4
+        resume(&index, older);
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 3, Some(1))); // back without 4
+        assert_eq!(reported(&index, start), vec![(7, 2)]);
+    }
+
+    #[test]
+    fn an_older_record_does_not_bring_back_a_hole_the_newer_chain_filled() {
+        let index = index();
+        let start = Instant::now();
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 3, Some(2)));
+        assert!(index.check_stalls_at(start).is_empty());
+        let older = evict_paused(&index, 7);
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 2, Some(1)));
+        index.apply(ev(7, 3, Some(2)));
+        assert!(index.evict(7)); // left whole
+        resume(&index, older);
+        assert_eq!(reported(&index, start), vec![]);
+    }
+
+    #[test]
+    fn an_older_record_does_not_close_a_newer_hole() {
+        let index = index();
+        let start = Instant::now();
+        assert!(index.check_stalls_at(start).is_empty());
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 2, Some(1)));
+        let older = evict_paused(&index, 7);
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 3, Some(2)));
+        assert!(index.evict(7)); // left with hole 2
+        resume(&index, older); // its chain held 2
+        assert_eq!(reported(&index, start), vec![(7, 2)]);
+    }
+
+    #[test]
+    fn stamps_are_forgotten_once_no_departure_is_in_flight() {
+        let index = index();
+        index.apply(ev(7, 1, None));
+        let older = evict_paused(&index, 7);
+        index.apply(ev(7, 1, None));
+        assert!(index.evict(7));
+        assert_eq!(index.stalls.state.lock().newest_departure.len(), 1);
+        resume(&index, older); // left whole: no lock, so the next check forgets the stamp
+        assert!(index.check_stalls_at(Instant::now()).is_empty());
+        assert!(index.stalls.state.lock().newest_departure.is_empty());
+        assert_eq!(
+            index.stalls.departing.load(crate::sync::Ordering::Relaxed),
+            0
+        );
     }
 }
