@@ -5,13 +5,14 @@
 #
 #   floor            the first frame read and discarded
 #   today            today's decode (whole frame -> String payloads -> serde_json::Value)
-#   engine           EhdbSource + the drain into a WalIndex
+#   engine           EhdbSource + the drain into a WalIndex storing whole events
+#   engine-slim      the same into a WalIndex storing slim events (production's setting)
 #   engine, cut      a proxy cuts the connection halfway through the frame; resume from the cursor
 #   today, cut       the same cut; today's client subscribes from 0 again
 #
 # Usage: EHDB_SRC=/path/to/ehdb scripts/ehdb-bench.sh   (ENVELOPES=N to change the volume,
-# KEEP=1 to keep the writer's directory). Writes target/ehdb-bench/results.jsonl and prints
-# a table. Needs ~8 GB of disk (the load file and the writer's two tiers) while it runs.
+# KEEP=1 to keep the writer's directory, ROWS to pick rows). Writes
+# target/ehdb-bench/results.jsonl and prints a table. Needs ~8 GB of disk (the load file and the writer's two tiers) while it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 envelopes=${ENVELOPES:-17803}
@@ -40,7 +41,11 @@ feed=$(sed -n 's/^ready feed=\([^ ]*\) .*/\1/p' "$work/writer.out")
 echo "writer ready on $feed after $(( $(date +%s) - loaded )) s: $(head -1 "$work/writer.out")" >&2
 results=$work/results.jsonl
 : >"$results"
-for row in "floor" "today" "engine" "engine --cut-at-half" "today --cut-at-half"; do
+# ROWS (space-separated modes, commas for spaces: "floor engine-slim engine,--cut-at-half")
+# picks rows; default every row.
+rows=${ROWS:-floor today engine engine-slim engine,--cut-at-half today,--cut-at-half}
+for row in $rows; do
+  row=${row//,/ }
   echo "row: $row" >&2
   # shellcheck disable=SC2086
   target/release/examples/feed_bench --feed "$feed" --records "$envelopes" --mode $row | tee -a "$results"

@@ -3,7 +3,7 @@
 //! its peak RSS is its own). Prints one JSON line.
 //!
 //! ```text
-//! feed_bench --feed HOST:PORT --records N --mode engine|today|floor [--cut-at-half]
+//! feed_bench --feed HOST:PORT --records N --mode engine|engine-slim|today|floor [--cut-at-half]
 //! ```
 //!
 //! - `engine`: the writer's feed through `EhdbSource` and the drain into a `WalIndex`
@@ -48,7 +48,11 @@ fn args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--feed" => args.feed = it.next().ok_or("--feed needs HOST:PORT")?,
-            "--mode" => args.mode = it.next().ok_or("--mode needs engine|today|floor")?,
+            "--mode" => {
+                args.mode = it
+                    .next()
+                    .ok_or("--mode needs engine|engine-slim|today|floor")?
+            }
             "--cut-at-half" => args.cut_at_half = true,
             "--records" => {
                 args.records = it
@@ -61,10 +65,10 @@ fn args() -> Result<Args, String> {
     }
     if args.feed.is_empty()
         || args.records == 0
-        || !["engine", "today", "floor"].contains(&args.mode.as_str())
+        || !["engine", "engine-slim", "today", "floor"].contains(&args.mode.as_str())
     {
         return Err(
-            "usage: feed_bench --feed HOST:PORT --records N --mode engine|today|floor [--cut-at-half]"
+            "usage: feed_bench --feed HOST:PORT --records N --mode engine|engine-slim|today|floor [--cut-at-half]"
                 .into(),
         );
     }
@@ -100,7 +104,8 @@ fn main() {
     };
     let proxy = CutProxy::start(&args.feed, vec![cut]).expect("the proxy starts");
     let mut row = match args.mode.as_str() {
-        "engine" => engine(&proxy.addr, args.records),
+        "engine" => engine(&proxy.addr, args.records, false),
+        "engine-slim" => engine(&proxy.addr, args.records, true),
         "today" => today(&proxy.addr),
         _ => floor(&proxy.addr),
     };
@@ -134,12 +139,16 @@ impl IndexObserver for Consumed {
     }
 }
 
-/// The engine: the source and the drain into a `WalIndex`, watched from here.
-fn engine(feed: &str, records: usize) -> Row {
+/// The engine: the source and the drain into a `WalIndex` storing whole or (production's
+/// setting) slim events, watched from here.
+fn engine(feed: &str, records: usize, slim: bool) -> Row {
     let started = Instant::now();
     let consumed = Arc::new(Consumed::default());
     let index = Arc::new(WalIndex::with_observer(
-        IndexConfig::default(),
+        IndexConfig {
+            slim,
+            ..IndexConfig::default()
+        },
         Arc::clone(&consumed) as Arc<dyn IndexObserver>,
     ));
     let source = EhdbSource::connect(EhdbConfig::new(feed)).expect("the source starts");
