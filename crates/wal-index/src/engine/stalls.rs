@@ -8,7 +8,8 @@
 //! after the directory's lock is released, only for a chain with a hole, while departed
 //! holes are on record, or while another eviction is between its removal and its record
 //! (then it stamps its slot's generation, so an older slot's record that comes later is
-//! known stale): so an applier whose batch ends an execution (the drain's terminal
+//! known stale; a sweep's victims count as each other's, so a sweep takes the lock once per
+//! victim but the last): so an applier whose batch ends an execution (the drain's terminal
 //! eviction) or a sink-gate release that removes a slot may wait for a check's scan.
 //! Builds and drive waits never take it. It is taken with no other lock held, and the
 //! observer is called after it is released. Under it, checks read published snapshots as
@@ -74,7 +75,8 @@ struct Watch {
     last_check: Option<u64>,
     /// The newest slot generation whose departure was recorded while other departures were
     /// in flight, by execution: the record of an older slot that comes later is stale.
-    /// Emptied when a departure or a check finds none in flight.
+    /// Emptied when a departure holding the lock ends the last one in flight, or when a
+    /// check finds none in flight.
     newest_departure: HashMap<ExecutionId, u64>,
     /// The last check found the drain behind.
     was_behind: bool,
@@ -282,10 +284,19 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
             .is_some_and(|&newer| newer > slot.generation);
     if stale {
         // A later slot of this execution left first and recorded what it left with: this
-        // older chain says nothing more. Its clocks go with it.
+        // older chain says nothing more. Its clocks go with it, wherever a check keeps
+        // them, and a check that has yet to find it gone drops them then.
+        if watch
+            .resident
+            .get(&execution_id)
+            .is_some_and(|resident| Arc::ptr_eq(&resident.slot, slot))
+        {
+            watch.resident.remove(&execution_id);
+        }
         watch
             .leaving
             .retain(|leaving| !Arc::ptr_eq(&leaving.slot, slot));
+        slot.note_left_whole();
         end_departure(index, Some(&mut watch));
         return;
     }
@@ -658,6 +669,24 @@ mod out_of_order_departures {
         assert!(index.evict(7)); // left with hole 2
         resume(&index, older); // its chain held 2
         assert_eq!(reported(&index, start), vec![(7, 2)]);
+    }
+
+    #[test]
+    fn a_stale_record_leaves_no_clocks_behind() {
+        let index = index();
+        let start = Instant::now();
+        index.apply(ev(7, 1, None));
+        index.apply(ev(7, 3, Some(2)));
+        assert!(index.check_stalls_at(start).is_empty()); // watched: hole 2
+        let older = evict_paused(&index, 7);
+        index.apply(ev(7, 1, None));
+        assert!(index.evict(7));
+        resume(&index, older); // stale
+        for q in 1..=4 {
+            index.check_stalls_at(start + Duration::from_secs(q));
+        }
+        let watch = index.stalls.state.lock();
+        assert!(watch.leaving.is_empty() && watch.resident.is_empty());
     }
 
     #[test]
