@@ -199,3 +199,40 @@ fn a_stopped_drain_does_not_sleep_out_its_backoff() {
         started.elapsed()
     );
 }
+
+/// A source that only remembers the decode mode it was told.
+struct Told(Arc<Mutex<Vec<wal_index::ingest::DecodeMode>>>);
+
+impl WalSource for Told {
+    fn pull(&mut self, _max: usize, _wait: Duration) -> io::Result<Pull> {
+        Ok(Pull::Closed)
+    }
+
+    fn decode_as(&mut self, mode: wal_index::ingest::DecodeMode) {
+        self.0.lock().unwrap().push(mode);
+    }
+}
+
+/// The drain tells its source the mode the index stores events in, once, when it is made:
+/// a source that decodes its own records then parses each one once.
+#[test]
+fn the_drain_tells_its_source_how_the_index_stores_events() {
+    use wal_index::ingest::DecodeMode;
+    for (slim, mode) in [(true, DecodeMode::Slim), (false, DecodeMode::Whole)] {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let index = Arc::new(WalIndex::new(IndexConfig {
+            slim,
+            ..IndexConfig::default()
+        }));
+        let _drain = Drain::new(index, Told(Arc::clone(&told)), DrainConfig::default());
+        assert_eq!(*told.lock().unwrap(), vec![mode]);
+    }
+    // Today's design parses whole envelopes (it keeps no slim decode of its own).
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let index = Arc::new(wal_index::baseline::MutexIndex::new(IndexConfig {
+        slim: true,
+        ..IndexConfig::default()
+    }));
+    let _drain = Drain::new(index, Told(Arc::clone(&told)), DrainConfig::default());
+    assert_eq!(*told.lock().unwrap(), vec![DecodeMode::Whole]);
+}

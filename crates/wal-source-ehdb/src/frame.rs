@@ -19,8 +19,8 @@
 
 use std::io::{self, BufRead};
 
-use chain_fold::{Event, ExecutionId};
-use wal_index::ingest::{Decoded, RecordError};
+use chain_fold::ExecutionId;
+use wal_index::ingest::{DecodeMode, Decoded, RecordError};
 
 /// How deep a skipped value (an unknown field, a non-record) may nest before the frame is
 /// abandoned as hostile.
@@ -103,6 +103,7 @@ impl Filter {
 #[derive(Debug)]
 pub struct FrameReader {
     limits: Limits,
+    mode: DecodeMode,
     payload: Vec<u8>,
     text: Vec<u8>,
     filter: Filter,
@@ -503,11 +504,21 @@ impl FrameReader {
     pub fn new(limits: Limits) -> FrameReader {
         FrameReader {
             limits,
+            mode: DecodeMode::Whole,
             payload: Vec::new(),
             text: Vec::new(),
             filter: Filter::ALL,
             scanned: 0,
         }
+    }
+
+    /// Decodes each payload `mode`'s way from the next record on (default: whole). A drain
+    /// into a slim index asks for slim events ([`WalSource::decode_as`]), so a record is
+    /// parsed once.
+    ///
+    /// [`WalSource::decode_as`]: wal_index::WalSource::decode_as
+    pub fn decode_as(&mut self, mode: DecodeMode) {
+        self.mode = mode;
     }
 
     /// Reads the next frame as [`read_frame`](Self::read_frame) does, handing over only
@@ -787,7 +798,7 @@ impl FrameReader {
             };
             return bad(position, format!("the record has no `{missing}`"));
         };
-        let event = match Event::from_json(&self.payload) {
+        let event = match self.mode.decode(&self.payload) {
             Ok(event) => event,
             Err(error) => {
                 return Decoded {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use wal_index::WalSource;
-use wal_index::ingest::{Backfill, Backoff, Decoded, Pull};
+use wal_index::ingest::{Backfill, Backoff, DecodeMode, Decoded, Pull};
 
 use crate::connection::{after, dial, keepalive, send_subscription};
 use crate::frame::{FeedError, FrameReader, Limits};
@@ -172,6 +172,10 @@ struct Shared {
     /// polls it before every read and at least every `TICK`, and the queue's own
     /// synchronisation covers what the reader hands over.
     stop: AtomicBool,
+    /// Whether the readers decode payloads straight to their slim projection (the drain's
+    /// [`WalSource::decode_as`]). Relaxed: read before each frame; a frame decoded in the
+    /// other mode is still right, the index projects a whole event on apply.
+    slim: AtomicBool,
     counters: Counters,
     /// Each shard's state. Locked by a reader when its shard goes down or comes up, and by
     /// `pull` once per call.
@@ -181,6 +185,10 @@ struct Shared {
 impl Shared {
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    fn decode_mode(&self) -> DecodeMode {
+        DecodeMode::for_slim(self.slim.load(Ordering::Relaxed))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ShardState>> {
@@ -353,6 +361,7 @@ impl EhdbSource {
         let (sender, queue) = crossbeam_channel::bounded(config.queue_records.max(1));
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
+            slim: AtomicBool::new(false),
             counters: Counters::default(),
             shards: Mutex::new(vec![ShardState::default(); config.shards.len()]),
         });
@@ -443,6 +452,13 @@ impl WalSource for EhdbSource {
             }
         }
         Ok(Pull::Decoded(batch))
+    }
+
+    /// Each reader decodes payloads `mode`'s way from its next frame on.
+    fn decode_as(&mut self, mode: DecodeMode) {
+        self.shared
+            .slim
+            .store(mode == DecodeMode::Slim, Ordering::Relaxed);
     }
 
     /// Behind until every shard's frames have told where its backlog ends (see
@@ -592,6 +608,7 @@ impl ShardReader {
         let mut backlog = BacklogWatch::new(self.config.feed_batch_limit);
         loop {
             let mut gone = false;
+            frames.decode_as(self.shared.decode_mode());
             let cursor = &mut self.cursor;
             let (sender, shared, slot) = (&self.sender, &*self.shared, self.slot);
             let read = frames.read_frame(&mut input, |record| {

@@ -411,3 +411,42 @@ fn a_quiet_shard_that_heartbeats_does_not_hold_the_backfill() {
     assert!(wait(Duration::from_secs(10), || source.backfill()
         == Backfill::CaughtUp));
 }
+
+/// A drain into a slim index asks the source for slim events, and the readers decode each
+/// payload straight to its projection: the event is already slim (its own projection is
+/// itself), so the index does not parse it again.
+#[test]
+fn a_source_told_slim_hands_over_events_already_slim() {
+    use wal_index::ingest::DecodeMode;
+    let writer = FakeWriter::start(chain(3), vec![Behaviour::Serve]);
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    source.decode_as(DecodeMode::Slim);
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while events.len() < 3 && Instant::now() < deadline {
+        if let Ok(Pull::Decoded(batch)) = source.pull(8, Duration::from_millis(50)) {
+            events.extend(batch.into_iter().map(|d| d.event.unwrap()));
+        }
+    }
+    assert_eq!(events.len(), 3);
+    for event in &events {
+        assert!(event.to_slim().ptr_eq(event), "decoded slim: {event:?}");
+    }
+    // And whole, by default.
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline);
+        if let Ok(Pull::Decoded(batch)) = source.pull(8, Duration::from_millis(50)) {
+            assert!(
+                !batch[0]
+                    .event
+                    .as_ref()
+                    .unwrap()
+                    .to_slim()
+                    .ptr_eq(batch[0].event.as_ref().unwrap())
+            );
+            break;
+        }
+    }
+}

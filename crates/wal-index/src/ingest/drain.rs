@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use chain_fold::{Event, EventError};
+use chain_fold::Event;
 
-use super::source::{Backfill, Pull, Record, RecordError, WalSource};
+use super::decode::{DecodeMode, decode_records};
+use super::source::{Backfill, Pull, RecordError, WalSource};
 use crate::StateIndex;
 use crate::report::EvictionStats;
 use crate::stall::StalledChain;
@@ -188,86 +189,6 @@ impl DrainReport {
     pub const STALLED_SAMPLES: usize = 64;
 }
 
-/// A pull at least this large is decoded on several threads.
-const PARALLEL_DECODE_BYTES: usize = 256 << 10;
-
-/// Decodes `records` in log order: on `threads` threads side by side when the pull is
-/// large, else on this one. Each event is decoded straight to its slim projection when
-/// `slim` ([`StateIndex::drain_decodes_slim`]; the index's own projection on apply is
-/// then free), else whole.
-///
-/// The runs are contiguous, so concatenating their results keeps the log's order. The
-/// calling thread decodes the first run itself and joins the others (scoped threads, one
-/// per run and pull: a spawn costs tens of microseconds against the tens of milliseconds a
-/// backfill's pull takes to decode). A run whose thread cannot start is decoded here.
-fn decode_records(
-    records: Vec<Record>,
-    slim: bool,
-    threads: usize,
-) -> Vec<(u64, Result<Event, EventError>)> {
-    let decode = |run: &[Record], project: bool| -> Vec<(u64, Result<Event, EventError>)> {
-        run.iter()
-            .map(|record| {
-                let event = if project {
-                    Event::from_json_slim(&record.payload)
-                } else {
-                    Event::from_json(&record.payload)
-                };
-                (record.position, event)
-            })
-            .collect()
-    };
-    let bytes: usize = records.iter().map(|r| r.payload.len()).sum();
-    let threads = threads.clamp(1, records.len().max(1));
-    if threads == 1 || bytes < PARALLEL_DECODE_BYTES {
-        return decode(&records, slim);
-    }
-    let runs = runs_of_equal_bytes(&records, threads, bytes);
-    std::thread::scope(|scope| {
-        let spawned: Vec<_> = runs[1..]
-            .iter()
-            .map(|run| {
-                let started = std::thread::Builder::new()
-                    .name("wal-decode".into())
-                    .spawn_scoped(scope, || decode(run, slim));
-                (run, started)
-            })
-            .collect();
-        let mut decoded = decode(runs[0], slim);
-        for (run, started) in spawned {
-            match started.map(|thread| thread.join()) {
-                Ok(Ok(events)) => decoded.extend(events),
-                // The decoder panicked (a bug: bad input is a typed error): the panic goes
-                // on here, as it would have on this thread.
-                Ok(Err(panic)) => std::panic::resume_unwind(panic),
-                // The thread did not start: this thread decodes the run.
-                Err(_) => decoded.extend(decode(run, slim)),
-            }
-        }
-        decoded
-    })
-}
-
-/// `records` cut into at most `threads` contiguous runs of about `bytes / threads` bytes
-/// each (decoding costs by the byte: envelopes of mixed sizes cut by count leave one thread
-/// waiting for another). None is empty.
-fn runs_of_equal_bytes(records: &[Record], threads: usize, bytes: usize) -> Vec<&[Record]> {
-    let share = bytes.div_ceil(threads).max(1);
-    let mut runs = Vec::with_capacity(threads);
-    let (mut start, mut filled) = (0, 0);
-    for (at, record) in records.iter().enumerate() {
-        filled += record.payload.len();
-        if filled >= share && runs.len() + 1 < threads {
-            runs.push(&records[start..=at]);
-            (start, filled) = (at + 1, 0);
-        }
-    }
-    if start < records.len() {
-        runs.push(&records[start..]);
-    }
-    runs
-}
-
 /// Pulls from `source` into `index`.
 ///
 /// It reports `wal_events` (records consumed, bad ones included) and `healthy` (up after a
@@ -307,7 +228,9 @@ pub struct Drain<I: StateIndex, S> {
 
 impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// A drain that has not pulled anything yet.
-    pub fn new(index: Arc<I>, source: S, config: DrainConfig) -> Self {
+    pub fn new(index: Arc<I>, mut source: S, config: DrainConfig) -> Self {
+        // A source that decodes its own records decodes them as this index stores them.
+        source.decode_as(DecodeMode::for_slim(index.drain_decodes_slim()));
         Drain {
             index,
             source,
@@ -397,9 +320,9 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             Pull::Idle => Step::Idle,
             Pull::Records(records) => {
                 self.index.observer().wal_events(records.len() as u64);
-                let slim = self.index.drain_decodes_slim();
+                let mode = DecodeMode::for_slim(self.index.drain_decodes_slim());
                 let mut events = Vec::with_capacity(records.len());
-                for (position, decoded) in decode_records(records, slim, self.config.decode_threads)
+                for (position, decoded) in decode_records(records, mode, self.config.decode_threads)
                 {
                     match decoded {
                         Ok(event) => events.push(event),
@@ -594,56 +517,5 @@ impl DrainHandle {
     pub fn stop(self) -> io::Result<DrainReport> {
         self.stop.store(true, Ordering::Relaxed);
         self.join()
-    }
-}
-
-#[cfg(all(test, not(any(wal_index_loom, wal_index_shuttle))))]
-mod tests {
-    use super::{Record, runs_of_equal_bytes};
-
-    /// The runs cover the records in order, none empty, at most one per thread, and no run
-    /// holds more than its share plus one record.
-    #[test]
-    fn runs_cut_by_bytes_cover_every_record_in_order() {
-        let sizes = [
-            vec![10, 10, 10, 10],
-            vec![1, 1, 1, 1000, 1, 1],
-            vec![1000],
-            vec![5; 17],
-            vec![700, 1, 1, 1, 1, 1, 1, 300],
-        ];
-        for sizes in sizes {
-            let records: Vec<Record> = sizes
-                .iter()
-                .enumerate()
-                .map(|(at, &len)| Record {
-                    position: at as u64,
-                    payload: vec![b'x'; len].into(),
-                })
-                .collect();
-            let bytes: usize = sizes.iter().sum();
-            for threads in 1..=4 {
-                let runs = runs_of_equal_bytes(&records, threads, bytes);
-                assert!(
-                    !runs.is_empty() && runs.len() <= threads,
-                    "{sizes:?} / {threads}"
-                );
-                let positions: Vec<u64> = runs
-                    .iter()
-                    .flat_map(|r| r.iter().map(|r| r.position))
-                    .collect();
-                assert_eq!(positions, (0..sizes.len() as u64).collect::<Vec<_>>());
-                let share = bytes.div_ceil(threads);
-                let largest = sizes.iter().max().copied().unwrap_or(0);
-                for run in &runs {
-                    assert!(!run.is_empty());
-                    let run_bytes: usize = run.iter().map(|r| r.payload.len()).sum();
-                    assert!(
-                        run_bytes < share + largest,
-                        "{sizes:?} / {threads}: {run_bytes}"
-                    );
-                }
-            }
-        }
     }
 }

@@ -1,11 +1,14 @@
 //! Ingestion: the [`Drain`] that pulls the WAL into an index, and the [`WalSource`]s it
 //! pulls from (an in-process channel, a JSON-lines file; `wal-source-nats` adds JetStream).
 
+mod decode;
 mod drain;
 mod source;
 
+pub use decode::{DecodeMode, Record};
+
 pub use drain::{Backoff, BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
 pub use source::{
-    Backfill, ChannelSource, Decoded, JsonLinesSource, Pull, Record, RecordError, WalSource,
-    WalWriter, channel_wal,
+    Backfill, ChannelSource, Decoded, JsonLinesSource, Pull, RecordError, WalSource, WalWriter,
+    channel_wal,
 };

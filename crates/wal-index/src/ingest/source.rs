@@ -8,14 +8,7 @@ use chain_fold::{Event, EventError};
 
 pub use crate::backfill::Backfill;
 
-/// One raw WAL record: its position in the log and its payload, not yet decoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// Sequence number (channel) or 1-based line number (file).
-    pub position: u64,
-    /// The payload bytes.
-    pub payload: Bytes,
-}
+use super::decode::{DecodeMode, Record};
 
 /// One record a source decoded itself: a source whose framing carries the payload in
 /// another form (escaped inside a JSON string, say) decodes it once, straight from that
@@ -75,6 +68,14 @@ pub trait WalSource: Send {
     fn commit(&mut self) -> io::Result<()> {
         Ok(())
     }
+
+    /// Called by [`Drain::new`](crate::Drain::new) with the mode the index wants its events
+    /// in. A source that decodes its records itself ([`Pull::Decoded`]) decodes them this
+    /// way from then on, so the index does not parse them again to project them; the
+    /// default ignores it (the drain decodes [`Pull::Records`] itself, in this mode).
+    fn decode_as(&mut self, mode: DecodeMode) {
+        let _ = mode;
+    }
 }
 
 impl<S: WalSource + ?Sized> WalSource for Box<S> {
@@ -88,6 +89,10 @@ impl<S: WalSource + ?Sized> WalSource for Box<S> {
 
     fn backfill(&self) -> Backfill {
         (**self).backfill()
+    }
+
+    fn decode_as(&mut self, mode: DecodeMode) {
+        (**self).decode_as(mode)
     }
 }
 
