@@ -15,7 +15,9 @@
 //!
 //! A payload is decoded once: its JSON string is unescaped into one scratch buffer that is
 //! reused for every record (no `String` per record, no `serde_json::Value`), and
-//! [`Event::from_json`] reads it from there into the event's own allocation.
+//! [`Event::from_json`](chain_fold::Event::from_json) reads it from there into the event's
+//! own allocation, or [`Event::from_json_slim`](chain_fold::Event::from_json_slim) straight
+//! to its slim projection ([`FrameReader::decode_as`]).
 
 use std::io::{self, BufRead};
 

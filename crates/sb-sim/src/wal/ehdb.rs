@@ -266,6 +266,46 @@ impl EhdbFeed {
 mod tests {
     use super::*;
 
+    /// A re-send whose first copy the writer had stored is stored again under the same
+    /// sequence (wal-source-ehdb's `tests/real_writer.rs` shows it with the writer alone):
+    /// the count of what the writer holds takes sequences, with the copy apart, so the
+    /// report does not take the copy for a record the drain failed to consume.
+    #[test]
+    fn a_copy_stored_under_its_first_sequence_is_counted_apart() {
+        let Some(writer) = wal_source_ehdb::test_writer::Writer::start("sb-sim-count-stored")
+        else {
+            return;
+        };
+        let port = writer.ingest.rsplit_once(':').unwrap().1;
+        let target =
+            EhdbTarget::parse(&format!("ehdb://{}?ingest={port}", writer.feed), true).unwrap();
+        let mut feed = EhdbFeed::open(&target).unwrap();
+        let payload = |id: i64| {
+            let prev = if id > 1 {
+                format!(",\"prev_event_id\":{}", id - 1)
+            } else {
+                String::new()
+            };
+            format!(r#"{{"event_id":{id},"execution_id":5{prev}}}"#)
+        };
+        for id in 1..=3 {
+            let item = Item {
+                payload: bytes::Bytes::from(payload(id)),
+                ids: Some((5, id)),
+                triggers: false,
+                tail: Vec::new(),
+                repeat: false,
+            };
+            feed.append(&item).unwrap();
+        }
+        let mut again = EhdbPublisher::connect(&writer.ingest, Duration::from_secs(5)).unwrap();
+        let ack = again
+            .publish(feed.base + 3, 5, "again", &payload(3))
+            .unwrap();
+        assert_eq!(ack, feed.base + 3, "stored under the first copy's sequence");
+        assert_eq!(feed.count_stored(), (3, 1));
+    }
+
     #[test]
     fn a_url_names_both_faces_and_the_shards() {
         let target = EhdbTarget::parse("ehdb://10.0.0.5:7070?ingest=7071&shards=4", true).unwrap();
