@@ -59,8 +59,9 @@ use slot::{Evicted, Slot, SlotApplied};
 /// | operation | guarantee | what it may wait for |
 /// |---|---|---|
 /// | [`build`](StateIndex::build), [`chain`](StateIndex::chain) | lock-free, never blocks\* | nothing the drain holds |
-/// | [`apply`](StateIndex::apply), [`apply_batch`](StateIndex::apply_batch), [`rehydrate`](StateIndex::rehydrate) | blocking | other writers of the *same* execution; the directory lock when an execution is new |
-/// | [`evict`](StateIndex::evict), [`enforce_limits_at`](StateIndex::enforce_limits_at) | blocking | writers of the evicted executions, other evictors |
+/// | [`apply`](StateIndex::apply), [`apply_batch`](StateIndex::apply_batch), [`rehydrate`](StateIndex::rehydrate) | blocking | other writers of the *same* execution; the directory lock when an execution is new; a batch whose terminal event evicts its execution, as [`evict`](StateIndex::evict) |
+/// | [`evict`](StateIndex::evict), [`enforce_limits_at`](StateIndex::enforce_limits_at) | blocking | writers of the evicted executions, other evictors; with stall checks on, after the removal, a check's scan (the stall lock, for a chain that left with a hole, while departed holes are on record, or while another eviction is recording) |
+/// | [`check_stalls_at`](StateIndex::check_stalls_at) | blocking | another check, an eviction recording what its chain left with |
 /// | [`drive`](StateIndex::drive) / [`drive_blocking`](StateIndex::drive_blocking) | blocking by design | its own execution's next publish, or its per-wait cap. To register: the waiting-rooms lock when the execution has no slot (creators take it briefly to wake a room); the directory lock only when the slot it found is being evicted (it waits for that eviction to finish, which may itself wait for an apply of that execution). After an unserved build of an execution holding no events: the finished-executions lock |
 /// | [`stats`](StateIndex::stats) | blocking, briefly | a writer's three-counter update (never a walk) |
 ///
@@ -309,9 +310,10 @@ impl StateIndex for WalIndex {
         evict::enforce_limits_at(self, now)
     }
 
-    /// Never blocks a build, a drive or an applier: it scans published snapshots (each
-    /// chain again only once it changed) under a lock that only checks and the drain's
-    /// terminal evictions of chains with holes take.
+    /// Never blocks a build or a drive: it scans published snapshots (each chain again only
+    /// once it changed) under the stall lock, which only checks and evictions take (an
+    /// eviction after its removal is published, to record what its chain left with), so an
+    /// applier whose batch evicts an execution may wait for a scan.
     fn check_stalls_at(&self, now: Instant) -> Vec<StalledChain> {
         stalls::check_stalls_at(self, now)
     }
