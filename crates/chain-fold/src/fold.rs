@@ -92,3 +92,11 @@ pub fn fold_all<F: Fold>(fold: &F, spine: &Spine) -> F::State {
     }
     state
 }
+
+impl<F: Fold> std::fmt::Debug for FoldCache<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FoldCache")
+            .field("folded", &self.state.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -88,9 +88,19 @@ fn a_repeated_key_keeps_its_last_value_as_todays_parser_does() {
 
 #[test]
 fn all_six_terminal_spellings_are_terminal() {
-    for ty in chain_fold::TERMINAL_TYPES {
+    // The six spellings of docs/domain.md ("Terminal types"), written out here rather than
+    // read from the crate, so a misspelt constant fails.
+    for ty in [
+        "playbook_completed",
+        "playbook_failed",
+        "playbook_cancelled",
+        "playbook.completed",
+        "playbook.failed",
+        "playbook.cancelled",
+    ] {
         assert!(Event::minimal(1, 1, None, ty).is_terminal(), "{ty}");
     }
+    assert_eq!(chain_fold::TERMINAL_TYPES.len(), 6);
     assert!(!Event::minimal(1, 1, None, "playbook_completedx").is_terminal());
     assert!(Event::minimal(1, 1, None, "playbook_started").is_genesis());
 }

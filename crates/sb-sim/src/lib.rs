@@ -182,3 +182,9 @@ fn progress_bar(plan: &Plan, config: &SimConfig, engines: usize) -> ProgressBar 
     }
     bar
 }
+
+impl std::fmt::Debug for GlobalMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GlobalMetrics").finish_non_exhaustive()
+    }
+}

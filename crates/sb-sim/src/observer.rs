@@ -306,6 +306,15 @@ impl IndexObserver for SimObserver {
     }
 }
 
+impl std::fmt::Debug for SimObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimObserver")
+            .field("timeline_step", &self.timeline_step)
+            .field("timeline_buckets", &self.timeline.len())
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -544,3 +544,13 @@ impl DrainRun {
         }
     }
 }
+
+impl std::fmt::Debug for EngineRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineRun")
+            .field("drives", &self.drives.len())
+            .field("drain", &self.drain)
+            .field("wall", &self.wall)
+            .finish_non_exhaustive()
+    }
+}

@@ -362,6 +362,17 @@ pub fn items_from_payloads(
         .collect()
 }
 
+impl std::fmt::Debug for Generator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generator")
+            .field("shape", &self.shape)
+            .field("next_id", &self.next_id)
+            .field("next_execution", &self.next_execution)
+            .field("live", &self.live.len())
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,3 +125,11 @@ impl<'a> Registered<'a> {
         }
     }
 }
+
+impl std::fmt::Debug for Registered<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("in_a_room", &self.ticket.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -307,3 +307,22 @@ fn proxy(
     let _ = client.shutdown(Shutdown::Both);
     let _ = writer.shutdown(Shutdown::Both);
 }
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("dir", &self.dir)
+            .field("feed", &self.feed)
+            .field("ingest", &self.ingest)
+            .field("tip", &self.tip)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for CutProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CutProxy")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}

@@ -577,3 +577,22 @@ impl Drop for Cluster {
         // `network`, dropped after this, removes the links and namespaces.
     }
 }
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("port", &self.port)
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("nodes", &self.nodes.len())
+            .field("dir", &self.dir)
+            .field("partitionable", &self.network.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -262,6 +262,17 @@ impl EhdbFeed {
     }
 }
 
+impl std::fmt::Debug for EhdbFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EhdbFeed")
+            .field("target", &self.target)
+            .field("base", &self.base)
+            .field("next", &self.next)
+            .field("figures", &self.figures)
+            .finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -425,3 +425,14 @@ impl RetainedWal {
         )
     }
 }
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Feed::Channel(..) => "Channel",
+            Feed::Nats { .. } => "Nats",
+            Feed::Ehdb(..) => "Ehdb",
+        };
+        f.debug_tuple("Feed").field(&kind).finish()
+    }
+}

@@ -519,3 +519,14 @@ impl DrainHandle {
         self.join()
     }
 }
+
+impl<I: StateIndex, S> std::fmt::Debug for Drain<I, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Drain")
+            .field("config", &self.config)
+            .field("backfill", &self.backfill)
+            .field("healthy", &self.healthy)
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
