@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Loom models, next to the code they model: wal-index's (`--cfg wal_index_loom`, in
 # src/engine/loom_models.rs and src/engine/slot/loom_models.rs) and chain-fold's
-# (`--cfg chain_fold_loom`, in src/append_log.rs and src/lineage.rs).
+# (`--cfg chain_fold_loom`, in src/append_log.rs and src/lineage.rs); and the top-level
+# loom-tests crate's models of the public surface a pool relies on (wal_index_loom).
 #
 # Usage: scripts/loom.sh [PREEMPTIONS]   (default 2; 3 is the documented longer run)
 #
@@ -20,15 +21,18 @@ unset CARGO_TARGET_DIR
 loom_test() { # crate, then cargo test arguments
   local crate=$1
   shift
-  local cfg=wal_index_loom dir=$target
+  local cfg=wal_index_loom dir=$target kind=--lib
   if [ "$crate" = chain-fold ]; then cfg=chain_fold_loom dir=$target-chain-fold; fi
+  # The models of the public surface are integration tests of their own crate.
+  if [ "$crate" = loom-tests ]; then kind=--tests; fi
   RUSTFLAGS="${RUSTFLAGS:-} --cfg $cfg" CARGO_TARGET_DIR=$dir \
-    cargo test --locked -q -p "$crate" --lib "$@"
+    cargo test --locked -q -p "$crate" "$kind" "$@"
 }
 
 echo "loom models, LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS"
 loom_test wal-index loom_models
 loom_test chain-fold loom_models
+loom_test loom-tests
 
 escaped=0
 while read -r crate mutation checker model; do

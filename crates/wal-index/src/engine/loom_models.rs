@@ -73,7 +73,7 @@ fn sweep_vs_apply_keeps_every_acknowledged_event() {
             ..EvictionPolicy::default()
         }));
         index.apply(ev(1, 1, None));
-        advance_clock(&*index, Duration::from_millis(10));
+        advance_clock(&index, Duration::from_millis(10));
         let sweeper = {
             let index = Arc::clone(&index);
             thread::spawn(move || index.enforce_limits_at(Instant::now()))
@@ -210,75 +210,6 @@ fn rehydrate_vs_drain_apply_keeps_both() {
     });
 }
 
-/// Terminal eviction vs a drive. The tip arrives with the terminal event in one batch, so the
-/// execution is evicted right after. The drive ends either served (it built in between) or
-/// at once as finished; it never waits for a wake-up nobody will send.
-///
-/// Mutation: `mutation-finished-after-wake` (the drive, woken before the execution is
-/// recorded as finished, parks in a waiting room forever).
-#[test]
-fn terminal_eviction_vs_a_drive_ends_the_drive() {
-    loom::model(|| {
-        let index = Arc::new(index(EvictionPolicy::default()));
-        index.apply(ev(1, 1, None));
-        let drive = {
-            let index = Arc::clone(&index);
-            thread::spawn(move || index.drive_blocking(1, Some(3), patient()))
-        };
-        let batch = index.apply_batch(vec![
-            ev(1, 2, Some(1)),
-            Event::minimal(3, 1, Some(2), "playbook_completed"),
-        ]);
-        assert_eq!(batch.terminal_evicted, vec![1]);
-        let drive = drive.join().unwrap();
-        if let Some(spine) = drive.outcome.spine() {
-            assert_eq!(spine.ids(), vec![1, 2, 3]);
-        }
-        assert_eq!(index.stats(), IndexStats::default());
-    });
-}
-
-/// The real drive loop vs a publish: the loop registers before it builds, so the publish of
-/// the tip is seen by the build or wakes the wait.
-///
-/// Mutation: `mutation-listen-after-build` (a publish between the build and the
-/// registration is lost; loom finds the drive parked forever).
-#[test]
-fn drive_loop_vs_publish_never_misses_the_tip() {
-    loom::model(|| {
-        let index = Arc::new(index(EvictionPolicy::default()));
-        index.apply(ev(1, 1, None));
-        let drive = {
-            let index = Arc::clone(&index);
-            thread::spawn(move || index.drive_blocking(1, Some(2), patient()))
-        };
-        index.apply(ev(1, 2, Some(1)));
-        let drive = drive.join().unwrap();
-        assert_eq!(drive.outcome.spine().map(|s| s.ids()), Some(vec![1, 2]));
-    });
-}
-
-/// A drive for an execution the index has never seen vs that execution's first event: the
-/// drive waits in a room (creating no slot) and is woken by the slot's creation or finds it.
-/// Afterwards no room is left.
-///
-/// Mutation: `mutation-room-ignores-residency` (the drive enters a room after the slot was
-/// created, builds before the event lands, and waits in a room nobody will wake).
-#[test]
-fn drive_for_an_unseen_execution_vs_its_first_event() {
-    loom::model(|| {
-        let index = Arc::new(index(EvictionPolicy::default()));
-        let drive = {
-            let index = Arc::clone(&index);
-            thread::spawn(move || index.drive_blocking(5, Some(1), patient()))
-        };
-        index.apply(ev(5, 1, None));
-        let drive = drive.join().unwrap();
-        assert_eq!(drive.outcome.spine().map(|s| s.ids()), Some(vec![1]));
-        assert_eq!(index.awaited_unknown_executions(), 0);
-    });
-}
-
 /// The directory alone: two creators of one execution vs a drive registering for it. Both
 /// creators may miss the lock-free lookup; the check under the writers' lock keeps one slot
 /// per execution (`mutation-create-without-recheck` skips it: two slots). The drive either
@@ -358,7 +289,7 @@ fn stall_check_vs_fill_and_eviction_reports_only_what_left_open() {
             // Checks every half bound (a longer gap would restart the clocks).
             let mut later = Vec::new();
             for _ in 0..3 {
-                advance_clock(&*index, BOUND / 2);
+                advance_clock(&index, BOUND / 2);
                 later.extend(index.check_stalls_at(Instant::now()));
             }
             let reported: Vec<(i64, i64)> = later
@@ -389,7 +320,7 @@ fn stall_check_vs_eviction_keeps_the_hole_clock() {
         index.apply(ev(7, 1, None));
         index.apply(ev(7, 3, Some(2)));
         assert!(index.check_stalls_at(Instant::now()).is_empty()); // hole 2 seen at 0
-        advance_clock(&*index, BOUND * 3 / 4);
+        advance_clock(&index, BOUND * 3 / 4);
         let leaver = {
             let index = Arc::clone(&index);
             thread::spawn(move || assert!(index.evict(7)))
@@ -397,7 +328,7 @@ fn stall_check_vs_eviction_keeps_the_hole_clock() {
         let early = index.check_stalls_at(Instant::now());
         leaver.join().unwrap();
         assert!(early.is_empty(), "not due at three quarters of the bound");
-        advance_clock(&*index, BOUND / 2);
+        advance_clock(&index, BOUND / 2);
         let due: Vec<(i64, i64)> = index
             .check_stalls_at(Instant::now())
             .iter()
