@@ -176,11 +176,11 @@ fn check_fields(payload: &[u8]) -> Result<(), EventError> {
     // What the event would need beyond the ids: its link is never an error (anything but an
     // i64 makes the event a chain root, as today), and an escaped type must decode.
     consumer_readable(payload)?;
-    if let Some(raw) = env.event_type
-        && raw.get().starts_with('"')
-        && raw.get().contains('\\')
-    {
-        serde_json::from_str::<String>(raw.get()).map_err(|e| EventError::Json(e.to_string()))?;
+    if let Some(raw) = env.event_type {
+        let quoted = raw.get();
+        if quoted.starts_with('"') && quoted.contains('\\') {
+            serde_json::from_str::<String>(quoted).map_err(|e| EventError::Json(e.to_string()))?;
+        }
     }
     Ok(())
 }
