@@ -76,6 +76,8 @@ pub mod report;
 mod shuttle_models;
 pub mod stall;
 mod sync;
+#[cfg(test)]
+mod test_events;
 mod waiting_room;
 
 #[cfg(feature = "baselines")]

@@ -20,6 +20,7 @@ use crate::Event;
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
 use crate::index::StateIndex;
 use crate::report::IndexStats;
+use crate::test_events::ev;
 
 /// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
 fn advance_clock<I: StateIndex>(index: &I, by: Duration) {
@@ -31,15 +32,6 @@ const EXECUTIONS: i64 = 24;
 const UNSEEN: std::ops::Range<i64> = 100..103;
 /// Executions that finish: one batch holds their tip and their terminal event.
 const FINISHING: std::ops::Range<i64> = 200..203;
-
-fn ev(execution: i64, id: i64, prev: Option<i64>) -> Event {
-    let ty = if prev.is_none() {
-        "playbook_started"
-    } else {
-        "step"
-    };
-    Event::minimal(id, execution, prev, ty)
-}
 
 /// Only these executions are evicted explicitly; the others may lose nothing acknowledged.
 fn evictable(e: i64) -> bool {

@@ -11,23 +11,15 @@ use std::time::{Duration, Instant};
 use loom::sync::Arc;
 use loom::thread;
 
+use crate::WalIndex;
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
 use crate::index::{DriveHooks, StateIndex};
 use crate::report::IndexStats;
-use crate::{Event, WalIndex};
+use crate::test_events::ev;
 
 /// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
 fn advance_clock(index: &WalIndex, by: Duration) {
     index.clock().advance(by);
-}
-
-fn ev(execution: i64, id: i64, prev: Option<i64>) -> Event {
-    let ty = if prev.is_none() {
-        "playbook_started"
-    } else {
-        "step"
-    };
-    Event::minimal(id, execution, prev, ty)
 }
 
 fn index(eviction: EvictionPolicy) -> WalIndex {

@@ -94,9 +94,9 @@ struct Hole {
     since: u64,
     /// The chain's newest event when it was last seen.
     newest: EventId,
-    /// The events that named it when it was last seen, ascending (one, but for a fork a
-    /// conflicting redelivery made): a departed hole is closed by a chain that holds every
-    /// one of them linking elsewhere (see [`Watch::take_departed`]).
+    /// The events that named it when it was last seen (one, but for a fork a conflicting
+    /// redelivery made): a departed hole is closed by a chain that holds every one of them
+    /// linking elsewhere (see [`Watch::take_departed`]).
     named_by: Box<[EventId]>,
     reported: bool,
 }
@@ -162,6 +162,25 @@ impl Watch {
         }
     }
 
+    /// Takes the holes (and their clocks) a check keeps for `slot`, `execution_id`'s slot
+    /// that left the directory: its entry in `resident`, or the one a check moved to
+    /// `leaving` on finding it gone. An entry of a newer slot of the same execution stays.
+    fn take_seen(&mut self, execution_id: ExecutionId, slot: &Arc<Slot>) -> HashMap<EventId, Hole> {
+        match self.resident.remove(&execution_id) {
+            Some(resident) if Arc::ptr_eq(&resident.slot, slot) => resident.holes,
+            other => {
+                if let Some(other) = other {
+                    self.resident.insert(execution_id, other);
+                }
+                self.leaving
+                    .iter()
+                    .position(|leaving| Arc::ptr_eq(&leaving.slot, slot))
+                    .map(|at| self.leaving.swap_remove(at).holes)
+                    .unwrap_or_default()
+            }
+        }
+    }
+
     /// Takes `execution_id`'s departed holes off the record and judges them against
     /// `chain`, the execution's chain now: a hole is closed if `chain` holds its missing
     /// event (it arrived), or holds every event that named it when it was last seen, each
@@ -199,8 +218,8 @@ impl Watch {
 }
 
 /// A chain's holes, if it is judged at all (it holds its genesis): each missing id,
-/// ascending, with the events that name it, ascending. One scan of the chain, and a second
-/// only when it has a hole.
+/// ascending, with the events that name it. One scan of the chain, and a second only when
+/// it has a hole.
 fn holes_of(chain: &Chain) -> Vec<(EventId, Box<[EventId]>)> {
     if chain.is_empty() || !chain.holds_genesis() {
         return Vec::new();
@@ -219,10 +238,7 @@ fn holes_of(chain: &Chain) -> Vec<(EventId, Box<[EventId]>)> {
     missing
         .into_iter()
         .zip(namers)
-        .map(|(missing, mut named_by)| {
-            named_by.sort_unstable();
-            (missing, named_by.into_boxed_slice())
-        })
+        .map(|(missing, named_by)| (missing, named_by.into_boxed_slice()))
         .collect()
 }
 
@@ -286,16 +302,7 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
         // A later slot of this execution left first and recorded what it left with: this
         // older chain says nothing more. Its clocks go with it, wherever a check keeps
         // them, and a check that has yet to find it gone drops them then.
-        if watch
-            .resident
-            .get(&execution_id)
-            .is_some_and(|resident| Arc::ptr_eq(&resident.slot, slot))
-        {
-            watch.resident.remove(&execution_id);
-        }
-        watch
-            .leaving
-            .retain(|leaving| !Arc::ptr_eq(&leaving.slot, slot));
+        watch.take_seen(execution_id, slot);
         slot.note_left_whole();
         end_departure(index, Some(&mut watch));
         return;
@@ -305,26 +312,12 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
         *stamp = (*stamp).max(slot.generation);
     }
     let earlier = watch.take_departed(execution_id, chain);
-    let seen = match watch.resident.remove(&execution_id) {
-        Some(resident) if Arc::ptr_eq(&resident.slot, slot) => resident.holes,
-        other => {
-            // Not watched as resident (a check may already watch a newer slot of the same
-            // execution): a check that found this slot gone kept its clocks in `leaving`.
-            if let Some(other) = other {
-                watch.resident.insert(execution_id, other);
-            }
-            watch
-                .leaving
-                .iter()
-                .position(|leaving| Arc::ptr_eq(&leaving.slot, slot))
-                .map(|at| watch.leaving.swap_remove(at).holes)
-                .unwrap_or_default()
-        }
-    };
+    let seen = watch.take_seen(execution_id, slot);
     let mut holes: Vec<(EventId, Hole)> = earlier.into_iter().collect();
     holes.extend(missing.into_iter().map(|(id, named_by)| {
-        let since = seen.get(&id).map_or(now, |hole| hole.since);
-        let reported = seen.get(&id).is_some_and(|hole| hole.reported);
+        let (since, reported) = seen
+            .get(&id)
+            .map_or((now, false), |hole| (hole.since, hole.reported));
         (
             id,
             Hole {
@@ -572,18 +565,10 @@ mod out_of_order_departures {
     use crate::config::IndexConfig;
     use crate::index::StateIndex;
     use crate::sync::Arc;
+    use crate::test_events::ev;
     use crate::{Event, WalIndex};
 
     const BOUND: Duration = Duration::from_secs(30);
-
-    fn ev(execution: i64, id: i64, prev: Option<i64>) -> Event {
-        let ty = if prev.is_none() {
-            "playbook_started"
-        } else {
-            "step"
-        };
-        Event::minimal(id, execution, prev, ty)
-    }
 
     fn index() -> WalIndex {
         WalIndex::new(IndexConfig {
@@ -622,19 +607,32 @@ mod out_of_order_departures {
             .collect()
     }
 
-    #[test]
-    fn an_older_record_does_not_replace_who_names_a_newer_hole() {
+    /// Execution 7 lives twice: `first` is applied and seen by a check, and its eviction
+    /// pauses between its halves; `second` is applied and evicted whole; then the first
+    /// eviction's record lands. The index, and when the check ran.
+    fn two_lives_recorded_out_of_order(first: &[Event], second: &[Event]) -> (WalIndex, Instant) {
         let index = index();
         let start = Instant::now();
-        index.apply(ev(7, 1, None));
-        index.apply(ev(7, 3, Some(2)));
+        for event in first {
+            index.apply(event.clone());
+        }
         assert!(index.check_stalls_at(start).is_empty());
         let older = evict_paused(&index, 7);
-        index.apply(ev(7, 1, None));
-        index.apply(ev(7, 3, Some(1)));
-        index.apply(ev(7, 4, Some(2)));
-        assert!(index.evict(7)); // left with hole 2, named by 4
+        for event in second {
+            index.apply(event.clone());
+        }
+        assert!(index.evict(7));
         resume(&index, older);
+        (index, start)
+    }
+
+    #[test]
+    fn an_older_record_does_not_replace_who_names_a_newer_hole() {
+        let (index, start) = two_lives_recorded_out_of_order(
+            &[ev(7, 1, None), ev(7, 3, Some(2))],
+            // Left with hole 2, named by 4.
+            &[ev(7, 1, None), ev(7, 3, Some(1)), ev(7, 4, Some(2))],
+        );
         index.apply(ev(7, 1, None));
         index.apply(ev(7, 3, Some(1))); // back without 4
         assert_eq!(reported(&index, start), vec![(7, 2)]);
@@ -642,46 +640,29 @@ mod out_of_order_departures {
 
     #[test]
     fn an_older_record_does_not_bring_back_a_hole_the_newer_chain_filled() {
-        let index = index();
-        let start = Instant::now();
-        index.apply(ev(7, 1, None));
-        index.apply(ev(7, 3, Some(2)));
-        assert!(index.check_stalls_at(start).is_empty());
-        let older = evict_paused(&index, 7);
-        index.apply(ev(7, 1, None));
-        index.apply(ev(7, 2, Some(1)));
-        index.apply(ev(7, 3, Some(2)));
-        assert!(index.evict(7)); // left whole
-        resume(&index, older);
+        let (index, start) = two_lives_recorded_out_of_order(
+            &[ev(7, 1, None), ev(7, 3, Some(2))],
+            &[ev(7, 1, None), ev(7, 2, Some(1)), ev(7, 3, Some(2))], // left whole
+        );
         assert_eq!(reported(&index, start), vec![]);
     }
 
     #[test]
     fn an_older_record_does_not_close_a_newer_hole() {
-        let index = index();
-        let start = Instant::now();
-        assert!(index.check_stalls_at(start).is_empty());
-        index.apply(ev(7, 1, None));
-        index.apply(ev(7, 2, Some(1)));
-        let older = evict_paused(&index, 7);
-        index.apply(ev(7, 1, None));
-        index.apply(ev(7, 3, Some(2)));
-        assert!(index.evict(7)); // left with hole 2
-        resume(&index, older); // its chain held 2
+        let (index, start) = two_lives_recorded_out_of_order(
+            &[ev(7, 1, None), ev(7, 2, Some(1))], // its chain held 2
+            &[ev(7, 1, None), ev(7, 3, Some(2))], // left with hole 2
+        );
         assert_eq!(reported(&index, start), vec![(7, 2)]);
     }
 
     #[test]
     fn a_stale_record_leaves_no_clocks_behind() {
-        let index = index();
-        let start = Instant::now();
-        index.apply(ev(7, 1, None));
-        index.apply(ev(7, 3, Some(2)));
-        assert!(index.check_stalls_at(start).is_empty()); // watched: hole 2
-        let older = evict_paused(&index, 7);
-        index.apply(ev(7, 1, None));
-        assert!(index.evict(7));
-        resume(&index, older); // stale
+        // The check watched hole 2 of the first life; its record is stale.
+        let (index, start) = two_lives_recorded_out_of_order(
+            &[ev(7, 1, None), ev(7, 3, Some(2))],
+            &[ev(7, 1, None)],
+        );
         for q in 1..=4 {
             index.check_stalls_at(start + Duration::from_secs(q));
         }

@@ -79,7 +79,7 @@ pub(crate) fn decode_records(
     mode: DecodeMode,
     threads: usize,
 ) -> Vec<(u64, Result<Event, EventError>)> {
-    let decode = |run: &[Record], mode: DecodeMode| -> Vec<(u64, Result<Event, EventError>)> {
+    let decode = |run: &[Record]| -> Vec<(u64, Result<Event, EventError>)> {
         run.iter()
             .map(|record| (record.position, mode.decode(&record.payload)))
             .collect()
@@ -87,7 +87,7 @@ pub(crate) fn decode_records(
     let bytes: usize = records.iter().map(|r| r.payload.len()).sum();
     let threads = threads.clamp(1, records.len().max(1));
     if threads == 1 || bytes < PARALLEL_DECODE_BYTES {
-        return decode(&records, mode);
+        return decode(&records);
     }
     let runs = runs_of_equal_bytes(&records, threads, bytes);
     std::thread::scope(|scope| {
@@ -96,11 +96,11 @@ pub(crate) fn decode_records(
             .map(|run| {
                 let started = std::thread::Builder::new()
                     .name("wal-decode".into())
-                    .spawn_scoped(scope, || decode(run, mode));
+                    .spawn_scoped(scope, || decode(run));
                 (run, started)
             })
             .collect();
-        let mut decoded = decode(runs[0], mode);
+        let mut decoded = decode(runs[0]);
         for (run, started) in spawned {
             match started.map(|thread| thread.join()) {
                 Ok(Ok(events)) => decoded.extend(events),
@@ -108,7 +108,7 @@ pub(crate) fn decode_records(
                 // on here, as it would have on this thread.
                 Ok(Err(panic)) => std::panic::resume_unwind(panic),
                 // The thread did not start: this thread decodes the run.
-                Err(_) => decoded.extend(decode(run, mode)),
+                Err(_) => decoded.extend(decode(run)),
             }
         }
         decoded
