@@ -22,7 +22,7 @@ use chain_fold::{AdvanceOutcome, Event};
 use sb_benches::{linear, payload};
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::labels::WaitLabel;
-use wal_index::{DriveBudget, IndexConfig, IndexObserver, StateIndex, WalIndex};
+use wal_index::{DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex, WalIndex};
 
 #[derive(Default)]
 struct Counts {
@@ -106,7 +106,9 @@ fn run<I: StateIndex>(parked: usize, rounds: usize) -> Row {
         let (index, done) = (Arc::clone(&index), done.clone());
         runtime.spawn(async move {
             for round in 0i64.. {
-                let drive = index.drive(k as i64, Some(4 + round), budget).await;
+                let drive = index
+                    .drive_async(k as i64, Some(4 + round), &DriveFlow::new(budget))
+                    .await;
                 let at = Instant::now();
                 if drive.outcome.spine().is_none() || done.send((k, at)).is_err() {
                     return;

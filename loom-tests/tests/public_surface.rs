@@ -10,7 +10,7 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 use wal_index::report::IndexStats;
-use wal_index::{DriveBudget, Event, IndexConfig, StateIndex, WalIndex};
+use wal_index::{DriveBudget, DriveFlow, Event, IndexConfig, StateIndex, WalIndex};
 
 fn ev(execution: i64, id: i64, prev: Option<i64>) -> Event {
     let ty = if prev.is_none() {
@@ -46,7 +46,7 @@ fn terminal_eviction_vs_a_drive_ends_the_drive() {
         index.apply(ev(1, 1, None));
         let drive = {
             let index = Arc::clone(&index);
-            thread::spawn(move || index.drive_blocking(1, Some(3), patient()))
+            thread::spawn(move || index.drive(1, Some(3), &DriveFlow::new(patient())))
         };
         let batch = index.apply_batch(vec![
             ev(1, 2, Some(1)),
@@ -73,7 +73,7 @@ fn drive_loop_vs_publish_never_misses_the_tip() {
         index.apply(ev(1, 1, None));
         let drive = {
             let index = Arc::clone(&index);
-            thread::spawn(move || index.drive_blocking(1, Some(2), patient()))
+            thread::spawn(move || index.drive(1, Some(2), &DriveFlow::new(patient())))
         };
         index.apply(ev(1, 2, Some(1)));
         let drive = drive.join().unwrap();
@@ -93,7 +93,7 @@ fn drive_for_an_unseen_execution_vs_its_first_event() {
         let index = Arc::new(index());
         let drive = {
             let index = Arc::clone(&index);
-            thread::spawn(move || index.drive_blocking(5, Some(1), patient()))
+            thread::spawn(move || index.drive(5, Some(1), &DriveFlow::new(patient())))
         };
         index.apply(ev(5, 1, None));
         let drive = drive.join().unwrap();

@@ -7,7 +7,7 @@ use crate::spine::{Spine, SpineOrder};
 
 /// The hop bound of today's walk. The walk also stops at the first revisited event, so this
 /// bound is only reached by chains longer than it.
-pub const DEFAULT_WALK_LIMIT: usize = 5_000_000;
+pub(crate) const DEFAULT_WALK_LIMIT: usize = 5_000_000;
 
 /// Why a walk could not produce a spine.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
@@ -152,7 +152,7 @@ impl Chain {
         }
     }
 
-    /// Sets the hop bound of every walk (default [`DEFAULT_WALK_LIMIT`]).
+    /// Sets the hop bound of every walk (default 5,000,000).
     /// The chain starts a fresh lineage: a spine built under another limit is not reused.
     pub fn with_walk_limit(mut self, hops: usize) -> Chain {
         self.walk_limit = u32::try_from(hops).unwrap_or(u32::MAX);

@@ -17,7 +17,7 @@ pub type EventId = i64;
 pub type ExecutionId = i64;
 
 /// The only genesis event type: a chain is complete only if its walk passes one.
-pub const GENESIS_TYPE: &str = "playbook_started";
+pub(crate) const GENESIS_TYPE: &str = "playbook_started";
 
 /// The six spellings of a terminal event type; after a batch holding one, the execution is
 /// evicted.

@@ -1,4 +1,8 @@
 //! Incremental folds over a spine: the state at the cached head, advanced by the new tail.
+//!
+//! A worker's state builder folds the spine a drive is served; the index itself never
+//! folds. This module shows that a [`SpineCache`]'s incremental advance keeps a fold's state
+//! equal to folding the whole spine, and the crate's tests hold it to that.
 
 use crate::advance::{AdvanceOutcome, SpineCache};
 use crate::chain::Chain;
@@ -22,7 +26,8 @@ pub trait Fold {
 /// always equals folding the current spine from scratch.
 ///
 /// ```
-/// use chain_fold::{Chain, Event, Fold, FoldCache, SpineOrder};
+/// use chain_fold::fold::{Fold, FoldCache};
+/// use chain_fold::{Chain, Event, SpineOrder};
 ///
 /// struct CountSteps;
 /// impl Fold for CountSteps {

@@ -21,7 +21,7 @@ use crate::event::Event;
 use crate::spine::Spine;
 
 /// Slices handed to one `write_vectored` call (Linux's `IOV_MAX` is 1024).
-pub const MAX_SLICES_PER_WRITE: usize = 1024;
+pub(crate) const MAX_SLICES_PER_WRITE: usize = 1024;
 
 /// A spine's payloads as one JSON array, `[p1,p2,...]`, without copying them.
 ///
@@ -107,7 +107,7 @@ impl JsonArray {
         (0..pieces(events)).map(move |i| piece(events, i))
     }
 
-    /// Writes the array with vectored writes of up to [`MAX_SLICES_PER_WRITE`] pieces
+    /// Writes the array with vectored writes of up to 1,024 pieces
     /// each, finishing any partial write and retrying interrupted ones (as `write_all`
     /// does). A non-blocking writer should use [`JsonArray::into_buf`] instead, which keeps
     /// its position across `WouldBlock`.

@@ -54,20 +54,18 @@ mod append_log;
 mod canonical;
 mod chain;
 mod event;
-mod fold;
+pub mod fold;
 mod json_array;
 mod lineage;
 mod spine;
 mod sync;
 
 pub use advance::{Advance, AdvanceOutcome, SpineCache, advance};
-pub use chain::{Chain, DEFAULT_WALK_LIMIT, Incomplete};
+pub use chain::{Chain, Incomplete};
 pub use event::{
-    EVENT_OVERHEAD_BYTES, Event, EventError, EventId, ExecutionId, Field, GENESIS_TYPE, SLIM_KEYS,
-    TERMINAL_TYPES,
+    EVENT_OVERHEAD_BYTES, Event, EventError, EventId, ExecutionId, Field, SLIM_KEYS, TERMINAL_TYPES,
 };
-pub use fold::{Fold, FoldCache, fold_all};
-pub use json_array::{JsonArray, JsonBuf, MAX_SLICES_PER_WRITE};
+pub use json_array::{JsonArray, JsonBuf};
 pub use spine::{Spine, SpineOrder};
 
 #[cfg(doctest)]

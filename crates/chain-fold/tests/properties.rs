@@ -1,7 +1,8 @@
 //! Property tests over random chains: random inversions, gaps, redeliveries and arrival
 //! orders.
 
-use chain_fold::{AdvanceOutcome, Chain, Event, Fold, FoldCache, SpineCache, SpineOrder, fold_all};
+use chain_fold::fold::{Fold, FoldCache, fold_all};
+use chain_fold::{AdvanceOutcome, Chain, Event, SpineCache, SpineOrder};
 use proptest::prelude::*;
 
 /// A random execution: a genesis and `n` more events whose ids are a random permutation

@@ -1,8 +1,7 @@
 //! Every scenario of docs/domain.md ("Chains and the cached spine"), by name.
 
-use chain_fold::{
-    AdvanceOutcome, Chain, Event, Fold, FoldCache, Incomplete, SpineCache, SpineOrder, fold_all,
-};
+use chain_fold::fold::{Fold, FoldCache, fold_all};
+use chain_fold::{AdvanceOutcome, Chain, Event, Incomplete, SpineCache, SpineOrder};
 
 fn ev(id: i64, prev: Option<i64>) -> Event {
     let ty = if prev.is_none() {

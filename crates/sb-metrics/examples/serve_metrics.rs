@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use chain_fold::Event;
 use sb_metrics::{StateBuilderMetrics, exporter, series::DEFAULT_PREFIX};
 use wal_index::ingest::channel_wal;
-use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
+use wal_index::{Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (index, jobs) = (Arc::clone(&index), jobs.clone());
             std::thread::spawn(move || {
                 for (exec, head) in jobs {
-                    index.drive_blocking(exec, Some(head), DriveBudget::default());
+                    index.drive(exec, Some(head), &DriveFlow::new(DriveBudget::default()));
                 }
             })
         })

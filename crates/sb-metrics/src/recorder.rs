@@ -178,7 +178,7 @@ impl StateBuilderMetrics {
     }
 
     /// Records a drive outcome by hand, for a caller that decides it outside
-    /// `StateIndex::drive_flow` (which reports every outcome itself).
+    /// `StateIndex::drive` (which reports every outcome itself).
     pub fn drive_outcome(&self, outcome: DriveLabel) {
         self.drive_builds[outcome.index()].increment(1);
     }

@@ -9,7 +9,7 @@ pub const DEFAULT_PREFIX: &str = "noetl_worker_state_builder_";
 /// `builds_total{outcome}` label values (`chain_fold::AdvanceOutcome::label`).
 pub const BUILD_OUTCOMES: [&str; 4] = chain_fold::AdvanceOutcome::LABELS;
 /// `drive_builds_total{outcome}` label values (`wal_index::labels::DriveLabel`), each one
-/// way the worker's drive flow (`StateIndex::drive_flow`) ends.
+/// way the worker's drive flow (`StateIndex::drive`) ends.
 pub const DRIVE_OUTCOMES: [&str; 7] = DriveLabel::LABELS;
 /// `drive_wait_total{outcome}` label values (`wal_index::labels::WaitLabel`).
 pub const WAIT_OUTCOMES: [&str; 2] = WaitLabel::LABELS;

@@ -170,21 +170,21 @@ fn every_series_moves_as_documented<I: StateIndex>() {
     assert_eq!(seen.samples["chain_hops"], vec![3.0]);
 
     // Drives: served at once, a timeout then fallback, a wake-up then served.
-    index.drive_blocking(1, Some(4), DriveBudget::default());
+    index.drive(1, Some(4), &DriveFlow::new(DriveBudget::default()));
     let short = DriveBudget {
         attempts: 1,
         retry: Duration::from_millis(5),
     };
-    index.drive_blocking(1, Some(99), short);
+    index.drive(1, Some(99), &DriveFlow::new(short));
     let woken = std::thread::scope(|s| {
         let waiter = s.spawn(|| {
-            index.drive_blocking(
+            index.drive(
                 1,
                 Some(5),
-                DriveBudget {
+                &DriveFlow::new(DriveBudget {
                     attempts: 1,
                     retry: Duration::from_secs(30),
-                },
+                }),
             )
         });
         std::thread::sleep(Duration::from_millis(30));
@@ -217,13 +217,13 @@ fn every_series_moves_as_documented<I: StateIndex>() {
             .fallbacks(retained)
             .rehydrate_gate(&gate)
     };
-    let drive = index.drive_flow_blocking(7, Some(3), &flow(&Retained(0)));
+    let drive = index.drive(7, Some(3), &flow(&Retained(0)));
     assert!(drive.outcome.spine().is_none());
     assert_eq!(
         drive.rehydrate,
         Some(wal_index::labels::RehydrateLabel::Empty)
     );
-    let drive = index.drive_flow_blocking(7, Some(3), &flow(&Retained(3)));
+    let drive = index.drive(7, Some(3), &flow(&Retained(3)));
     assert_eq!(drive.outcome.spine().map(|s| s.len()), Some(3));
     assert_gauges_match(&*index, &mut seen, &snapshotter, "after rehydrate");
     assert_eq!(seen.get("rehydrate_total{empty}"), 1.0);

@@ -276,7 +276,10 @@ fn dispatch(
                     .tail_events(tail)
                     .fallbacks(&pool.retained)
                     .rehydrate_gate(&pool.gate);
-                let drive = pool.index.drive_flow(execution_id, Some(head), &flow).await;
+                let drive = pool
+                    .index
+                    .drive_async(execution_id, Some(head), &flow)
+                    .await;
                 if let Ok(mut served) = pool.served.lock() {
                     served.by_label[drive.label.index()] += 1;
                     served.latencies.push(dispatched.elapsed());

@@ -414,13 +414,13 @@ impl<I: StateIndex> DriveContext<I> {
         match self.drives_on {
             RunOn::Task => {
                 let flow = self.flow(&dispatch.tail);
-                Some(self.index.drive_flow(execution_id, tip, &flow).await)
+                Some(self.index.drive_async(execution_id, tip, &flow).await)
             }
             RunOn::Thread => {
                 let (context, tail) = (Arc::clone(self), dispatch.tail.clone());
                 tokio::task::spawn_blocking(move || {
                     let flow = context.flow(&tail);
-                    context.index.drive_flow_blocking(execution_id, tip, &flow)
+                    context.index.drive(execution_id, tip, &flow)
                 })
                 .await
                 .ok()

@@ -9,7 +9,7 @@
 /// A source learns the head once, at subscription (JetStream's last stream sequence, the
 /// end of EHDB's first frame, an in-process channel's queued records), and compares what
 /// it has handed over with it. The drain reports the answer to its index after every pull
-/// ([`StateIndex::note_backfill`](crate::StateIndex::note_backfill)); the engine uses it to
+/// ([`WalIndex::note_backfill`](crate::WalIndex::note_backfill)); the engine uses it to
 /// send a drive whose chain is still behind the drain to its per-execution read at once,
 /// instead of spending its deadline waiting for a backfill that will not end in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -37,7 +37,7 @@ macro_rules! label_enum {
 
 label_enum! {
     /// The final outcome of a drive, as `drive_builds_total{outcome}` labels it: every
-    /// value is one way [`StateIndex::drive_flow`](crate::StateIndex::drive_flow) can end
+    /// value is one way [`StateIndex::drive`](crate::StateIndex::drive) can end
     /// (the [`flow`](crate::flow) module's table says which step gives which).
     DriveLabel {
         /// Served within the wait budget.

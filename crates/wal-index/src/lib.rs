@@ -33,7 +33,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
+//! use wal_index::{Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 //! use wal_index::ingest::channel_wal;
 //!
 //! let index = Arc::new(WalIndex::new(IndexConfig::default()));
@@ -44,7 +44,7 @@
 //! wal.append(r#"{"event_id":2,"execution_id":42,"prev_event_id":1,"event_type":"step"}"#);
 //!
 //! // The drive for tip 2 waits (on execution 42 alone) until the drain has applied it.
-//! let drive = index.drive_blocking(42, Some(2), DriveBudget::default());
+//! let drive = index.drive(42, Some(2), &DriveFlow::new(DriveBudget::default()));
 //! assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2]);
 //!
 //! drop(wal);
@@ -87,7 +87,7 @@ pub use chain_fold::{
     AdvanceOutcome, Chain, Event, EventError, EventId, ExecutionId, Incomplete, Spine, SpineOrder,
 };
 pub use config::{DriveBudget, IndexConfig};
-pub use engine::{SLOT_FIXED_BYTES, WalIndex};
+pub use engine::WalIndex;
 pub use index::StateIndex;
 pub use index::flow::{self, DriveFallbacks, DriveFlow};
 pub use ingest::{Drain, DrainConfig, WalSource};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use shuttle::sync::Arc;
 use shuttle::thread;
 
-use crate::Event;
+use crate::{DriveFlow, Event};
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
 use crate::index::StateIndex;
 use crate::report::IndexStats;
@@ -104,7 +104,7 @@ fn workload<I: StateIndex>() {
             };
             let served = (0..EXECUTIONS).filter(|&e| e % 4 == 1 && !evictable(e));
             for e in UNSEEN.chain(served) {
-                let drive = index.drive_blocking(e, Some(2), budget);
+                let drive = index.drive(e, Some(2), &DriveFlow::new(budget));
                 assert_eq!(
                     drive.outcome.spine().map(|s| s.ids()),
                     Some(vec![1, 2]),
@@ -125,7 +125,7 @@ fn workload<I: StateIndex>() {
                 retry: Duration::from_secs(1),
             };
             for e in FINISHING {
-                let drive = index.drive_blocking(e, Some(3), budget);
+                let drive = index.drive(e, Some(3), &DriveFlow::new(budget));
                 if let Some(spine) = drive.outcome.spine() {
                     assert_eq!(spine.ids(), vec![1, 2, 3], "{}: drive for {e}", I::NAME);
                 }
@@ -246,9 +246,9 @@ fn restart_behind_the_drain(asynchronous: bool) {
                 .fallbacks(&retained)
                 .rehydrate_gate(&*gate);
                 let drive = if asynchronous {
-                    shuttle::future::block_on(index.drive_flow(7, Some(3), &flow))
+                    shuttle::future::block_on(index.drive_async(7, Some(3), &flow))
                 } else {
-                    index.drive_flow_blocking(7, Some(3), &flow)
+                    index.drive(7, Some(3), &flow)
                 };
                 let served = drive.outcome.spine().map(|s| s.json_array().to_bytes());
                 assert_eq!(

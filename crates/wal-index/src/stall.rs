@@ -54,9 +54,9 @@
 //!   (a loaded machine) can see holes that drives' tail events opened ahead of it: those
 //!   are reported as if lost. The JetStream source stays caught up once it has been, so
 //!   its lag does not count as a backfill.
-//! - The record of departed executions' holes is capped at [`DEPARTED_HOLES_MAX`] (past
+//! - The record of departed executions' holes is capped at 10,000 holes (past
 //!   it, new ones are not recorded), and the memory of what was reported (so a re-created
-//!   execution does not report the same hole again) at [`REPORTED_MEMORY`] holes.
+//!   execution does not report the same hole again) at 4,096 holes.
 //! - Today's design and the per-execution-lock comparator do not check (the trait's
 //!   default reports nothing), as today's worker does not.
 
@@ -67,11 +67,11 @@ use chain_fold::{EventId, ExecutionId};
 use crate::labels::StallReason;
 
 /// The most holes of departed executions kept on record at once.
-pub const DEPARTED_HOLES_MAX: usize = 10_000;
+pub(crate) const DEPARTED_HOLES_MAX: usize = 10_000;
 
 /// How many reported holes are remembered, so an execution re-created with the same hole
 /// does not report it twice.
-pub const REPORTED_MEMORY: usize = 4_096;
+pub(crate) const REPORTED_MEMORY: usize = 4_096;
 
 /// One hole that has been open for longer than the bound.
 ///

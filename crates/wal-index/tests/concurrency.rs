@@ -11,7 +11,7 @@ use chain_fold::AdvanceOutcome;
 use common::{ev, linear};
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::report::IndexStats;
-use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
+use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 
 /// A build of an already-indexed execution keeps being served while another thread
 /// backfills a million events of other executions.
@@ -64,7 +64,7 @@ fn drive_across_noise<I: StateIndex>(budget: DriveBudget) -> wal_index::Drive {
     index.apply_batch(linear(1, 1, 3));
     index.apply(ev(2, 100, None));
     std::thread::scope(|s| {
-        let waiter = s.spawn(|| index.drive_blocking(1, Some(4), budget));
+        let waiter = s.spawn(|| index.drive(1, Some(4), &DriveFlow::new(budget)));
         std::thread::sleep(Duration::from_millis(50));
         for id in 101..10_101 {
             index.apply(ev(2, id, Some(id - 1)));
@@ -110,7 +110,7 @@ fn drive_is_served_when_the_tip_lands<I: StateIndex>() {
     };
     // Blocking.
     let drive = std::thread::scope(|s| {
-        let waiter = s.spawn(|| index.drive_blocking(1, Some(3), budget));
+        let waiter = s.spawn(|| index.drive(1, Some(3), &DriveFlow::new(budget)));
         std::thread::sleep(Duration::from_millis(20));
         index.apply(ev(1, 3, Some(2)));
         waiter.join().unwrap()
@@ -126,7 +126,9 @@ fn drive_is_served_when_the_tip_lands<I: StateIndex>() {
     let drive = rt.block_on(async {
         let waiting = {
             let index = Arc::clone(&index);
-            tokio::spawn(async move { index.drive(1, Some(4), budget).await })
+            tokio::spawn(
+                async move { index.drive_async(1, Some(4), &DriveFlow::new(budget)).await },
+            )
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         index.apply(ev(1, 4, Some(3)));
@@ -136,7 +138,9 @@ fn drive_is_served_when_the_tip_lands<I: StateIndex>() {
     assert_eq!(drive.timeouts, 0);
     // Async under a plain executor (no runtime at all).
     let drive = std::thread::scope(|s| {
-        let waiter = s.spawn(|| futures_lite::future::block_on(index.drive(1, Some(5), budget)));
+        let waiter = s.spawn(|| {
+            futures_lite::future::block_on(index.drive_async(1, Some(5), &DriveFlow::new(budget)))
+        });
         std::thread::sleep(Duration::from_millis(20));
         index.apply(ev(1, 5, Some(4)));
         waiter.join().unwrap()
@@ -168,7 +172,7 @@ fn drive_for_an_execution_never_seen_is_woken_by_its_first_events() {
         retry: Duration::from_secs(10),
     };
     let drive = std::thread::scope(|s| {
-        let waiter = s.spawn(|| index.drive_blocking(77, Some(2), budget));
+        let waiter = s.spawn(|| index.drive(77, Some(2), &DriveFlow::new(budget)));
         std::thread::sleep(Duration::from_millis(20));
         index.apply_batch(linear(77, 1, 2));
         waiter.join().unwrap()
@@ -191,7 +195,7 @@ fn a_waiter_on_an_evicted_execution_is_woken_and_served_by_its_successor() {
         retry: Duration::from_secs(10),
     };
     let drive = std::thread::scope(|s| {
-        let waiter = s.spawn(|| index.drive_blocking(5, Some(3), budget));
+        let waiter = s.spawn(|| index.drive(5, Some(3), &DriveFlow::new(budget)));
         std::thread::sleep(Duration::from_millis(20));
         assert!(index.evict(5));
         std::thread::sleep(Duration::from_millis(20));

@@ -81,7 +81,7 @@ fn the_tail_serves_a_warm_index_on_the_first_build<I: StateIndex>() {
         payload(&ev(1, 5, Some(4))),
     ];
     let flow = DriveFlow::new(DriveBudget::default()).tail_events(tail);
-    let drive = index.drive_flow_blocking(1, Some(5), &flow);
+    let drive = index.drive(1, Some(5), &flow);
     assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3, 4, 5]);
     assert_eq!(drive.label, DriveLabel::Served);
     assert_eq!((drive.builds, drive.wakes, drive.timeouts), (1, 0, 0));
@@ -109,7 +109,7 @@ fn a_tail_without_genesis_waits_for_the_history<I: StateIndex>() {
     let flow = DriveFlow::new(DriveBudget::new(1, Duration::from_secs(30)))
         .tail_events(vec![payload(&ev(1, 4, Some(3)))]);
     let drive = std::thread::scope(|s| {
-        let waiter = s.spawn(|| index.drive_flow_blocking(1, Some(4), &flow));
+        let waiter = s.spawn(|| index.drive(1, Some(4), &flow));
         std::thread::sleep(Duration::from_millis(30));
         index.apply_batch(history);
         waiter.join().unwrap()
@@ -128,7 +128,7 @@ fn a_drive_rebuilds_after_every_wake_until_its_deadline<I: StateIndex>() {
     // Ten events of a side branch of execution 1 (rooted at 100, no genesis), then the tip.
     let budget = DriveBudget::new(1, Duration::from_secs(30));
     let drive = std::thread::scope(|s| {
-        let waiter = s.spawn(|| index.drive_blocking(1, Some(3), budget));
+        let waiter = s.spawn(|| index.drive(1, Some(3), &DriveFlow::new(budget)));
         for id in 100..110 {
             std::thread::sleep(Duration::from_millis(5));
             index.apply(ev(1, id, (id > 100).then(|| id - 1)));
@@ -155,7 +155,7 @@ fn the_state_shard_serves_after_the_deadline<I: StateIndex>() {
     let flow = DriveFlow::new(no_wait())
         .fallbacks(&sources)
         .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(3, Some(3), &flow);
+    let drive = index.drive(3, Some(3), &flow);
     assert_eq!(drive.label, DriveLabel::ServedShard);
     assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
     assert_eq!(drive.rehydrate, None, "the shard came first");
@@ -171,7 +171,7 @@ fn the_state_shard_serves_after_the_deadline<I: StateIndex>() {
         retained: None,
     };
     let flow = DriveFlow::new(no_wait()).fallbacks(&sources);
-    let drive = index.drive_flow_blocking(3, Some(3), &flow);
+    let drive = index.drive(3, Some(3), &flow);
     assert_eq!(drive.label, DriveLabel::ServedShardMismatch);
     assert_eq!(reported.drives(DriveLabel::ServedShard), 1);
     assert_eq!(reported.drives(DriveLabel::ServedShardMismatch), 1);
@@ -189,7 +189,7 @@ fn rehydrate_and_the_fallback_labels<I: StateIndex>() {
     let flow = DriveFlow::new(no_wait())
         .fallbacks(&served)
         .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(4, Some(3), &flow);
+    let drive = index.drive(4, Some(3), &flow);
     assert_eq!(
         (drive.label, drive.rehydrate),
         (DriveLabel::ServedRehydrated, Some(RehydrateLabel::Served))
@@ -206,7 +206,7 @@ fn rehydrate_and_the_fallback_labels<I: StateIndex>() {
     let flow = DriveFlow::new(no_wait())
         .fallbacks(&empty)
         .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(5, Some(3), &flow);
+    let drive = index.drive(5, Some(3), &flow);
     assert_eq!(
         (drive.label, drive.rehydrate),
         (DriveLabel::FallbackIncomplete, Some(RehydrateLabel::Empty))
@@ -217,7 +217,7 @@ fn rehydrate_and_the_fallback_labels<I: StateIndex>() {
         .fallbacks(&served)
         .rehydrate_gate(&gate)
         .stateless(true);
-    let drive = index.drive_flow_blocking(6, Some(3), &flow);
+    let drive = index.drive(6, Some(3), &flow);
     assert_eq!(
         (drive.label, drive.rehydrate),
         (DriveLabel::StatelessRetry, Some(RehydrateLabel::Throttled))
@@ -229,7 +229,7 @@ fn rehydrate_and_the_fallback_labels<I: StateIndex>() {
     drop(held);
 
     let flow = DriveFlow::new(DriveBudget::default()).authoritative(false);
-    let drive = index.drive_flow_blocking(4, Some(3), &flow);
+    let drive = index.drive(4, Some(3), &flow);
     assert_eq!(
         (drive.label, drive.builds),
         (DriveLabel::FallbackDisabled, 0)
@@ -271,7 +271,7 @@ fn the_drain_as_a_task_serves_async_drives<I: StateIndex>() {
             let index = Arc::clone(&index);
             runtime.spawn(async move {
                 let flow = DriveFlow::new(DriveBudget::new(10, Duration::from_secs(1)));
-                index.drive_flow(execution, Some(5), &flow).await
+                index.drive_async(execution, Some(5), &flow).await
             })
         })
         .collect();
@@ -312,7 +312,7 @@ fn the_engine_skips_the_tail_of_a_finished_execution() {
     assert!(index.chain(9).is_none(), "terminal eviction");
     let flow =
         DriveFlow::new(DriveBudget::default()).tail_events(vec![payload(&ev(9, 2, Some(1)))]);
-    let drive = index.drive_flow_blocking(9, Some(2), &flow);
+    let drive = index.drive(9, Some(2), &flow);
     assert_eq!((drive.tail_applied, drive.tail_rejected), (0, 1));
     assert_eq!(drive.builds, 1, "the drive ends at once");
     assert!(index.chain(9).is_none(), "nothing re-created");

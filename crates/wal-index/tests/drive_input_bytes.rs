@@ -70,13 +70,13 @@ fn one_function_of_the_events_on_every_path<I: StateIndex>() {
     // The drain, tidy spelling.
     let index = I::with_config(IndexConfig::default());
     index.apply_batch(decoded(true));
-    let drive = index.drive_flow_blocking(EXECUTION, Some(3), &DriveFlow::new(no_wait));
+    let drive = index.drive(EXECUTION, Some(3), &DriveFlow::new(no_wait));
     assert_eq!(drive.label, DriveLabel::Served);
     assert_eq!(served_bytes(&drive), today, "drain");
     // A tail, the other spelling.
     let index = I::with_config(IndexConfig::default());
     let tail = (1..=3).map(|id| spelled(id, false)).collect();
-    let drive = index.drive_flow_blocking(
+    let drive = index.drive(
         EXECUTION,
         Some(3),
         &DriveFlow::new(no_wait).tail_events(tail),
@@ -87,7 +87,7 @@ fn one_function_of_the_events_on_every_path<I: StateIndex>() {
     let index = I::with_config(IndexConfig::default());
     index.apply_batch(decoded(true));
     let tail = (1..=3).map(|id| spelled(id, false)).collect();
-    let drive = index.drive_flow_blocking(
+    let drive = index.drive(
         EXECUTION,
         Some(3),
         &DriveFlow::new(no_wait).tail_events(tail),
@@ -105,7 +105,7 @@ fn one_function_of_the_events_on_every_path<I: StateIndex>() {
         shard: Some(decoded(false)),
         retained: None,
     };
-    let drive = index.drive_flow_blocking(
+    let drive = index.drive(
         EXECUTION,
         Some(3),
         &DriveFlow::new(no_wait).fallbacks(&sources),
@@ -119,7 +119,7 @@ fn one_function_of_the_events_on_every_path<I: StateIndex>() {
         retained: Some(decoded(false)),
     };
     let gate = RehydrateGate::default();
-    let drive = index.drive_flow_blocking(
+    let drive = index.drive(
         EXECUTION,
         Some(3),
         &DriveFlow::new(no_wait)
@@ -134,7 +134,7 @@ fn one_function_of_the_events_on_every_path<I: StateIndex>() {
         ..IndexConfig::default()
     });
     index.apply_batch(decoded(false));
-    let drive = index.drive_flow_blocking(EXECUTION, Some(3), &DriveFlow::new(no_wait));
+    let drive = index.drive(EXECUTION, Some(3), &DriveFlow::new(no_wait));
     let slim_today: Vec<Value> = (1..=3)
         .map(|id| {
             let Value::Object(map) = serde_json::from_slice(&spelled(id, true)).unwrap() else {

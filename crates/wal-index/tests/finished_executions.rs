@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chain_fold::Event;
 use wal_index::baseline::MutexIndex;
-use wal_index::{DriveBudget, StateIndex, WalIndex};
+use wal_index::{DriveBudget, DriveFlow, StateIndex, WalIndex};
 
 fn finished_execution<I: StateIndex>() -> I {
     let index = I::with_config(Default::default());
@@ -29,14 +29,14 @@ fn budget() -> DriveBudget {
 #[test]
 fn the_engine_ends_a_drive_for_a_finished_execution_at_once() {
     let index = finished_execution::<WalIndex>();
-    let drive = index.drive_blocking(7, Some(2), budget());
+    let drive = index.drive(7, Some(2), &DriveFlow::new(budget()));
     assert!(drive.outcome.spine().is_none());
     assert_eq!((drive.builds, drive.wakes, drive.timeouts), (1, 0, 0));
 
     // A late redelivery re-creates the execution: its drives wait and are served again.
     index.apply(Event::minimal(1, 7, None, "playbook_started"));
     let drive = std::thread::scope(|s| {
-        let waiter = s.spawn(|| index.drive_blocking(7, Some(2), budget()));
+        let waiter = s.spawn(|| index.drive(7, Some(2), &DriveFlow::new(budget())));
         std::thread::sleep(Duration::from_millis(20));
         index.apply(Event::minimal(2, 7, Some(1), "step"));
         waiter.join().unwrap()
@@ -51,7 +51,7 @@ fn a_re_created_execution_evicted_explicitly_is_not_finished() {
     let index = finished_execution::<WalIndex>();
     index.apply(Event::minimal(1, 7, None, "playbook_started"));
     assert!(index.evict(7));
-    let drive = index.drive_blocking(7, Some(2), budget());
+    let drive = index.drive(7, Some(2), &DriveFlow::new(budget()));
     assert!(drive.outcome.spine().is_none());
     assert_waited_out_its_deadline(&drive);
     // The same execution finishing again is remembered again.
@@ -60,14 +60,14 @@ fn a_re_created_execution_evicted_explicitly_is_not_finished() {
         Event::minimal(3, 7, Some(1), "playbook_completed"),
     ]);
     assert_eq!(report.terminal_evicted, vec![7]);
-    let drive = index.drive_blocking(7, Some(2), budget());
+    let drive = index.drive(7, Some(2), &DriveFlow::new(budget()));
     assert_eq!((drive.builds, drive.wakes, drive.timeouts), (1, 0, 0));
 }
 
 #[test]
 fn an_execution_never_seen_still_waits_its_budget() {
     let index = finished_execution::<WalIndex>();
-    let drive = index.drive_blocking(8, Some(2), budget());
+    let drive = index.drive(8, Some(2), &DriveFlow::new(budget()));
     assert!(drive.outcome.spine().is_none());
     assert_waited_out_its_deadline(&drive);
 }
@@ -75,7 +75,7 @@ fn an_execution_never_seen_still_waits_its_budget() {
 #[test]
 fn the_baseline_waits_out_its_budget_as_today() {
     let index = finished_execution::<MutexIndex>();
-    let drive = index.drive_blocking(7, Some(2), budget());
+    let drive = index.drive(7, Some(2), &DriveFlow::new(budget()));
     assert!(drive.outcome.spine().is_none());
     assert_waited_out_its_deadline(&drive);
 }

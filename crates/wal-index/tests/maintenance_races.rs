@@ -14,7 +14,7 @@ use common::ev;
 use wal_index::config::EvictionPolicy;
 use wal_index::labels::EvictReason;
 use wal_index::report::IndexStats;
-use wal_index::{DriveBudget, IndexConfig, IndexObserver, StateIndex};
+use wal_index::{DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex};
 
 fn with_policy(eviction: EvictionPolicy) -> IndexConfig {
     IndexConfig {
@@ -126,7 +126,7 @@ fn drives_for_unknown_executions_leave_no_state<I: StateIndex>() {
     for e in 0..DRIVES {
         assert!(
             index
-                .drive_blocking(e, Some(1), no_wait)
+                .drive(e, Some(1), &DriveFlow::new(no_wait))
                 .outcome
                 .spine()
                 .is_none()
@@ -147,13 +147,13 @@ fn drives_for_unknown_executions_leave_no_state<I: StateIndex>() {
     let waiter = {
         let index = Arc::clone(&index);
         std::thread::spawn(move || {
-            index.drive_blocking(
+            index.drive(
                 DRIVES,
                 Some(2),
-                DriveBudget {
+                &DriveFlow::new(DriveBudget {
                     attempts: 3,
                     retry: Duration::from_secs(10),
-                },
+                }),
             )
         })
     };
@@ -266,7 +266,7 @@ fn lockfree_drives_for_unknown_executions_leave_no_slot_and_no_room() {
             let index = Arc::clone(&index);
             std::thread::spawn(move || {
                 for e in (0..2_000).map(|k| k * 4 + t) {
-                    index.drive_blocking(e, Some(1), no_wait);
+                    index.drive(e, Some(1), &DriveFlow::new(no_wait));
                 }
             })
         })

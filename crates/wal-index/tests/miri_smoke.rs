@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use chain_fold::Event;
-use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
+use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 
 fn ev(e: i64, id: i64) -> Event {
     let ty = if id == 1 { "playbook_started" } else { "step" };
@@ -29,13 +29,13 @@ fn two_threads_apply_build_drive_and_evict() {
             index.evict(2);
         });
         s.spawn(|| {
-            let drive = index.drive_blocking(
+            let drive = index.drive(
                 1,
                 Some(6),
-                DriveBudget {
+                &DriveFlow::new(DriveBudget {
                     attempts: 50,
                     retry: Duration::from_millis(50),
-                },
+                }),
             );
             assert_eq!(
                 drive.outcome.spine().map(|s| s.ids()),

@@ -9,7 +9,7 @@ use chain_fold::{AdvanceOutcome, Event, Incomplete};
 use common::{end, ev, linear};
 use wal_index::config::EvictionPolicy;
 use wal_index::report::IndexStats;
-use wal_index::{DriveBudget, DriveOutcome, IndexConfig, StateIndex};
+use wal_index::{DriveBudget, DriveFlow, DriveOutcome, IndexConfig, StateIndex};
 
 fn ids<I: StateIndex>(index: &I, exec: i64, head: Option<i64>) -> Vec<i64> {
     index.build(exec, head).spine.expect("served").ids()
@@ -315,7 +315,7 @@ fn slim_index_stores_the_projection<I: StateIndex>() {
 fn drive_serves_an_indexed_tip_without_waiting<I: StateIndex>() {
     let index = I::with_config(IndexConfig::default());
     index.apply_batch(linear(1, 1, 3));
-    let drive = index.drive_blocking(1, Some(3), DriveBudget::default());
+    let drive = index.drive(1, Some(3), &DriveFlow::new(DriveBudget::default()));
     assert_eq!((drive.builds, drive.wakes, drive.timeouts), (1, 0, 0));
     assert_eq!(drive.outcome.spine().unwrap().len(), 3);
 }
@@ -327,7 +327,7 @@ fn drive_runs_out_of_budget_with_the_reason<I: StateIndex>() {
         attempts: 2,
         retry: Duration::from_millis(5),
     };
-    let drive = index.drive_blocking(1, Some(9), budget);
+    let drive = index.drive(1, Some(9), &DriveFlow::new(budget));
     assert_eq!(
         drive.outcome,
         DriveOutcome::Incomplete(Incomplete::TipMissing(9))

@@ -16,7 +16,7 @@ use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::config::EvictionPolicy;
 use wal_index::labels::EvictReason;
 use wal_index::report::IndexStats;
-use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
+use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 
 /// Every acknowledgement and every eviction, in one sequence order, so that at the end each
 /// acknowledged event can be accounted for.
@@ -236,7 +236,7 @@ fn soak<I: StateIndex>() {
                             attempts: 2,
                             retry: Duration::from_millis(3),
                         };
-                        let drive = index.drive_blocking(e, Some(tip), budget);
+                        let drive = index.drive(e, Some(tip), &DriveFlow::new(budget));
                         if let Some(spine) = drive.outcome.spine() {
                             assert_eq!(spine.head(), tip);
                             assert_eq!(

@@ -87,7 +87,11 @@ fn a_missing_hop_is_reported_once_after_the_bound_and_never_served_short() {
     assert!(stalled[0].waited > BOUND);
     assert!(checks.quarters(12).is_empty(), "once");
     // Never served short: the drive for the tip falls back.
-    let drive = index.drive_blocking(7, Some(4), DriveBudget::new(1, Duration::from_millis(10)));
+    let drive = index.drive(
+        7,
+        Some(4),
+        &DriveFlow::new(DriveBudget::new(1, Duration::from_millis(10))),
+    );
     assert!(drive.outcome.spine().is_none(), "{:?}", drive.outcome);
     // The hole filled: served whole, and nothing more is reported.
     index.apply(ev(7, 2, Some(1)));
@@ -399,7 +403,7 @@ fn the_drain_reports_withheld_events_and_drives_fall_back() {
         wal.append(event.payload_bytes());
     }
     let flow = DriveFlow::new(DriveBudget::new(2, Duration::from_millis(50)));
-    let drive = index.drive_flow_blocking(7, Some(6), &flow);
+    let drive = index.drive(7, Some(6), &flow);
     assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
     assert!(drive.outcome.spine().is_none());
     let deadline = Instant::now() + Duration::from_secs(20);

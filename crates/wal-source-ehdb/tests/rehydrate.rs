@@ -42,7 +42,7 @@ fn a_replay_reads_its_execution_alone_and_serves_the_drive() {
     let flow = DriveFlow::new(DriveBudget::new(0, Duration::ZERO))
         .fallbacks(&retained)
         .rehydrate_gate(&gate);
-    let drive = index.drive_flow_blocking(7, Some(4), &flow);
+    let drive = index.drive(7, Some(4), &flow);
     assert_eq!(
         drive.outcome.spine().map(|s| s.ids()),
         Some(vec![1, 2, 3, 4])

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
-use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex};
+use wal_index::{Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
 const CHAIN: i64 = 27;
@@ -99,7 +99,7 @@ fn measure<I: StateIndex>(url: &str, stream: &str, retained: &mut Retained) {
         publisher
             .publish(execution, event(execution, k))
             .expect("publish");
-        let drive = index.drive_blocking(execution, Some(tip), budget);
+        let drive = index.drive(execution, Some(tip), &DriveFlow::new(budget));
         latencies.push(started.elapsed());
         served += usize::from(drive.outcome.spine().is_some());
     }

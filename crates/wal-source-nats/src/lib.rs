@@ -41,7 +41,7 @@
 //! let source = JetStreamSource::connect(config)?;
 //! let index = Arc::new(WalIndex::default());
 //! let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
-//! // ... drives call index.drive(execution_id, Some(tip), budget).await ...
+//! // ... drives call index.drive_async(execution_id, Some(tip), &flow).await ...
 //! drain.stop()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

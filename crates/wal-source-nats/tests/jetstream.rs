@@ -14,7 +14,9 @@ use sb_metrics::StateBuilderMetrics;
 use sb_metrics::series::name;
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::ingest::{Backfill, DrainHandle};
-use wal_index::{Drain, DrainConfig, DriveBudget, IndexConfig, StateIndex, WalIndex, WalSource};
+use wal_index::{
+    Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex, WalSource,
+};
 use wal_source_nats::test_broker::Broker;
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
 
@@ -91,9 +93,11 @@ impl<I: StateIndex> Pool<I> {
     /// Every execution in `executions` is served at its tip with the whole chain.
     fn assert_served(&self, executions: impl IntoIterator<Item = i64>, len: i64) {
         for execution in executions {
-            let drive = self
-                .index
-                .drive_blocking(execution, Some(tip(execution, len)), budget());
+            let drive = self.index.drive(
+                execution,
+                Some(tip(execution, len)),
+                &DriveFlow::new(budget()),
+            );
             let spine = drive
                 .outcome
                 .spine()
@@ -469,7 +473,7 @@ fn a_message_deleted_mid_chain_is_reported_as_a_stalled_chain() {
     pool.assert_served([1, 3], 6);
     let drive = pool
         .index
-        .drive_blocking(2, Some(tip(2, 6)), DriveBudget::default());
+        .drive(2, Some(tip(2, 6)), &DriveFlow::new(DriveBudget::default()));
     assert!(drive.outcome.spine().is_none(), "served short: {drive:?}");
     assert!(
         wait_for(LIMIT, || pool.metric(name::STALLED_CHAINS_TOTAL) == 1.0),

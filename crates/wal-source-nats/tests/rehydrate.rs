@@ -116,7 +116,7 @@ fn a_drive_behind_the_backfill_is_served_through_the_broker() {
         .enable_all()
         .build()
         .unwrap();
-    let drive = runtime.block_on(index.drive_flow(5, Some(tip(5, 8)), &flow));
+    let drive = runtime.block_on(index.drive_async(5, Some(tip(5, 8)), &flow));
     assert_eq!(drive.label, DriveLabel::ServedRehydrated);
     assert!(drive.backfill_skip);
     assert_eq!(

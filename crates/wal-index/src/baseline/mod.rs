@@ -12,7 +12,7 @@
 //! data path: payloads parsed before the lock, deep-cloned and walked under it on apply;
 //! every payload value of the spine cloned under it on build, and serialized after it.
 //!
-//! On an executor, `MutexIndex`'s async paths (`drive`, `drive_flow`, the drain's
+//! On an executor, `MutexIndex`'s async paths (`drive_async`, the drain's
 //! `step_async`) await its mutex; its synchronous methods park the calling thread in the
 //! same queue. They finish wherever they are called, a Tokio task included (they run
 //! outside Tokio's cooperative budget, which a blocking call could never refill), but

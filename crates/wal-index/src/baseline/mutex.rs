@@ -7,13 +7,14 @@ use std::time::Instant;
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine};
 // The synchronous surface runs the async operation to completion: one body for both, parked
 // in the same fair queue, outside Tokio's cooperative budget (see `sync::run_to_completion`).
+use crate::backfill::Backfill;
 use crate::sync::run_to_completion as block_on;
 use serde_json::Value;
 
 use super::entry::{self, BatchTally, Cloned, Entry};
 use crate::config::IndexConfig;
 use crate::eviction_plan::{self, report_sweep};
-use crate::index::{DriveHooks, StateIndex};
+use crate::index::{IndexHooks, StateIndex};
 use crate::labels::EvictReason;
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
@@ -272,7 +273,7 @@ impl MutexIndex {
     }
 }
 
-impl DriveHooks for MutexIndex {
+impl IndexHooks for MutexIndex {
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
     }
@@ -280,6 +281,66 @@ impl DriveHooks for MutexIndex {
     /// Today's global signal: every applied event of any execution wakes this waiter.
     fn listen(&self, _execution_id: ExecutionId) -> Registered<'_> {
         Registered::on(self.appended.listen())
+    }
+
+    /// No: today's drain hands over whole envelopes (see the trait).
+    fn drain_decodes_slim(&self) -> bool {
+        false
+    }
+
+    /// One sweep under the global mutex; the gauges and evictions are reported after it.
+    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
+        let policy = self.config.eviction;
+        if policy == Default::default() {
+            return EvictionStats::default();
+        }
+        let now = self.nanos(now);
+        let mut inner = self.inner.lock().await;
+        let candidates = inner
+            .executions
+            .iter()
+            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
+            .collect();
+        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
+        for execution_id in idle_empty {
+            inner.evict(execution_id, None, self.config.sink_gate);
+        }
+        for victim in &plan.evicted {
+            inner.evict(victim.execution_id, None, self.config.sink_gate);
+        }
+        let stats = inner.stats;
+        drop(inner);
+        self.observer().residency(stats);
+        report_sweep(self.observer(), &plan);
+        plan
+    }
+
+    /// Today's drain: each event applied on its own (lock, apply, unlock, wake everyone),
+    /// then the lock once more to evict the batch's terminal executions.
+    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
+        let mut tally = BatchTally::default();
+        // Today's drain holds the whole pulled batch parsed before it applies any of it.
+        let prepared: Vec<Prepared> = events.into_iter().map(|e| self.prepare(e)).collect();
+        for prepared in prepared {
+            let (applied, incarnation) = self.apply_prepared(prepared).await;
+            tally.add(applied, incarnation);
+        }
+        let (mut report, terminal) = tally.finish();
+        let stats = if terminal.is_empty() {
+            None
+        } else {
+            let mut inner = self.inner.lock().await;
+            self.finish_batch(&mut inner, terminal, &mut report);
+            Some(inner.stats)
+        };
+        self.report_batch(stats, &report);
+        report
+    }
+
+    /// Reports it to the observer and keeps nothing: this index's drives keep the
+    /// worker's flow.
+    fn note_backfill(&self, state: Backfill) {
+        self.observer.backfill(state);
     }
 }
 
@@ -303,11 +364,6 @@ impl StateIndex for MutexIndex {
     /// The configuration the index was built with.
     fn config(&self) -> &IndexConfig {
         &self.config
-    }
-
-    /// No: today's drain hands over whole envelopes (see the trait).
-    fn drain_decodes_slim(&self) -> bool {
-        false
     }
 
     /// The observer this index reports to.
@@ -428,33 +484,6 @@ impl StateIndex for MutexIndex {
         ids
     }
 
-    /// One sweep under the global mutex; the gauges and evictions are reported after it.
-    async fn enforce_limits_async(&self, now: Instant) -> EvictionStats {
-        let policy = self.config.eviction;
-        if policy == Default::default() {
-            return EvictionStats::default();
-        }
-        let now = self.nanos(now);
-        let mut inner = self.inner.lock().await;
-        let candidates = inner
-            .executions
-            .iter()
-            .map(|(&execution_id, e)| e.candidate(execution_id, self.config.sink_gate))
-            .collect();
-        let (plan, idle_empty) = eviction_plan::plan(candidates, &policy, now, self.clock.epoch());
-        for execution_id in idle_empty {
-            inner.evict(execution_id, None, self.config.sink_gate);
-        }
-        for victim in &plan.evicted {
-            inner.evict(victim.execution_id, None, self.config.sink_gate);
-        }
-        let stats = inner.stats;
-        drop(inner);
-        self.observer().residency(stats);
-        report_sweep(self.observer(), &plan);
-        plan
-    }
-
     async fn chain_async(&self, execution_id: ExecutionId) -> Option<Chain> {
         let inner = self.inner.lock().await;
         inner.executions.get(&execution_id).map(|e| e.chain.clone())
@@ -475,28 +504,6 @@ impl StateIndex for MutexIndex {
 
     async fn apply_async(&self, event: Event) -> Applied {
         self.apply_one(event).await.0
-    }
-
-    /// Today's drain: each event applied on its own (lock, apply, unlock, wake everyone),
-    /// then the lock once more to evict the batch's terminal executions.
-    async fn apply_batch_async(&self, events: Vec<Event>) -> BatchReport {
-        let mut tally = BatchTally::default();
-        // Today's drain holds the whole pulled batch parsed before it applies any of it.
-        let prepared: Vec<Prepared> = events.into_iter().map(|e| self.prepare(e)).collect();
-        for prepared in prepared {
-            let (applied, incarnation) = self.apply_prepared(prepared).await;
-            tally.add(applied, incarnation);
-        }
-        let (mut report, terminal) = tally.finish();
-        let stats = if terminal.is_empty() {
-            None
-        } else {
-            let mut inner = self.inner.lock().await;
-            self.finish_batch(&mut inner, terminal, &mut report);
-            Some(inner.stats)
-        };
-        self.report_batch(stats, &report);
-        report
     }
 
     async fn rehydrate_async(

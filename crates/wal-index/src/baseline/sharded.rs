@@ -8,9 +8,10 @@ use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete,
 use dashmap::DashMap;
 
 use super::entry::{self, Cloned, Entry, apply_each};
+use crate::backfill::Backfill;
 use crate::config::IndexConfig;
 use crate::eviction_plan::{self, report_sweep};
-use crate::index::{DriveHooks, StateIndex};
+use crate::index::{IndexHooks, StateIndex};
 use crate::labels::EvictReason;
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
@@ -171,7 +172,7 @@ impl ShardedMutexIndex {
             return Removal::Changed;
         }
         entry.evicted = true;
-        // SeqCst pairs with the load after `listen` in `DriveHooks::listen`: the flag is
+        // SeqCst pairs with the load after `listen` in `IndexHooks::listen`: the flag is
         // stored before the `notify` below (event-listener's listen-then-check pattern).
         slot.retired.store(true, Ordering::SeqCst);
         let events = entry.chain.len();
@@ -251,7 +252,7 @@ impl ShardedMutexIndex {
 /// What one build did under the lock: the outcome, and the spine with its cloned values.
 type Built = (AdvanceOutcome, Option<(Spine, Cloned)>);
 
-impl DriveHooks for ShardedMutexIndex {
+impl IndexHooks for ShardedMutexIndex {
     fn clock(&self) -> &crate::sync::Clock {
         &self.clock
     }
@@ -279,6 +280,25 @@ impl DriveHooks for ShardedMutexIndex {
             }
         }
     }
+
+    /// No: today's drain hands over whole envelopes (see the trait).
+    fn drain_decodes_slim(&self) -> bool {
+        false
+    }
+
+    /// Reports it to the observer and keeps nothing: this index's drives keep the
+    /// worker's flow.
+    fn note_backfill(&self, state: Backfill) {
+        self.observer.backfill(state);
+    }
+
+    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send {
+        std::future::ready(self.apply_batch(events))
+    }
+
+    fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send {
+        std::future::ready(self.enforce_limits_at(now))
+    }
 }
 
 impl StateIndex for ShardedMutexIndex {
@@ -299,11 +319,6 @@ impl StateIndex for ShardedMutexIndex {
     /// The configuration.
     fn config(&self) -> &IndexConfig {
         &self.config
-    }
-
-    /// No: today's drain hands over whole envelopes (see the trait).
-    fn drain_decodes_slim(&self) -> bool {
-        false
     }
 
     /// The observer.

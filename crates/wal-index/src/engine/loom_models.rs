@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::WalIndex;
+use crate::{DriveFlow, WalIndex};
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
-use crate::index::{DriveHooks, StateIndex};
+use crate::index::{IndexHooks, StateIndex};
 use crate::report::IndexStats;
 use crate::test_events::ev;
 
@@ -121,7 +121,7 @@ fn drive_registration_vs_eviction_is_never_stranded() {
         index.apply(ev(1, 1, None));
         let drive = {
             let index = Arc::clone(&index);
-            thread::spawn(move || index.drive_blocking(1, Some(2), patient()))
+            thread::spawn(move || index.drive(1, Some(2), &DriveFlow::new(patient())))
         };
         index.evict(1);
         index.rehydrate(1, vec![ev(1, 1, None), ev(1, 2, Some(1))]);

@@ -19,16 +19,16 @@ mod loom_models;
 mod read;
 pub(crate) mod slot;
 mod stalls;
-pub use slot::SLOT_FIXED_BYTES;
 mod write;
 
+use std::future::Future;
 use std::time::Instant;
 
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::backfill::Backfill;
 use crate::config::IndexConfig;
-use crate::index::{DriveHooks, StateIndex};
+use crate::index::{IndexHooks, StateIndex};
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
 use crate::stall::StalledChain;
@@ -62,7 +62,7 @@ use slot::{Evicted, Slot, SlotApplied};
 /// | [`apply`](StateIndex::apply), [`apply_batch`](StateIndex::apply_batch), [`rehydrate`](StateIndex::rehydrate) | blocking | other writers of the *same* execution; the directory lock when an execution is new; a batch whose terminal event evicts its execution, as [`evict`](StateIndex::evict) |
 /// | [`evict`](StateIndex::evict), [`enforce_limits_at`](StateIndex::enforce_limits_at) | blocking | writers of the evicted executions, other evictors; with stall checks on, after the removal, a check's scan (the stall lock, for a chain that left with a hole, while departed holes are on record, or while another eviction is recording) |
 /// | [`check_stalls_at`](StateIndex::check_stalls_at) | blocking | another check, an eviction recording what its chain left with |
-/// | [`drive`](StateIndex::drive) / [`drive_blocking`](StateIndex::drive_blocking) | blocking by design | its own execution's next publish, or its per-wait cap. To register: the waiting-rooms lock when the execution has no slot (creators take it briefly to wake a room); the directory lock only when the slot it found is being evicted (it waits for that eviction to finish, which may itself wait for an apply of that execution). After an unserved build of an execution holding no events: the finished-executions lock |
+/// | [`drive`](StateIndex::drive) / [`drive_async`](StateIndex::drive_async) | blocking by design | its own execution's next publish, or its per-wait cap. To register: the waiting-rooms lock when the execution has no slot (creators take it briefly to wake a room); the directory lock only when the slot it found is being evicted (it waits for that eviction to finish, which may itself wait for an apply of that execution). After an unserved build of an execution holding no events: the finished-executions lock |
 /// | [`stats`](StateIndex::stats) | blocking, briefly | a writer's three-counter update (never a walk) |
 ///
 /// \* A build first pins a crossbeam-epoch guard to read the directory (lock-free: the pin
@@ -80,7 +80,7 @@ use slot::{Evicted, Slot, SlotApplied};
 /// for a walk, but it does serialize with appliers.
 ///
 /// ```
-/// use wal_index::{DriveBudget, Event, IndexConfig, StateIndex, WalIndex};
+/// use wal_index::{DriveBudget, DriveFlow, Event, IndexConfig, StateIndex, WalIndex};
 ///
 /// let index = WalIndex::new(IndexConfig::default());
 /// index.apply(Event::minimal(1, 7, None, "playbook_started"));
@@ -90,7 +90,7 @@ use slot::{Evicted, Slot, SlotApplied};
 ///
 /// // A drive for a tip that is not indexed yet waits for exactly its execution.
 /// let drive = std::thread::scope(|s| {
-///     let waiter = s.spawn(|| index.drive_blocking(7, Some(3), DriveBudget::default()));
+///     let waiter = s.spawn(|| index.drive(7, Some(3), &DriveFlow::new(DriveBudget::default())));
 ///     std::thread::sleep(std::time::Duration::from_millis(20));
 ///     index.apply(Event::minimal(3, 7, Some(2), "step"));
 ///     waiter.join().unwrap()
@@ -142,6 +142,33 @@ impl WalIndex {
         self.directory.awaited_unknown()
     }
 
+    /// Takes the drain's word on where it stands against the log's head (see [`Backfill`]):
+    /// the [`Drain`](crate::Drain) calls it after each pull and once more, as
+    /// [`Backfill::Unknown`], when a drain that was behind goes away. The engine keeps it
+    /// for its drives ([`flow`](crate::flow) says what they do) and reports it to its
+    /// observer (the `backfilling` gauge). A pool with a [`Drain`](crate::Drain) never
+    /// calls it; a pool running a drain loop of its own does.
+    ///
+    /// ```
+    /// use wal_index::ingest::Backfill;
+    /// use wal_index::WalIndex;
+    ///
+    /// let index = WalIndex::default();
+    /// index.note_backfill(Backfill::Behind { remaining: Some(17_803) });
+    /// assert!(index.backfill().is_behind());
+    /// index.note_backfill(Backfill::CaughtUp);
+    /// assert_eq!(index.backfill(), Backfill::CaughtUp);
+    /// ```
+    pub fn note_backfill(&self, state: Backfill) {
+        self.backfill.set(state);
+        self.observer().backfill(state);
+    }
+
+    /// The last [`Backfill`] the drain noted.
+    pub fn backfill(&self) -> Backfill {
+        self.backfill.get()
+    }
+
     /// Slots in the directory, resident or not: executions holding events, plus any
     /// holding only a sink-gate mark. Every slot is counted by `stats()` or held by a mark;
     /// drives never create one.
@@ -191,7 +218,7 @@ impl WalIndex {
     }
 }
 
-impl DriveHooks for WalIndex {
+impl IndexHooks for WalIndex {
     /// A resident execution: its slot's own wait list. An execution without a slot: a
     /// waiting room that its first event wakes, so a drive never leaves state behind.
     fn listen(&self, execution_id: ExecutionId) -> Registered<'_> {
@@ -208,6 +235,22 @@ impl DriveHooks for WalIndex {
 
     fn backfilling(&self) -> bool {
         self.backfill.get().is_behind()
+    }
+
+    fn drain_decodes_slim(&self) -> bool {
+        self.config.slim
+    }
+
+    fn note_backfill(&self, state: Backfill) {
+        WalIndex::note_backfill(self, state);
+    }
+
+    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send {
+        std::future::ready(self.apply_batch(events))
+    }
+
+    fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send {
+        std::future::ready(self.enforce_limits_at(now))
     }
 }
 
@@ -335,15 +378,6 @@ impl StateIndex for WalIndex {
     /// Takes a tiny lock that only writers share: it never waits for a walk.
     fn stats(&self) -> IndexStats {
         self.accounting.get()
-    }
-
-    fn note_backfill(&self, state: Backfill) {
-        self.backfill.set(state);
-        self.observer().backfill(state);
-    }
-
-    fn backfill(&self) -> Backfill {
-        self.backfill.get()
     }
 
     /// The replay is one published snapshot that wakes the execution's waiters once.

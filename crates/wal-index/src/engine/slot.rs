@@ -90,7 +90,7 @@ pub(crate) struct Slot {
 /// and its share of the directory (a persistent hash map: the entry and a calibrated share
 /// of its nodes, measured with the counting-allocator bench,
 /// `cargo bench -p sb-benches --bench memory`).
-pub const SLOT_FIXED_BYTES: usize = 2 * std::mem::size_of::<usize>()
+pub(crate) const SLOT_FIXED_BYTES: usize = 2 * std::mem::size_of::<usize>()
     + std::mem::size_of::<Slot>()
     + 2 * std::mem::size_of::<usize>()
     + std::mem::size_of::<Chain>()

@@ -8,7 +8,7 @@
 //! nothing: after every wake the drive builds again, until it is served or the deadline
 //! passes. No wait is longer than `retry` nor runs past the deadline.
 //!
-//! Each index supplies only its [`DriveHooks`](super::DriveHooks) (what to listen on, its
+//! Each index supplies only its [`IndexHooks`](super::IndexHooks) (what to listen on, its
 //! clock, whether waiting can still help) and the async forms of its operations; the loop,
 //! the flow, their counters and their reporting live here, written once as `async` code.
 //! The blocking drive runs that same code to completion on the calling thread: the only

@@ -11,7 +11,7 @@
 //! | 4 | rehydrate from the retained WAL, at most `RehydrateGate::max_concurrent` at once, and build once more | `served_rehydrated` |
 //! | 5 | give up: the caller uses the server-built state (on the stateless edge, it retries) | `fallback_incomplete`, `stateless_retry` |
 //!
-//! [`DriveFlow`] says which of those steps a worker has; [`StateIndex::drive_flow`] runs them
+//! [`DriveFlow`] says which of those steps a worker has; [`StateIndex::drive`] runs them
 //! on any index. The shard loader and the retained WAL are the caller's, behind
 //! [`DriveFallbacks`].
 //!
@@ -48,12 +48,12 @@
 //!     Bytes::from_static(br#"{"event_id":2,"execution_id":3,"prev_event_id":1}"#),
 //! ];
 //! let flow = DriveFlow::new(DriveBudget::default()).tail_events(tail);
-//! let drive = index.drive_flow_blocking(3, Some(2), &flow);
+//! let drive = index.drive(3, Some(2), &flow);
 //! assert_eq!(drive.label, DriveLabel::Served);
 //! assert_eq!((drive.builds, drive.tail_applied), (1, 2));
 //! ```
 //!
-//! [`StateIndex::drive_flow`]: crate::StateIndex::drive_flow
+//! [`StateIndex::drive`]: crate::StateIndex::drive
 
 use std::future::Future;
 use std::pin::Pin;
@@ -169,27 +169,28 @@ impl Drop for ReadEnds {
 }
 
 /// How one drive runs: its budget, its tail, and which steps after the deadline the worker
-/// has. [`DriveFlow::new`] is the deadline loop alone, authoritative, not stateless.
+/// has. [`DriveFlow::new`] is the deadline loop alone, authoritative, not stateless; each
+/// builder method sets one step, so a field added later is a method, not a breaking change.
 #[derive(Clone)]
 pub struct DriveFlow<'a> {
     /// The deadline and the per-wait cap.
-    pub budget: DriveBudget,
+    pub(crate) budget: DriveBudget,
     /// The dispatch's `tail_events`, raw WAL payloads, applied before the first build.
-    pub tail_events: Vec<Bytes>,
+    pub(crate) tail_events: Vec<Bytes>,
     /// The shard loader and retained WAL.
-    pub fallbacks: Option<&'a dyn DriveFallbacks>,
+    pub(crate) fallbacks: Option<&'a dyn DriveFallbacks>,
     /// How long the drive awaits one fallback read before it drops it (default 3.5 s: above
     /// the reads' own 3 s deadline, so a read ends by its own bound, and its outcome is
     /// reported). An early read behind a backfill is also bounded by the drive's deadline.
-    pub fallback_timeout: Duration,
+    pub(crate) fallback_timeout: Duration,
     /// The cap on concurrent replays; without one no replay is attempted.
-    pub rehydrate_gate: Option<&'a RehydrateGate>,
+    pub(crate) rehydrate_gate: Option<&'a RehydrateGate>,
     /// The stateless edge: an unserved drive is `stateless_retry`, not
     /// `fallback_incomplete`.
-    pub stateless: bool,
+    pub(crate) stateless: bool,
     /// False for a worker that does not build: the drive returns `fallback_disabled`
     /// without building.
-    pub authoritative: bool,
+    pub(crate) authoritative: bool,
 }
 
 impl std::fmt::Debug for DriveFlow<'_> {

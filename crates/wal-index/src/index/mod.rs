@@ -16,7 +16,7 @@ use std::time::Instant;
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::backfill::Backfill;
-use crate::config::{DriveBudget, IndexConfig};
+use crate::config::IndexConfig;
 use crate::observe::IndexObserver;
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
@@ -27,10 +27,11 @@ use crate::waiting_room::Registered;
 use drive::run_flow;
 use flow::DriveFlow;
 
-/// What an index supplies to the shared drive beyond its [`StateIndex`] operations. Sealed:
-/// a supertrait of [`StateIndex`] in a private module, so only this crate's indexes
-/// implement it.
-pub trait DriveHooks {
+/// What an index supplies to the shared drive and to the [`Drain`](crate::Drain) beyond
+/// its [`StateIndex`] operations: the plumbing a pool never calls. Sealed: a supertrait of
+/// [`StateIndex`] in a private module, so only this crate's indexes implement it and only
+/// this crate calls it.
+pub trait IndexHooks {
     /// Registers a waiter that any publish of `execution_id` after this call wakes,
     /// including the publish that makes a non-resident execution resident. Must not create
     /// state the index keeps after the drive ends.
@@ -54,6 +55,27 @@ pub trait DriveHooks {
     fn backfilling(&self) -> bool {
         false
     }
+
+    /// Whether a drain decodes records for this index straight to their slim projection
+    /// ([`Event::from_json_slim`](chain_fold::Event::from_json_slim), one pass). The engine
+    /// says yes when [`IndexConfig::slim`](crate::IndexConfig::slim) is set. Today's design
+    /// and the comparator say no: today's drain parses every whole envelope and projects
+    /// under its lock, and they keep that cost.
+    fn drain_decodes_slim(&self) -> bool;
+
+    /// The drain's word on where it stands against the log's head (see [`Backfill`]),
+    /// after each pull and once more, as [`Backfill::Unknown`], when a drain that was
+    /// behind goes away. Every index reports it to its observer (the `backfilling` gauge);
+    /// the engine also keeps it for its drives ([`flow`](crate::flow) says what they do).
+    fn note_backfill(&self, state: Backfill);
+
+    /// [`StateIndex::apply_batch`], awaiting rather than blocking on the index's locks (the
+    /// drain run as a task).
+    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send;
+
+    /// [`StateIndex::enforce_limits_at`], awaiting rather than blocking on the index's
+    /// locks (the drain run as a task).
+    fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send;
 }
 
 /// The state-builder index: apply the WAL, build spines, drive until a tip lands, evict.
@@ -64,18 +86,26 @@ pub trait DriveHooks {
 /// the same calls. Implementations differ only in how they synchronize; each one's
 /// documentation says what each operation may wait for.
 ///
-/// The drive methods are written once, here, over hooks each index supplies (the trait is
-/// sealed for that reason: it cannot be implemented outside this crate). Each operation also
-/// has an async form (`build_async`, `apply_batch_async`, ...) for callers on an executor:
-/// it awaits, rather than blocks on, whatever the index locks. Only today's design holds a
-/// lock a task can be made to wait for; the engine's and the per-execution comparator's
-/// async forms are their synchronous operations.
+/// A pool calls six of its operations: [`apply_json`](StateIndex::apply_json) or
+/// [`apply`](StateIndex::apply) only if it has no [`Drain`](crate::Drain) (the drain
+/// applies the WAL), [`drive`](StateIndex::drive) or [`drive_async`](StateIndex::drive_async)
+/// per dispatch, [`mark_pending_sink`](StateIndex::mark_pending_sink) and
+/// [`confirm_sunk`](StateIndex::confirm_sunk) around its sink, and
+/// [`stats`](StateIndex::stats) for its dashboards. The rest serve tests, tools and the
+/// drain's maintenance.
+///
+/// One naming rule: a bare name returns its value, blocking the calling thread if the index
+/// has a lock to wait for; the same name with `_async` returns a future that awaits rather
+/// than blocks on it. Only today's design holds a lock a task can be made to wait for; the
+/// engine's and the per-execution comparator's async forms are their synchronous
+/// operations. The drive is written once, here, over hooks each index supplies (the trait
+/// is sealed for that reason: it cannot be implemented outside this crate).
 ///
 /// ```
-/// use wal_index::{DriveBudget, Event, StateIndex, WalIndex};
+/// use wal_index::{DriveBudget, DriveFlow, Event, StateIndex, WalIndex};
 ///
 /// fn spine_ids(index: &impl StateIndex, execution: i64, tip: i64) -> Option<Vec<i64>> {
-///     let drive = index.drive_blocking(execution, Some(tip), DriveBudget::default());
+///     let drive = index.drive(execution, Some(tip), &DriveFlow::new(DriveBudget::default()));
 ///     drive.outcome.spine().map(|spine| spine.ids())
 /// }
 ///
@@ -84,7 +114,7 @@ pub trait DriveHooks {
 /// index.apply(Event::minimal(2, 7, Some(1), "step"));
 /// assert_eq!(spine_ids(&index, 7, 2), Some(vec![1, 2]));
 /// ```
-pub trait StateIndex: DriveHooks + Send + Sync + 'static {
+pub trait StateIndex: IndexHooks + Send + Sync + 'static {
     /// A short name for reports (`lockfree`, `mutex`, `sharded`).
     const NAME: &'static str;
 
@@ -107,16 +137,6 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
 
     /// The observer this index reports to.
     fn observer(&self) -> &dyn IndexObserver;
-
-    /// Whether a drain decodes records for this index straight to their slim projection
-    /// ([`Event::from_json_slim`](chain_fold::Event::from_json_slim), one pass) when the
-    /// index stores slim events. The default says yes when
-    /// [`IndexConfig::slim`](crate::IndexConfig::slim) is set. Today's design and the
-    /// comparator say no: today's drain parses every whole envelope and projects under its
-    /// lock, and they keep that cost.
-    fn drain_decodes_slim(&self) -> bool {
-        self.config().slim
-    }
 
     /// Indexes one event, publishes its execution's new state and wakes its waiters.
     /// Never evicts: terminal eviction happens at a batch boundary
@@ -192,31 +212,6 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     /// The resident totals, all three from one state.
     fn stats(&self) -> IndexStats;
 
-    /// The drain's word on where it stands against the log's head (see [`Backfill`]),
-    /// after each pull and once more, as [`Backfill::Unknown`], when a drain that was
-    /// behind goes away. Every index reports it to its observer (the `backfilling` gauge);
-    /// the engine also keeps it for its drives ([`flow`](crate::flow) says what they do).
-    ///
-    /// ```
-    /// use wal_index::ingest::Backfill;
-    /// use wal_index::{StateIndex, WalIndex};
-    ///
-    /// let index = WalIndex::default();
-    /// index.note_backfill(Backfill::Behind { remaining: Some(17_803) });
-    /// assert!(index.backfill().is_behind());
-    /// index.note_backfill(Backfill::CaughtUp);
-    /// assert_eq!(index.backfill(), Backfill::CaughtUp);
-    /// ```
-    fn note_backfill(&self, state: Backfill) {
-        self.observer().backfill(state);
-    }
-
-    /// The last [`Backfill`] the drain noted, as far as this index keeps it (today's design
-    /// keeps nothing: always [`Backfill::Unknown`]).
-    fn backfill(&self) -> Backfill {
-        Backfill::Unknown
-    }
-
     /// Replays one execution's retained events into the index (rehydrate on miss). Events
     /// of other executions are skipped and counted. Never evicts, even if a terminal event
     /// is replayed.
@@ -255,49 +250,43 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         self.chain(execution_id).map(|chain| chain.bytes())
     }
 
-    /// The deadline loop alone: builds until served, waiting between builds for the
-    /// execution to change, until `budget`'s deadline. Runtime-agnostic: it awaits the
-    /// index's locks (if any) and its wait list, and times each wait out with its own timer.
-    /// [`drive_flow`](StateIndex::drive_flow) is the worker's whole flow.
+    /// The worker's drive, blocking the calling thread between builds: apply the tail
+    /// events, the deadline loop, the state shard, rehydrate on a miss, fall back
+    /// ([`flow`](crate::flow) has the table). [`DriveFlow::new`] is the deadline loop
+    /// alone. Reports `drive_builds_total` with [`Drive::label`], `drive_wait_total` per
+    /// wait, `rehydrate_total` for a replay, and the tail applies.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wal_index::{DriveBudget, DriveFlow, Event, StateIndex, WalIndex};
+    ///
+    /// let index = WalIndex::default();
+    /// index.apply(Event::minimal(1, 7, None, "playbook_started"));
+    /// index.apply(Event::minimal(2, 7, Some(1), "step"));
+    /// let flow = DriveFlow::new(DriveBudget::new(50, Duration::from_secs(1)));
+    /// let drive = index.drive(7, Some(2), &flow);
+    /// assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2]);
+    /// ```
     fn drive(
         &self,
         execution_id: ExecutionId,
         expected_head: Option<EventId>,
-        budget: DriveBudget,
-    ) -> impl Future<Output = Drive> + Send
-    where
-        Self: Sized,
-    {
-        async move {
-            let flow = DriveFlow::new(budget);
-            run_flow(self, execution_id, expected_head, &flow, Waiting::Timer).await
-        }
-    }
-
-    /// [`drive`](StateIndex::drive), blocking the calling thread between builds.
-    fn drive_blocking(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        budget: DriveBudget,
+        flow: &DriveFlow<'_>,
     ) -> Drive
     where
         Self: Sized,
     {
-        let flow = DriveFlow::new(budget);
         run_to_completion(run_flow(
             self,
             execution_id,
             expected_head,
-            &flow,
+            flow,
             Waiting::Park,
         ))
     }
 
-    /// The worker's drive, as today's worker runs it ([`flow`](crate::flow) has the
-    /// table): apply the tail events, the deadline loop, the state shard, rehydrate on a
-    /// miss, fall back. Reports `drive_builds_total` with [`Drive::label`],
-    /// `drive_wait_total` per wait, `rehydrate_total` for a replay, and the tail applies.
+    /// [`drive`](StateIndex::drive) as a future: runtime-agnostic, it awaits the index's
+    /// locks (if any) and its wait list, and times each wait out with its own timer.
     ///
     /// ```
     /// use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, Event, ExecutionId, StateIndex, WalIndex};
@@ -321,12 +310,12 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
     ///     .fallbacks(&RetainedWal)
     ///     .rehydrate_gate(&gate);
     /// # futures_lite::future::block_on(async {
-    /// let drive = index.drive_flow(9, Some(2), &flow).await;
+    /// let drive = index.drive_async(9, Some(2), &flow).await;
     /// assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2]);
     /// assert_eq!((drive.label, drive.rehydrate), (DriveLabel::ServedRehydrated, Some(RehydrateLabel::Served)));
     /// # });
     /// ```
-    fn drive_flow(
+    fn drive_async(
         &self,
         execution_id: ExecutionId,
         expected_head: Option<EventId>,
@@ -336,25 +325,6 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         Self: Sized,
     {
         run_flow(self, execution_id, expected_head, flow, Waiting::Timer)
-    }
-
-    /// [`drive_flow`](StateIndex::drive_flow), blocking the calling thread.
-    fn drive_flow_blocking(
-        &self,
-        execution_id: ExecutionId,
-        expected_head: Option<EventId>,
-        flow: &DriveFlow<'_>,
-    ) -> Drive
-    where
-        Self: Sized,
-    {
-        run_to_completion(run_flow(
-            self,
-            execution_id,
-            expected_head,
-            flow,
-            Waiting::Park,
-        ))
     }
 
     /// [`build`](StateIndex::build), awaiting rather than blocking on the index's locks.
@@ -378,15 +348,6 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         async move { self.apply(event) }
     }
 
-    /// [`apply_batch`](StateIndex::apply_batch), awaiting rather than blocking on the
-    /// index's locks (the drain run as a task).
-    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send
-    where
-        Self: Sized,
-    {
-        async move { self.apply_batch(events) }
-    }
-
     /// [`rehydrate`](StateIndex::rehydrate), awaiting rather than blocking on the index's
     /// locks.
     fn rehydrate_async(
@@ -398,15 +359,6 @@ pub trait StateIndex: DriveHooks + Send + Sync + 'static {
         Self: Sized,
     {
         async move { self.rehydrate(execution_id, events) }
-    }
-
-    /// [`enforce_limits_at`](StateIndex::enforce_limits_at), awaiting rather than blocking
-    /// on the index's locks (the drain run as a task).
-    fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send
-    where
-        Self: Sized,
-    {
-        async move { self.enforce_limits_at(now) }
     }
 
     /// [`chain`](StateIndex::chain), awaiting rather than blocking on the index's locks.

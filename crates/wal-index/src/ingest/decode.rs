@@ -1,13 +1,13 @@
 //! How the drain turns WAL payloads into events: the one decode policy of every route.
 //!
-//! An index that stores slim events ([`StateIndex::drain_decodes_slim`]) is handed events
+//! An index that stores slim events (the engine with [`IndexConfig::slim`] set) is handed events
 //! decoded straight to their slim projection, so its own projection on apply is free; one
 //! that stores whole events is handed them whole. The drain decodes the records a source
 //! hands it as bytes ([`Pull::Records`]) this way, and tells a source that decodes its own
 //! records ([`Pull::Decoded`]) the same mode ([`WalSource::decode_as`]), so every route
 //! parses a record once.
 //!
-//! [`StateIndex::drain_decodes_slim`]: crate::StateIndex::drain_decodes_slim
+//! [`IndexConfig::slim`]: crate::IndexConfig::slim
 //! [`Pull::Records`]: super::Pull::Records
 //! [`Pull::Decoded`]: super::Pull::Decoded
 //! [`WalSource::decode_as`]: super::WalSource::decode_as

@@ -468,6 +468,12 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     pub fn report(&self) -> &DrainReport {
         &self.report
     }
+
+    /// Where this drain last said it stands against the log's head (what it noted to its
+    /// index, whether or not the index keeps it).
+    pub fn backfill(&self) -> Backfill {
+        self.backfill
+    }
 }
 
 /// A drain that goes away while it was behind takes its word back: with no drain left to

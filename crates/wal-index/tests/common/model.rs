@@ -13,7 +13,7 @@ use chain_fold::{
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::config::EvictionPolicy;
 use wal_index::report::IndexStats;
-use wal_index::{DriveBudget, IndexConfig, StateIndex, WalIndex};
+use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 
 pub const EXECUTIONS: i64 = 3;
 
@@ -243,8 +243,8 @@ impl Model {
             stats.bytes += entry.chain.bytes();
             if self.policy == CachePolicy::KeepsLongest {
                 // The engine also charges its slot and its cached spine.
-                stats.bytes += wal_index::SLOT_FIXED_BYTES
-                    + entry.engine_cache.as_ref().map_or(0, Spine::heap_bytes);
+                stats.bytes +=
+                    slot_fixed_bytes() + entry.engine_cache.as_ref().map_or(0, Spine::heap_bytes);
             }
         }
         stats
@@ -305,7 +305,7 @@ pub fn run_index<I: StateIndex>(
                 attempts: 0,
                 retry: Duration::ZERO,
             };
-            let d = index.drive_blocking(*e, Some(HEADS[*h]), budget);
+            let d = index.drive(*e, Some(HEADS[*h]), &DriveFlow::new(budget));
             Seen::Flag(d.outcome.spine().is_some())
         }
         Op::Evict(e) => Seen::Flag(index.evict(*e)),
@@ -569,4 +569,16 @@ pub fn check_every_index(ops: &[Op], sink_gate: bool, by_id: bool) -> Result<(),
             ),
         ],
     )
+}
+
+/// What the engine charges per resident execution beyond its chain and cached spine,
+/// measured through the public API: one event's execution, never built (no cached spine),
+/// charged its `resident_bytes` less its chain's bytes.
+fn slot_fixed_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let index = WalIndex::default();
+        index.apply(Event::minimal(1, 1, None, "playbook_started"));
+        index.resident_bytes(1).unwrap() - index.chain(1).unwrap().bytes()
+    })
 }

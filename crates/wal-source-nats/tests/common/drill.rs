@@ -12,7 +12,7 @@ use bytes::Bytes;
 use wal_index::ingest::DrainReport;
 use wal_index::stall::StalledChain;
 use wal_index::{
-    Drain, DrainConfig, DriveBudget, IndexConfig, IndexObserver, StateIndex, WalIndex,
+    Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex, WalIndex,
 };
 use wal_source_nats::test_broker::Cluster;
 use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
@@ -310,7 +310,11 @@ pub fn run(
     let served = tips
         .iter()
         .filter(|&&(execution, k)| {
-            let drive = index.drive_blocking(execution, Some(execution * 100_000 + k), budget);
+            let drive = index.drive(
+                execution,
+                Some(execution * 100_000 + k),
+                &DriveFlow::new(budget),
+            );
             drive.outcome.spine().is_some_and(|spine| {
                 spine.ids() == (1..=k).map(|j| execution * 100_000 + j).collect::<Vec<_>>()
             })
