@@ -21,8 +21,15 @@
 //! nats://HOST:PORT` the same events go through a JetStream stream made for the run (and
 //! deleted afterwards), and the drain consumes it with a replay-on-boot `JetStreamSource` on
 //! its own thread; with `--wal ehdb://…` they go through an EHDB writer's ingest face and the
-//! drain reads its feed with an `EhdbSource`, from the run's own first sequence. Rehydrate
-//! on a miss replays the records the producer published, whatever the WAL.
+//! drain reads its feed with an `EhdbSource`, from the run's own first sequence.
+//!
+//! The simulator's `Feed` plays the server that publishes; the pool's side of the WAL (the
+//! drain's source and the drives' per-execution read) is built in [`pool_side`] with each
+//! source crate's own constructors, the code a pool author copies. A drive's rehydrate on a
+//! miss reads what a pool on that WAL reads: the execution's subject on JetStream
+//! (`JetStreamRehydrate`), the execution's shard of the writer's feed on EHDB
+//! (`EhdbRehydrate`, which waits for the writer's replay of the shard), and the records the
+//! producer published on the in-process channel, which has no transport to read.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,14 +38,17 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use sb_metrics::{StateBuilderMetrics, exporter, series::DEFAULT_PREFIX};
-use sb_sim::wal::{Feed, RetainedWal, WalTarget};
+use sb_sim::wal::{Feed, PoolWal, RetainedWal, WalTarget};
 use sb_sim::workload::{Generator, Shape};
 use wal_index::ingest::DrainReport;
 use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{
-    Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex, WalIndex,
+    Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, IndexObserver,
+    StateIndex, WalIndex, WalSource,
 };
+use wal_source_ehdb::{EhdbConfig, EhdbRehydrate, EhdbSource};
+use wal_source_nats::{JetStreamRehydrate, JetStreamSource};
 
 /// A worker pool on the state-builder index: drain, drives, metrics, shutdown.
 #[derive(Parser)]
@@ -112,7 +122,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let index = Arc::new(Index::with_observer(IndexConfig::from_env()?, observer));
 
     let mut wal = Feed::open(&target, "worker")?;
-    let source = wal.source()?;
+    let retained = Arc::new(RetainedWal::default());
+    let (source, reads) = pool_side(&mut wal, Arc::clone(&retained))?;
     let stop_drain = Arc::new(AtomicBool::new(false));
     let drain = Drain::new(Arc::clone(&index), source, DrainConfig::from_env()?);
     let drain_task = start_drain(&runtime, &target, drain, &stop_drain);
@@ -131,7 +142,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let pool = Pool {
         index: Arc::clone(&index),
-        retained: RetainedWal::default(),
+        retained,
+        reads,
         gate: RehydrateGate::default(),
         slots: tokio::sync::Semaphore::new(args.concurrency.max(1)),
         served: Mutex::new(Served::default()),
@@ -159,6 +171,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("no drive was dispatched".into());
     }
     Ok(())
+}
+
+/// The pool's side of the WAL: the drain's source and the drives' per-execution read, each
+/// built with its source crate's own constructor from where the run's WAL is.
+fn pool_side(
+    wal: &mut Feed,
+    retained: Arc<RetainedWal>,
+) -> std::io::Result<(Box<dyn WalSource>, Arc<dyn DriveFallbacks>)> {
+    Ok(match wal.pool_wal()? {
+        PoolWal::Channel => (wal.source()?, retained),
+        PoolWal::JetStream { config, layout } => (
+            Box::new(JetStreamSource::connect((*config).clone()).map_err(std::io::Error::other)?),
+            Arc::new(JetStreamRehydrate::connect(*config, layout).map_err(std::io::Error::other)?),
+        ),
+        PoolWal::Ehdb {
+            feed,
+            shards,
+            cursor,
+        } => (
+            Box::new(EhdbSource::connect(
+                EhdbConfig::new(feed.clone())
+                    .shards(0..shards)
+                    .cursor(cursor),
+            )?),
+            Arc::new(EhdbRehydrate::new(feed, shards)),
+        ),
+    })
 }
 
 /// Flushes the WAL and ends it: an in-process WAL closes, and the drain ends when it has
@@ -228,8 +267,10 @@ fn watch_ctrl_c(runtime: &tokio::runtime::Runtime) -> Arc<AtomicBool> {
 /// What every drive of the pool shares.
 struct Pool {
     index: Arc<Index>,
-    /// What a drive replays from on a miss: every record the producer published.
-    retained: RetainedWal,
+    /// Every record the producer published: the in-process WAL's per-execution read.
+    retained: Arc<RetainedWal>,
+    /// What a drive reads its execution from on a miss.
+    reads: Arc<dyn DriveFallbacks>,
     gate: RehydrateGate,
     /// Drives at once.
     slots: tokio::sync::Semaphore,
@@ -274,7 +315,7 @@ fn dispatch(
                 };
                 let flow = DriveFlow::new(pool.budget)
                     .tail_events(tail)
-                    .fallbacks(&pool.retained)
+                    .fallbacks(&*pool.reads)
                     .rehydrate_gate(&pool.gate);
                 let drive = pool
                     .index

@@ -202,7 +202,7 @@ fn the_cli_generates_and_replays_and_writes_json() {
 #[test]
 fn a_simulation_through_a_jetstream_broker_is_consistent_and_a_stream_replays() {
     use wal_source_nats::test_broker::Broker;
-    use wal_source_nats::{NatsWalConfig, Subjects, WalPublisher};
+    use wal_source_nats::{JetStreamConfig, JetStreamPublisher, Subjects};
 
     let Some(broker) = Broker::start("sb-sim through a broker") else {
         return;
@@ -228,9 +228,9 @@ fn a_simulation_through_a_jetstream_broker_is_consistent_and_a_stream_replays() 
     let file = std::fs::File::open(sample()).unwrap();
     let items = read_jsonl(std::io::BufReader::new(file), 0.185, 1).unwrap();
     let stream = "sample_wal";
-    let nats = NatsWalConfig::new(broker.url()).stream(stream);
+    let nats = JetStreamConfig::new(broker.url()).stream(stream);
     let subjects = Subjects::with_prefix("sample").unwrap();
-    let mut publisher = WalPublisher::connect(&nats, subjects.clone(), 1).unwrap();
+    let mut publisher = JetStreamPublisher::connect(&nats, subjects.clone(), 1).unwrap();
     publisher
         .ensure_stream(stream, std::time::Duration::from_secs(10))
         .unwrap();
@@ -318,10 +318,13 @@ fn a_simulation_survives_a_broker_sigkill_mid_publication_and_reports_it() {
         "every dispatched drive finished"
     );
     // The run deleted its stream.
-    let nats = wal_source_nats::NatsWalConfig::new(broker.url());
-    let probe =
-        wal_source_nats::WalPublisher::connect(&nats, wal_source_nats::Subjects::default(), 1)
-            .unwrap();
+    let nats = wal_source_nats::JetStreamConfig::new(broker.url());
+    let probe = wal_source_nats::JetStreamPublisher::connect(
+        &nats,
+        wal_source_nats::Subjects::default(),
+        1,
+    )
+    .unwrap();
     let stream = format!("sb_sim_{}_lockfree", std::process::id());
     assert!(
         probe.stream_messages(&stream).is_err(),

@@ -17,7 +17,7 @@
 //! |---|---|
 //! | [`frame`] | reads frames as a stream: records are handed over as they are parsed, one record's memory at a time whatever the frame's size; each payload is unescaped once into a reused buffer and decoded once into its event; a bad record is counted and its neighbours kept |
 //! | [`EhdbSource`] | a [`WalSource`](wal_index::WalSource): one reader per shard, a bounded queue to the drain, and resume after a dropped connection or a writer restart from the last record handed over (nothing replayed twice) |
-//! | [`FeedRehydrate`] | rehydrate on a miss through the feed: one execution's records from its shard, filtered on `execution_id` before the payload is touched, within today's deadline and message cap |
+//! | [`EhdbRehydrate`] | rehydrate on a miss through the feed: one execution's records from its shard, filtered on `execution_id` before the payload is touched, within today's deadline and message cap |
 //! | [`read_retained`] | everything the writer retains on a shard, read once (what `sb-sim replay ehdb://` shows) |
 //! | [`EhdbPublisher`] | records into the writer's ingest face, each acknowledged (for tools and tests) |
 //! | [`shard_of`] | the writer's shard function |
@@ -50,7 +50,7 @@
 //!   long silence); keepalive finds a host that went away, not a process that stopped.
 //! - Threads, not tasks: one blocking reader per shard, so a pool that drains many shards
 //!   has that many threads parked on sockets.
-//! - [`FeedRehydrate`] blocks the calling thread for up to its deadline; a drive running as
+//! - [`EhdbRehydrate`] blocks the calling thread for up to its deadline; a drive running as
 //!   a task on a small runtime holds a worker thread that long.
 //! - The writer, not this crate, decides the cold start: this writer version prepares a
 //!   subscription's whole backlog before its first byte (~15–36 s for production's 1.4 GB on
@@ -68,16 +68,18 @@
 //! 100 ms while a read blocks: there is no lock-free protocol here to model, and no
 //! `unsafe`.
 
-mod connection;
+mod config;
+mod connect;
 pub mod frame;
-mod publish;
+mod publisher;
 mod rehydrate;
 mod shard;
 mod source;
 #[cfg(feature = "test-writer")]
 pub mod test_writer;
 
-pub use publish::EhdbPublisher;
-pub use rehydrate::{FeedRehydrate, read_retained};
+pub use config::{DEFAULT_FEED_BATCH_LIMIT, EhdbConfig};
+pub use publisher::EhdbPublisher;
+pub use rehydrate::{EhdbRehydrate, read_retained};
 pub use shard::shard_of;
-pub use source::{DEFAULT_FEED_BATCH_LIMIT, EhdbConfig, EhdbSource, FeedStats};
+pub use source::{EhdbSource, EhdbStats};

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{Event, ExecutionId};
 use wal_index::DriveFallbacks;
-use wal_index::flow::{FallbackRead, blocking_read};
+use wal_index::flow::{FallbackRead, ReadBounds, blocking_read};
 use wal_index::ingest::Decoded;
 
-use crate::connection::{after, dial, send_subscription};
+use crate::connect::{after, dial, send_subscription};
 use crate::frame::{FeedError, FrameReader, FrameSummary, Limits};
 use crate::shard::shard_of;
 
@@ -22,18 +22,18 @@ use crate::shard::shard_of;
 /// stops there. A record of another execution is recognised by its `execution_id` before
 /// its payload is touched, and its payload is neither unescaped nor decoded.
 ///
-/// Bounds, as today's worker sets them: a [`deadline`](Self::deadline) (3 s by default,
-/// clamped to 100 ms–30 s) for the whole read, and a cap on the records read (100,000 by
-/// default, of any execution). At either bound the events found so far are returned; the
+/// Bounds, as today's worker sets them ([`ReadBounds`], set with [`bounds`](Self::bounds)):
+/// a deadline for the whole read and a cap on the records read, of any execution. At either
+/// bound the events found so far are returned; the
 /// drive's build after the replay says whether they were enough. `None` only when the
 /// writer could not be reached within the deadline (the replay did not happen).
 ///
 /// ```no_run
 /// use wal_index::{DriveBudget, DriveFlow};
 /// use wal_index::rehydrate::RehydrateGate;
-/// use wal_source_ehdb::FeedRehydrate;
+/// use wal_source_ehdb::EhdbRehydrate;
 ///
-/// let retained = FeedRehydrate::new("ehdb-writer:7070", 1);
+/// let retained = EhdbRehydrate::new("ehdb-writer:7070", 1);
 /// let gate = RehydrateGate::default();
 /// let flow = DriveFlow::new(DriveBudget::default())
 ///     .fallbacks(&retained)
@@ -41,62 +41,55 @@ use crate::shard::shard_of;
 /// # let _ = flow;
 /// ```
 #[derive(Debug, Clone)]
-pub struct FeedRehydrate {
+pub struct EhdbRehydrate {
     addr: String,
     shards: u32,
-    deadline: Duration,
-    max_records: u64,
+    bounds: ReadBounds,
     limits: Limits,
 }
 
-impl FeedRehydrate {
-    /// Today's deadline.
-    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3);
-    /// Today's message cap.
-    pub const DEFAULT_MAX_RECORDS: u64 = 100_000;
-
-    /// Reads from the writer's feed face at `addr`, whose log has `shards` shards.
-    pub fn new(addr: impl Into<String>, shards: u32) -> FeedRehydrate {
-        FeedRehydrate {
+impl EhdbRehydrate {
+    /// Reads from the writer's feed face at `addr`, whose log has `shards` shards, within
+    /// today's bounds ([`ReadBounds::DEFAULT`]: 3 s, 100,000 records).
+    pub fn new(addr: impl Into<String>, shards: u32) -> EhdbRehydrate {
+        EhdbRehydrate {
             addr: addr.into(),
             shards: shards.max(1),
-            deadline: Self::DEFAULT_DEADLINE,
-            max_records: Self::DEFAULT_MAX_RECORDS,
+            bounds: ReadBounds::DEFAULT,
             limits: Limits::default(),
         }
     }
 
-    /// The whole read's deadline, clamped to 100 ms–30 s as today's
-    /// `NOETL_REHYDRATE_DEADLINE_MS` is.
-    pub fn deadline(mut self, deadline: Duration) -> FeedRehydrate {
-        self.deadline = deadline.clamp(Duration::from_millis(100), Duration::from_secs(30));
-        self
-    }
-
-    /// The most records read per replay, of any execution (at least 1).
-    pub fn max_records(mut self, max_records: u64) -> FeedRehydrate {
-        self.max_records = max_records.max(1);
+    /// Within other bounds: a deadline for the whole read and a cap on the records it
+    /// reads, of any execution.
+    pub fn bounds(mut self, bounds: ReadBounds) -> EhdbRehydrate {
+        self.bounds = bounds;
         self
     }
 
     /// The caps on a frame and a payload.
-    pub fn limits(mut self, limits: Limits) -> FeedRehydrate {
+    pub fn limits(mut self, limits: Limits) -> EhdbRehydrate {
         self.limits = limits;
         self
     }
 
     /// The replay itself: the events found, or why the writer could not be read at all.
     pub fn read(&self, execution_id: ExecutionId) -> io::Result<Vec<Event>> {
-        let until = Instant::now() + self.deadline;
+        let until = Instant::now() + self.bounds.deadline();
         let shard = shard_of(execution_id, self.shards);
         let mut input = subscribe(&self.addr, shard, 0, until)?;
         let mut events = Vec::new();
         let mut reader = FrameReader::new(self.limits);
-        let read = reader.read_frame_of(&mut input, execution_id, self.max_records, |record| {
-            if let Ok(event) = record.event {
-                events.push(event);
-            }
-        });
+        let read = reader.read_frame_of(
+            &mut input,
+            execution_id,
+            self.bounds.max_records(),
+            |record| {
+                if let Ok(event) = record.event {
+                    events.push(event);
+                }
+            },
+        );
         // Caught up, capped, past the deadline or cut mid-frame: the events found so far
         // (an empty replay is a replay that found nothing, not a missing WAL).
         let _ = read;
@@ -164,7 +157,7 @@ fn subscribe(
 /// Each read runs on a thread of its own ([`blocking_read`]): the feed's client blocks, and
 /// an async drive must not park its executor's worker on it. The read ends at its own
 /// deadline even when the drive stopped waiting for it first.
-impl DriveFallbacks for FeedRehydrate {
+impl DriveFallbacks for EhdbRehydrate {
     fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
         let feed = self.clone();
         blocking_read(move || feed.read(execution_id).ok())

@@ -9,87 +9,19 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use wal_index::WalSource;
-use wal_index::ingest::{Backfill, Backoff, DecodeMode, Decoded, Pull};
+use wal_index::ingest::{Backfill, DecodeMode, Decoded, Pull};
 
-use crate::connection::{after, dial, keepalive, send_subscription};
-use crate::frame::{FeedError, FrameReader, Limits};
+use crate::config::EhdbConfig;
+use crate::connect::{after, dial, keepalive, send_subscription};
+use crate::frame::{FeedError, FrameReader};
 
 /// How often a reader blocked on its socket looks at the stop flag and the idle deadline:
 /// the bound on how long dropping the source waits for a reader that is reading.
 const TICK: Duration = Duration::from_millis(100);
 
-/// The writer's default cap on the records of one frame (its `EHDB_FEED_BATCH_LIMIT`).
-pub const DEFAULT_FEED_BATCH_LIMIT: u64 = 2_000;
-
-/// Where and how an [`EhdbSource`] reads the feed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EhdbConfig {
-    /// The writer's feed face, `HOST:PORT`.
-    pub addr: String,
-    /// The shards this pool drains, each from [`cursor`](Self::cursor). Default: `[0]`.
-    pub shards: Vec<u32>,
-    /// The sort key of the last record already held: `0` is from the beginning, which is
-    /// what a process that starts with an empty index uses.
-    pub cursor: u64,
-    /// Caps on one frame and one payload.
-    pub limits: Limits,
-    /// Records parsed ahead of the drain, across shards (default 1,024: with production's
-    /// ~73 KB envelopes, about 75 MB). The reader waits while the queue is full, so a
-    /// frame's size never decides the memory it takes.
-    pub queue_records: usize,
-    /// How long a connection attempt may take (default 2 s).
-    pub connect_timeout: Duration,
-    /// If set, a connection that delivers no byte for this long is taken as dead and
-    /// redialled: a writer that accepts and never sends (stopped, not killed). Off by
-    /// default: this writer version sends nothing while it has nothing new, so a deadline
-    /// must be longer than the quietest stretch of the feed.
-    pub idle_deadline: Option<Duration>,
-    /// TCP keepalive's idle time and probe interval (default 10 s; `None` turns it off):
-    /// a connection to a host that went away fails within a few probes instead of
-    /// blocking its reader forever.
-    pub keepalive: Option<Duration>,
-    /// The pause between redials (default: 25 ms doubling to 1 s).
-    pub redial: Backoff,
-    /// The most records the writer puts in one frame (its `EHDB_FEED_BATCH_LIMIT`;
-    /// default 2,000, the writer's own default), or `None` for a writer that sends a whole
-    /// backlog in one frame. It decides when a shard's backfill is over (see
-    /// [`EhdbSource`], "Backfill"); it never limits what is read.
-    pub feed_batch_limit: Option<u64>,
-}
-
-impl EhdbConfig {
-    /// Shard 0 of the writer at `addr`, from the beginning.
-    pub fn new(addr: impl Into<String>) -> EhdbConfig {
-        EhdbConfig {
-            addr: addr.into(),
-            shards: vec![0],
-            cursor: 0,
-            limits: Limits::default(),
-            queue_records: 1024,
-            connect_timeout: Duration::from_secs(2),
-            idle_deadline: None,
-            keepalive: Some(Duration::from_secs(10)),
-            redial: Backoff::default(),
-            feed_batch_limit: Some(DEFAULT_FEED_BATCH_LIMIT),
-        }
-    }
-
-    /// Drains `shards` instead of shard 0.
-    pub fn shards(mut self, shards: impl IntoIterator<Item = u32>) -> EhdbConfig {
-        self.shards = shards.into_iter().collect();
-        self
-    }
-
-    /// Starts after `cursor` instead of at the beginning.
-    pub fn cursor(mut self, cursor: u64) -> EhdbConfig {
-        self.cursor = cursor;
-        self
-    }
-}
-
 /// What an [`EhdbSource`] did, for logs, metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FeedStats {
+pub struct EhdbStats {
     /// Subscriptions that brought their shard up: the first byte arrived, or the
     /// connection stayed open for a second without an error (this writer version sends
     /// nothing while it has nothing new).
@@ -129,9 +61,9 @@ impl Counters {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn get(&self) -> FeedStats {
+    fn get(&self) -> EhdbStats {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        FeedStats {
+        EhdbStats {
             connects: load(&self.connects),
             redials: load(&self.redials),
             outages: load(&self.outages),
@@ -277,12 +209,12 @@ impl Shared {
 /// off), every time until the shard is up again: its first byte arrived, or (without an
 /// idle deadline) its subscription stayed open a second without an error. Records other shards queued are
 /// still delivered meanwhile, so with several shards `healthy` reads 1 while the others
-/// deliver; [`FeedStats::outages`] counts every outage (the drain's source errors count
+/// deliver; [`EhdbStats::outages`] counts every outage (the drain's source errors count
 /// failed pulls, not outages). The reader redials with [`EhdbConfig::redial`]'s backoff. A
 /// connection cut mid-frame, a writer that closes the feed, a connection silent past
 /// [`EhdbConfig::idle_deadline`] and a dead peer found by keepalive are all outages.
 ///
-/// One thing is not retried: a frame over [`Limits::max_frame_bytes`]. The writer would
+/// One thing is not retried: a frame over [`Limits::max_frame_bytes`](crate::frame::Limits::max_frame_bytes). The writer would
 /// send the same frame again from the same cursor, so the shard's reader stops and every
 /// later `pull` (queued records or not) returns an
 /// [`InvalidInput`](io::ErrorKind::InvalidInput) error, which the drain does not retry: the
@@ -390,7 +322,7 @@ impl EhdbSource {
     }
 
     /// What the source did so far.
-    pub fn stats(&self) -> FeedStats {
+    pub fn stats(&self) -> EhdbStats {
         self.shared.counters.get()
     }
 

@@ -13,7 +13,7 @@ use wal_index::WalSource;
 use wal_index::ingest::Pull;
 use wal_index::{Drain, DrainConfig, DriveFallbacks, StateIndex, WalIndex};
 use wal_source_ehdb::test_writer::{Cut, CutProxy, Writer};
-use wal_source_ehdb::{EhdbConfig, EhdbPublisher, EhdbSource, FeedRehydrate};
+use wal_source_ehdb::{EhdbConfig, EhdbPublisher, EhdbRehydrate, EhdbSource};
 
 const EXECUTIONS: i64 = 10;
 
@@ -120,7 +120,7 @@ fn a_replay_reads_one_execution_from_the_real_writer() {
         return;
     };
     publish(&writer, 0..200);
-    let feed = FeedRehydrate::new(writer.feed.clone(), 1);
+    let feed = EhdbRehydrate::new(writer.feed.clone(), 1);
     let events = futures_lite::future::block_on(feed.retained(103)).expect("reachable");
     assert_eq!(
         events.iter().map(|e| e.id()).collect::<Vec<_>>(),

@@ -6,9 +6,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Behaviour, FakeWriter, LogRecord};
+use wal_index::flow::ReadBounds;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, StateIndex, WalIndex};
-use wal_source_ehdb::FeedRehydrate;
+use wal_source_ehdb::EhdbRehydrate;
 
 /// Executions 7 and 8 interleaved, and one record of 8 whose payload is not JSON at all.
 fn shared_log() -> Vec<LogRecord> {
@@ -29,7 +30,7 @@ fn shared_log() -> Vec<LogRecord> {
 #[test]
 fn a_replay_reads_its_execution_alone_and_serves_the_drive() {
     let writer = FakeWriter::start(shared_log(), vec![Behaviour::Serve]);
-    let retained = FeedRehydrate::new(writer.addr.clone(), 1);
+    let retained = EhdbRehydrate::new(writer.addr.clone(), 1);
     let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
     assert_eq!(
         events.iter().map(|e| e.id()).collect::<Vec<_>>(),
@@ -52,7 +53,8 @@ fn a_replay_reads_its_execution_alone_and_serves_the_drive() {
 #[test]
 fn the_message_cap_bounds_the_records_read_of_any_execution() {
     let writer = FakeWriter::start(shared_log(), vec![Behaviour::Serve]);
-    let retained = FeedRehydrate::new(writer.addr.clone(), 1).max_records(3);
+    let retained =
+        EhdbRehydrate::new(writer.addr.clone(), 1).bounds(ReadBounds::DEFAULT.with_max_records(3));
     // Records 1 (7), 2 (8), 3 (7): the cap stops the read before 7's third and fourth.
     let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
     assert_eq!(
@@ -70,7 +72,8 @@ fn the_deadline_bounds_a_writer_that_stops_mid_frame() {
         Vec::new(),
         vec![Behaviour::Raw(whole[..whole.len() / 2].to_vec())],
     );
-    let retained = FeedRehydrate::new(writer.addr.clone(), 1).deadline(Duration::from_millis(300));
+    let retained = EhdbRehydrate::new(writer.addr.clone(), 1)
+        .bounds(ReadBounds::DEFAULT.with_deadline(Duration::from_millis(300)));
     let started = Instant::now();
     let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
     let took = started.elapsed();
@@ -89,7 +92,7 @@ fn an_unreachable_writer_is_no_replay() {
         .local_addr()
         .unwrap()
         .port();
-    let retained =
-        FeedRehydrate::new(format!("127.0.0.1:{port}"), 1).deadline(Duration::from_millis(100));
+    let retained = EhdbRehydrate::new(format!("127.0.0.1:{port}"), 1)
+        .bounds(ReadBounds::DEFAULT.with_deadline(Duration::from_millis(100)));
     assert!(futures_lite::future::block_on(retained.retained(7)).is_none());
 }

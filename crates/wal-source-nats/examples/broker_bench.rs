@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
 use wal_index::{Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
-use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
+use wal_source_nats::{JetStreamConfig, JetStreamPublisher, JetStreamSource, Subjects};
 
 const CHAIN: i64 = 27;
 const REBUILDS: usize = 3;
@@ -61,7 +61,7 @@ struct Retained {
 fn measure<I: StateIndex>(url: &str, stream: &str, retained: &mut Retained) {
     let events = retained.events;
     let executions = retained.next_k.len() as i64;
-    let config = NatsWalConfig::new(url).stream(stream);
+    let config = JetStreamConfig::new(url).stream(stream);
     let mut rebuilds = Vec::new();
     let mut last = None;
     for _ in 0..REBUILDS {
@@ -81,7 +81,7 @@ fn measure<I: StateIndex>(url: &str, stream: &str, retained: &mut Retained) {
     let (index, drain) = last.expect("at least one rebuild");
 
     // Drive latency through the broker: one live event at a time.
-    let mut publisher = WalPublisher::connect(&config, subjects(), 1).expect("publisher");
+    let mut publisher = JetStreamPublisher::connect(&config, subjects(), 1).expect("publisher");
     let budget = DriveBudget {
         attempts: 50,
         retry: Duration::from_millis(200),
@@ -131,8 +131,8 @@ fn main() {
     let executions = (requested as i64 + CHAIN - 1) / CHAIN;
     let events = (executions * CHAIN) as usize;
     let stream = format!("broker_bench_{}", std::process::id());
-    let config = NatsWalConfig::new(url.as_str()).stream(&stream);
-    let mut publisher = WalPublisher::connect(&config, subjects(), 1).expect("publisher");
+    let config = JetStreamConfig::new(url.as_str()).stream(&stream);
+    let mut publisher = JetStreamPublisher::connect(&config, subjects(), 1).expect("publisher");
     publisher
         .ensure_stream(&stream, Duration::from_secs(10))
         .expect("stream");

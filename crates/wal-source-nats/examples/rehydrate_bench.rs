@@ -13,7 +13,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use wal_source_nats::{JetStreamRehydrate, NatsWalConfig, SubjectLayout, Subjects, WalPublisher};
+use wal_source_nats::{
+    JetStreamConfig, JetStreamPublisher, JetStreamRehydrate, SubjectLayout, Subjects,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -24,8 +26,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bytes: usize = args.next().map_or(Ok(73_000), |a| a.parse())?;
     let executions = (events / 27).max(1);
     let stream = format!("rehydrate_bench_{}", std::process::id());
-    let config = NatsWalConfig::new(url).stream(&stream);
-    let mut publisher = WalPublisher::connect(&config, Subjects::default(), 4)?;
+    let config = JetStreamConfig::new(url).stream(&stream);
+    let mut publisher = JetStreamPublisher::connect(&config, Subjects::default(), 4)?;
     publisher.ensure_stream(&stream, Duration::from_secs(10))?;
     let filler = "x".repeat(bytes.saturating_sub(120));
     let started = Instant::now();

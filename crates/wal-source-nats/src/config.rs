@@ -35,17 +35,17 @@ pub enum ConsumerMode {
 /// A pool's view of the WAL stream.
 ///
 /// ```
-/// use wal_source_nats::{ConsumerMode, NatsWalConfig, Subjects};
+/// use wal_source_nats::{ConsumerMode, JetStreamConfig, Subjects};
 ///
 /// // Pool 1 of 4 reads executions whose id is 1 modulo 4, from a durable consumer.
-/// let config = NatsWalConfig::new("nats://127.0.0.1:4222")
+/// let config = JetStreamConfig::new("nats://127.0.0.1:4222")
 ///     .filter(Subjects::default().shard_filter(1, 4))
 ///     .durable("state-builder-pool-1");
 /// assert_eq!(config.filter_subject.as_deref(), Some("noetl.events.1.>"));
 /// assert_eq!(config.mode, ConsumerMode::Durable { name: "state-builder-pool-1".into() });
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NatsWalConfig {
+pub struct JetStreamConfig {
     /// Broker address, `nats://host:port` (several, comma-separated, for a cluster).
     pub url: String,
     /// Stream name (default [`DEFAULT_STREAM`]).
@@ -86,10 +86,10 @@ pub struct NatsWalConfig {
     pub ack_wait: Duration,
 }
 
-impl NatsWalConfig {
+impl JetStreamConfig {
     /// Replay-on-boot over the whole default stream at `url`.
     pub fn new(url: impl Into<String>) -> Self {
-        NatsWalConfig {
+        JetStreamConfig {
             url: url.into(),
             stream: DEFAULT_STREAM.to_owned(),
             filter_subject: None,
@@ -134,18 +134,18 @@ impl NatsWalConfig {
         Self::from_lookup(|var| std::env::var(var).ok())
     }
 
-    /// [`NatsWalConfig::from_env`] over any lookup function.
+    /// [`JetStreamConfig::from_env`] over any lookup function.
     ///
     /// ```
-    /// use wal_source_nats::{ConsumerMode, NatsWalConfig};
+    /// use wal_source_nats::{ConsumerMode, JetStreamConfig};
     ///
-    /// let config = NatsWalConfig::from_lookup(|var| match var {
+    /// let config = JetStreamConfig::from_lookup(|var| match var {
     ///     "NOETL_WAL_SUBJECT_FILTER" => Some("noetl.events.0.>".into()),
     ///     _ => None,
     /// })
     /// .unwrap();
     /// assert_eq!(config.mode, ConsumerMode::ReplayOnBoot);
-    /// assert!(NatsWalConfig::from_lookup(|v| (v == "NOETL_WAL_STREAM").then(|| "a.b".into())).is_err());
+    /// assert!(JetStreamConfig::from_lookup(|v| (v == "NOETL_WAL_STREAM").then(|| "a.b".into())).is_err());
     /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |var: &str| {
@@ -153,7 +153,7 @@ impl NatsWalConfig {
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         };
-        let mut config = NatsWalConfig::new(
+        let mut config = JetStreamConfig::new(
             get("NOETL_WAL_NATS_URL").unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned()),
         );
         if let Some(stream) = get("NOETL_WAL_STREAM") {
@@ -303,15 +303,16 @@ mod tests {
 
     #[test]
     fn env_errors_name_the_variable() {
-        let err = NatsWalConfig::from_lookup(|v| {
+        let err = JetStreamConfig::from_lookup(|v| {
             (v == "NOETL_WAL_SUBJECT_FILTER").then(|| "noetl.>.x".into())
         })
         .unwrap_err();
         assert_eq!(err.var, "NOETL_WAL_SUBJECT_FILTER");
-        let err = NatsWalConfig::from_lookup(|v| (v == "NOETL_WAL_DURABLE").then(|| "a b".into()))
-            .unwrap_err();
+        let err =
+            JetStreamConfig::from_lookup(|v| (v == "NOETL_WAL_DURABLE").then(|| "a b".into()))
+                .unwrap_err();
         assert_eq!(err.var, "NOETL_WAL_DURABLE");
-        let config = NatsWalConfig::from_lookup(|v| match v {
+        let config = JetStreamConfig::from_lookup(|v| match v {
             "NOETL_WAL_NATS_URL" => Some(" nats://10.0.0.1:4222 ".into()),
             "NOETL_WAL_DURABLE" => Some("pool-a".into()),
             _ => None,

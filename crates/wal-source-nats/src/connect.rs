@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use crate::config::NatsWalConfig;
+use crate::config::JetStreamConfig;
 
 /// Why a source or publisher could not be set up. Broker outages are not errors of this
 /// type: they are retried (see [`JetStreamSource`](crate::JetStreamSource)).
 #[derive(Debug, thiserror::Error)]
-pub enum NatsWalError {
+pub enum JetStreamError {
     /// A setting the broker would reject; names the variable that holds it.
     #[error("invalid WAL configuration: {0}")]
     Config(#[from] wal_index::config::ConfigError),
@@ -42,14 +42,14 @@ pub enum NatsWalError {
 pub(crate) struct Runtime(tokio::runtime::Runtime);
 
 impl Runtime {
-    pub(crate) fn new() -> Result<Self, NatsWalError> {
+    pub(crate) fn new() -> Result<Self, JetStreamError> {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("wal-nats-client")
             .enable_all()
             .build()
             .map(Runtime)
-            .map_err(NatsWalError::Runtime)
+            .map_err(JetStreamError::Runtime)
     }
 
     pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
@@ -101,7 +101,10 @@ pub(crate) fn reconnect_delay(attempts: usize, max: Duration) -> Duration {
 
 /// Connects without failing on an unreachable broker: the client retries in the background,
 /// forever, with [`reconnect_delay`].
-fn connect(runtime: &Runtime, config: &NatsWalConfig) -> Result<async_nats::Client, NatsWalError> {
+fn connect(
+    runtime: &Runtime,
+    config: &JetStreamConfig,
+) -> Result<async_nats::Client, JetStreamError> {
     let max = config.reconnect_max_delay;
     let options = async_nats::ConnectOptions::new()
         .name("state-builder-wal")
@@ -114,7 +117,7 @@ fn connect(runtime: &Runtime, config: &NatsWalConfig) -> Result<async_nats::Clie
     let addresses: Vec<&str> = config.url.split(',').map(str::trim).collect();
     runtime
         .block_on(options.connect(addresses))
-        .map_err(|e| NatsWalError::Connect {
+        .map_err(|e| JetStreamError::Connect {
             url: config.url.clone(),
             message: e.to_string(),
         })
@@ -123,8 +126,8 @@ fn connect(runtime: &Runtime, config: &NatsWalConfig) -> Result<async_nats::Clie
 /// What a source and a publisher both hold: the runtime, the client on it, and a JetStream
 /// context with `config.api_timeout`. Validates `config` first.
 pub(crate) fn open(
-    config: &NatsWalConfig,
-) -> Result<(Runtime, async_nats::Client, async_nats::jetstream::Context), NatsWalError> {
+    config: &JetStreamConfig,
+) -> Result<(Runtime, async_nats::Client, async_nats::jetstream::Context), JetStreamError> {
     config.validate()?;
     let runtime = Runtime::new()?;
     let client = connect(&runtime, config)?;
@@ -151,21 +154,21 @@ mod tests {
         let runtime = Runtime::new().unwrap();
         // Nothing listens on port 1; with retry_on_initial_connect the client is created
         // anyway and keeps trying, so both addresses must have parsed.
-        let config = NatsWalConfig::new("nats://127.0.0.1:1, nats://127.0.0.1:2");
+        let config = JetStreamConfig::new("nats://127.0.0.1:1, nats://127.0.0.1:2");
         assert!(connect(&runtime, &config).is_ok());
-        let config = NatsWalConfig::new("nats://127.0.0.1:1,nats://[bad");
+        let config = JetStreamConfig::new("nats://127.0.0.1:1,nats://[bad");
         assert!(matches!(
             connect(&runtime, &config),
-            Err(NatsWalError::Connect { .. })
+            Err(JetStreamError::Connect { .. })
         ));
     }
 
     #[test]
     fn malformed_url_is_a_typed_error() {
         let runtime = Runtime::new().unwrap();
-        let config = NatsWalConfig::new("nats://[not a host");
+        let config = JetStreamConfig::new("nats://[not a host");
         match connect(&runtime, &config) {
-            Err(NatsWalError::Connect { url, .. }) => assert_eq!(url, config.url),
+            Err(JetStreamError::Connect { url, .. }) => assert_eq!(url, config.url),
             other => panic!("expected a Connect error, got {other:?}"),
         }
     }

@@ -18,7 +18,7 @@
 //! # Costs
 //!
 //! One Tokio worker thread per source for the client connection; up to
-//! [`prefetch`](NatsWalConfig::prefetch) messages buffered in the client; in durable mode,
+//! [`prefetch`](JetStreamConfig::prefetch) messages buffered in the client; in durable mode,
 //! one acknowledgement publish per message (no round trip). Payloads are handed to the index as the `Bytes` the
 //! client received, without a copy.
 //!
@@ -34,10 +34,10 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use wal_index::{Drain, DrainConfig, StateIndex, WalIndex};
-//! use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects};
+//! use wal_source_nats::{JetStreamSource, JetStreamConfig, Subjects};
 //!
 //! // Pool 0 of 2, replay-on-boot, broker and stream from the environment's defaults.
-//! let config = NatsWalConfig::new("nats://127.0.0.1:4222").filter(Subjects::default().shard_filter(0, 2));
+//! let config = JetStreamConfig::new("nats://127.0.0.1:4222").filter(Subjects::default().shard_filter(0, 2));
 //! let source = JetStreamSource::connect(config)?;
 //! let index = Arc::new(WalIndex::default());
 //! let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
@@ -56,11 +56,11 @@ mod source;
 #[cfg(feature = "test-broker")]
 pub mod test_broker;
 
-pub use config::{ConsumerMode, DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, NatsWalConfig, Subjects};
-pub use connect::NatsWalError;
-pub use publisher::{PublisherStats, Waiting, WalPublisher};
+pub use config::{ConsumerMode, DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, JetStreamConfig, Subjects};
+pub use connect::JetStreamError;
+pub use publisher::{JetStreamPublisher, PublishRetry, PublisherStats};
 pub use rehydrate::{JetStreamRehydrate, LayoutError, SubjectLayout};
-pub use source::{JetStreamSource, SourceStats};
+pub use source::{JetStreamSource, JetStreamStats};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -7,24 +7,24 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, context::PublishAckFuture, stream};
 use bytes::Bytes;
 
-use crate::config::{NatsWalConfig, Subjects};
-use crate::connect::{NatsWalError, Runtime, open};
+use crate::config::{JetStreamConfig, Subjects};
+use crate::connect::{JetStreamError, Runtime, open};
 
 /// Publishes WAL events to a JetStream stream from synchronous code.
 ///
-/// Publications are pipelined: [`publish`](WalPublisher::publish) returns once the message
+/// Publications are pipelined: [`publish`](JetStreamPublisher::publish) returns once the message
 /// is handed to the client, and acknowledgements are collected in windows of
-/// [`WalPublisher::WINDOW`]. A publication the broker did not acknowledge (it was down, the
+/// [`JetStreamPublisher::WINDOW`]. A publication the broker did not acknowledge (it was down, the
 /// ack timed out) is sent again, so a message can be stored twice; the index absorbs
 /// duplicates, and nothing acknowledged is ever lost.
 ///
 /// Acknowledgements are awaited concurrently, and every unacknowledged publication of a
 /// window is re-sent at once, in rounds: after a broker restart the whole window recovers in
 /// about one acknowledgement timeout, not one per message. Each publication has its own
-/// deadline ([`WalPublisher::RETRY_FOR`] since it was first sent); a round that found
-/// publications unacknowledged is reported to the [`on_wait`](WalPublisher::on_wait) hook,
+/// deadline ([`JetStreamPublisher::RETRY_FOR`] since it was first sent); a round that found
+/// publications unacknowledged is reported to the [`on_wait`](JetStreamPublisher::on_wait) hook,
 /// so a tool can say what it is waiting for.
-pub struct WalPublisher {
+pub struct JetStreamPublisher {
     client: async_nats::Client,
     url: String,
     context: jetstream::Context,
@@ -38,8 +38,8 @@ pub struct WalPublisher {
     runtime: Runtime,
 }
 
-/// What [`WalPublisher::on_wait`] installs.
-type WaitHook = Box<dyn FnMut(&Waiting) + Send>;
+/// What [`JetStreamPublisher::on_wait`] installs.
+type WaitHook = Box<dyn FnMut(&PublishRetry) + Send>;
 
 /// One publication awaiting its acknowledgement.
 struct Pending {
@@ -65,17 +65,17 @@ pub struct PublisherStats {
     pub waits: u64,
 }
 
-/// Reported to the [`WalPublisher::on_wait`] hook after each retry round that found
+/// Reported to the [`JetStreamPublisher::on_wait`] hook after each retry round that found
 /// publications unacknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Waiting {
+pub struct PublishRetry {
     /// Publications of this window still unacknowledged (about to be re-sent).
     pub unacknowledged: usize,
     /// Since the oldest of them was first sent.
     pub waited: Duration,
 }
 
-impl WalPublisher {
+impl JetStreamPublisher {
     /// Most publications awaiting their acknowledgement.
     pub const WINDOW: usize = 1024;
     /// How long a publication is re-sent before the publisher gives up on it.
@@ -83,12 +83,12 @@ impl WalPublisher {
 
     /// Connects to `config.url`; events go to `subjects`, spread over `shards` shard tokens.
     pub fn connect(
-        config: &NatsWalConfig,
+        config: &JetStreamConfig,
         subjects: Subjects,
         shards: u32,
-    ) -> Result<Self, NatsWalError> {
+    ) -> Result<Self, JetStreamError> {
         let (runtime, client, context) = open(config)?;
-        Ok(WalPublisher {
+        Ok(JetStreamPublisher {
             client,
             url: config.url.clone(),
             runtime,
@@ -104,34 +104,34 @@ impl WalPublisher {
 
     /// Calls `hook` after each retry round that found publications unacknowledged (a tool
     /// prints a line: the publisher is waiting for the broker).
-    pub fn on_wait(&mut self, hook: impl FnMut(&Waiting) + Send + 'static) {
+    pub fn on_wait(&mut self, hook: impl FnMut(&PublishRetry) + Send + 'static) {
         self.on_wait = Some(Box::new(hook));
     }
 
     /// Messages the stream `name` holds now.
-    pub fn stream_messages(&self, name: &str) -> Result<u64, NatsWalError> {
+    pub fn stream_messages(&self, name: &str) -> Result<u64, JetStreamError> {
         Ok(self.stream_info(name)?.state.messages)
     }
 
     /// The stream's information as the broker gives it now.
-    fn stream_info(&self, name: &str) -> Result<stream::Info, NatsWalError> {
+    fn stream_info(&self, name: &str) -> Result<stream::Info, JetStreamError> {
         self.runtime
             .block_on(async {
                 let mut stream = self.context.get_stream(name).await?;
                 Ok::<_, Box<dyn std::error::Error + Send + Sync>>(stream.info().await?.clone())
             })
-            .map_err(|e| NatsWalError::JetStream(format!("cannot read stream {name:?}: {e}")))
+            .map_err(|e| JetStreamError::JetStream(format!("cannot read stream {name:?}: {e}")))
     }
 
     /// Creates the stream `name` over every event subject (file storage, limits-based
     /// retention), or leaves an existing one as it is. Waits up to `limit` for the broker;
     /// if no broker accepted the connection by then, the error says so
-    /// ([`NatsWalError::Unreachable`]).
-    pub fn ensure_stream(&self, name: &str, limit: Duration) -> Result<(), NatsWalError> {
+    /// ([`JetStreamError::Unreachable`]).
+    pub fn ensure_stream(&self, name: &str, limit: Duration) -> Result<(), JetStreamError> {
         self.ensure_stream_replicated(name, 1, limit)
     }
 
-    /// [`WalPublisher::ensure_stream`] with `replicas` copies of every message on a
+    /// [`JetStreamPublisher::ensure_stream`] with `replicas` copies of every message on a
     /// JetStream cluster (a stream with 3 replicas acknowledges a publication once two of
     /// them stored it, and survives the loss of one node). On a cluster that has just
     /// started, JetStream refuses to create streams until it has elected its meta leader; this
@@ -142,7 +142,7 @@ impl WalPublisher {
         name: &str,
         replicas: usize,
         limit: Duration,
-    ) -> Result<(), NatsWalError> {
+    ) -> Result<(), JetStreamError> {
         let config = stream::Config {
             name: name.to_owned(),
             subjects: vec![self.subjects.all()],
@@ -165,13 +165,13 @@ impl WalPublisher {
                         && self.client.connection_state()
                             != async_nats::connection::State::Connected =>
                 {
-                    return Err(NatsWalError::Unreachable {
+                    return Err(JetStreamError::Unreachable {
                         url: self.url.clone(),
                         waited: limit,
                     });
                 }
                 Err(e) if Instant::now() >= deadline => {
-                    return Err(NatsWalError::JetStream(format!(
+                    return Err(JetStreamError::JetStream(format!(
                         "cannot create stream {name:?}: {e}"
                     )));
                 }
@@ -182,26 +182,26 @@ impl WalPublisher {
 
     /// The `server_name` of the node that leads the stream `name` on a cluster (`None` on a
     /// single server, or while the stream has no leader).
-    pub fn stream_leader(&self, name: &str) -> Result<Option<String>, NatsWalError> {
+    pub fn stream_leader(&self, name: &str) -> Result<Option<String>, JetStreamError> {
         Ok(self.stream_info(name)?.cluster.and_then(|c| c.leader))
     }
 
     /// Deletes the stream `name` (tools clean up the streams they made).
-    pub fn delete_stream(&self, name: &str) -> Result<(), NatsWalError> {
+    pub fn delete_stream(&self, name: &str) -> Result<(), JetStreamError> {
         self.runtime
             .block_on(self.context.delete_stream(name))
             .map(|_| ())
-            .map_err(|e| NatsWalError::JetStream(format!("cannot delete stream {name:?}: {e}")))
+            .map_err(|e| JetStreamError::JetStream(format!("cannot delete stream {name:?}: {e}")))
     }
 
     /// Publishes `payload` on `execution_id`'s subject.
-    pub fn publish(&mut self, execution_id: i64, payload: Bytes) -> Result<(), NatsWalError> {
+    pub fn publish(&mut self, execution_id: i64, payload: Bytes) -> Result<(), JetStreamError> {
         let subject = self.subjects.subject(execution_id, self.shards);
         self.publish_on(subject, payload)
     }
 
     /// Publishes `payload` on an explicit subject (a record whose execution is unknown).
-    pub fn publish_on(&mut self, subject: String, payload: Bytes) -> Result<(), NatsWalError> {
+    pub fn publish_on(&mut self, subject: String, payload: Bytes) -> Result<(), JetStreamError> {
         if self.in_flight.len() >= Self::WINDOW {
             self.settle(Self::WINDOW / 2)?;
         }
@@ -224,9 +224,9 @@ impl WalPublisher {
     }
 
     /// Waits until every publication so far is acknowledged, re-sending the ones that were
-    /// not; fails if one is still unacknowledged [`WalPublisher::RETRY_FOR`] after it was
+    /// not; fails if one is still unacknowledged [`JetStreamPublisher::RETRY_FOR`] after it was
     /// first sent.
-    pub fn flush(&mut self) -> Result<(), NatsWalError> {
+    pub fn flush(&mut self) -> Result<(), JetStreamError> {
         self.settle(self.in_flight.len())
     }
 
@@ -240,16 +240,16 @@ impl WalPublisher {
         self.stats
     }
 
-    fn send(&self, subject: &str, payload: Bytes) -> Result<PublishAckFuture, NatsWalError> {
+    fn send(&self, subject: &str, payload: Bytes) -> Result<PublishAckFuture, JetStreamError> {
         self.runtime
             .block_on(self.context.publish(subject.to_owned(), payload))
-            .map_err(|e| NatsWalError::JetStream(format!("publish on {subject}: {e}")))
+            .map_err(|e| JetStreamError::JetStream(format!("publish on {subject}: {e}")))
     }
 
     /// Settles the `count` oldest publications: awaits their acknowledgements concurrently,
     /// then re-sends every one that failed, all at once, and goes again, pausing between
     /// rounds (25 ms doubling to 1 s) while the broker is away.
-    fn settle(&mut self, count: usize) -> Result<(), NatsWalError> {
+    fn settle(&mut self, count: usize) -> Result<(), JetStreamError> {
         let take = count.min(self.in_flight.len());
         let mut window: Vec<Pending> = self.in_flight.drain(..take).collect();
         let mut rounds = 0;
@@ -282,7 +282,7 @@ impl WalPublisher {
                 .min()
                 .unwrap_or_else(Instant::now);
             if oldest.elapsed() >= self.retry_for {
-                let error = NatsWalError::JetStream(format!(
+                let error = JetStreamError::JetStream(format!(
                     "no acknowledgement for a publication on {} after re-sending it for {:?}",
                     unacknowledged[0].subject, self.retry_for
                 ));
@@ -296,7 +296,7 @@ impl WalPublisher {
             rounds += 1;
             self.stats.waits += 1;
             if let Some(hook) = &mut self.on_wait {
-                hook(&Waiting {
+                hook(&PublishRetry {
                     unacknowledged: unacknowledged.len(),
                     waited: oldest.elapsed(),
                 });
@@ -322,9 +322,9 @@ impl WalPublisher {
     }
 }
 
-impl std::fmt::Debug for WalPublisher {
+impl std::fmt::Debug for JetStreamPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WalPublisher")
+        f.debug_struct("JetStreamPublisher")
             .field("subjects", &self.subjects)
             .field("shards", &self.shards)
             .field("in_flight", &self.in_flight.len())
@@ -340,10 +340,10 @@ mod tests {
     #[test]
     fn an_address_where_nothing_listens_is_reported_as_unreachable() {
         // Nothing listens on port 1.
-        let config = NatsWalConfig::new("nats://127.0.0.1:1");
-        let publisher = WalPublisher::connect(&config, Subjects::default(), 1).unwrap();
+        let config = JetStreamConfig::new("nats://127.0.0.1:1");
+        let publisher = JetStreamPublisher::connect(&config, Subjects::default(), 1).unwrap();
         match publisher.ensure_stream("s", Duration::from_millis(500)) {
-            Err(NatsWalError::Unreachable { url, .. }) => assert_eq!(url, config.url),
+            Err(JetStreamError::Unreachable { url, .. }) => assert_eq!(url, config.url),
             other => panic!("expected Unreachable, got {other:?}"),
         }
     }

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt;
-use wal_index::flow::{DriveFallbacks, FallbackRead};
+use wal_index::flow::{DriveFallbacks, FallbackRead, ReadBounds};
 use wal_index::{Event, ExecutionId};
 
-use crate::config::{NatsWalConfig, Subjects};
-use crate::connect::{NatsWalError, Runtime, open};
+use crate::config::{JetStreamConfig, Subjects};
+use crate::connect::{JetStreamError, Runtime, open};
 
 /// Where one execution's events live on the stream: a subject template whose
 /// `{execution_id}` token is the execution's id and whose other `{…}` tokens match any
@@ -127,8 +127,8 @@ impl SubjectLayout {
 /// - One consumer creation and one delete per read, plus the execution's messages: a
 ///   read's cost follows the execution, not the stream's backlog, which is what makes it
 ///   useful while the drain is still replaying that backlog.
-/// - Bounded by [`deadline`](JetStreamRehydrate::deadline) (default 3 s) and
-///   [`max_records`](JetStreamRehydrate::max_records) (default 100,000): a read that hits
+/// - Bounded by its [`ReadBounds`] ([`bounds`](JetStreamRehydrate::bounds); today's by
+///   default, 3 s and 100,000 messages): a read that hits
 ///   either answers `None` rather than a short history. (A short history could never be
 ///   served anyway, since a spine must reach genesis; `None` says so at once.)
 /// - The read runs on the source's own client runtime, so any executor, or a blocking
@@ -138,10 +138,10 @@ impl SubjectLayout {
 /// ```no_run
 /// use wal_index::rehydrate::RehydrateGate;
 /// use wal_index::{DriveBudget, DriveFlow};
-/// use wal_source_nats::{JetStreamRehydrate, NatsWalConfig, SubjectLayout};
+/// use wal_source_nats::{JetStreamRehydrate, JetStreamConfig, SubjectLayout};
 ///
 /// let retained = JetStreamRehydrate::connect(
-///     NatsWalConfig::new("nats://127.0.0.1:4222"),
+///     JetStreamConfig::new("nats://127.0.0.1:4222"),
 ///     SubjectLayout::tenant_org(),
 /// )?;
 /// let gate = RehydrateGate::default();
@@ -149,14 +149,13 @@ impl SubjectLayout {
 ///     .fallbacks(&retained)
 ///     .rehydrate_gate(&gate);
 /// # let _ = flow;
-/// # Ok::<(), wal_source_nats::NatsWalError>(())
+/// # Ok::<(), wal_source_nats::JetStreamError>(())
 /// ```
 pub struct JetStreamRehydrate {
     context: jetstream::Context,
-    config: NatsWalConfig,
+    config: JetStreamConfig,
     layout: SubjectLayout,
-    deadline: Duration,
-    max_records: u64,
+    bounds: ReadBounds,
     /// Last, so the client is dropped while its runtime still exists.
     runtime: Arc<Runtime>,
 }
@@ -166,45 +165,33 @@ impl std::fmt::Debug for JetStreamRehydrate {
         f.debug_struct("JetStreamRehydrate")
             .field("stream", &self.config.stream)
             .field("layout", &self.layout)
-            .field("deadline", &self.deadline)
-            .field("max_records", &self.max_records)
+            .field("bounds", &self.bounds)
             .finish_non_exhaustive()
     }
 }
 
 impl JetStreamRehydrate {
-    /// Today's deadline for one read.
-    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3);
-    /// Today's message cap for one read.
-    pub const DEFAULT_MAX_RECORDS: u64 = 100_000;
-
     /// Reads `config.stream` at `config.url` (its filter and mode are not used: a read
     /// names its execution's subject itself). Like a source, it does not fail on an
     /// unreachable broker; its reads do, until the broker is back.
     pub fn connect(
-        config: NatsWalConfig,
+        config: JetStreamConfig,
         layout: SubjectLayout,
-    ) -> Result<JetStreamRehydrate, NatsWalError> {
+    ) -> Result<JetStreamRehydrate, JetStreamError> {
         let (runtime, _client, context) = open(&config)?;
         Ok(JetStreamRehydrate {
             context,
             config,
             layout,
-            deadline: Self::DEFAULT_DEADLINE,
-            max_records: Self::DEFAULT_MAX_RECORDS,
+            bounds: ReadBounds::DEFAULT,
             runtime: Arc::new(runtime),
         })
     }
 
-    /// Another bound on one read (clamped to 100 ms – 30 s).
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline.clamp(Duration::from_millis(100), Duration::from_secs(30));
-        self
-    }
-
-    /// Another cap on the messages of one read (at least 1).
-    pub fn max_records(mut self, max_records: u64) -> Self {
-        self.max_records = max_records.max(1);
+    /// Within other bounds: a deadline for the whole read and a cap on its messages
+    /// (today's: [`ReadBounds::DEFAULT`], 3 s and 100,000).
+    pub fn bounds(mut self, bounds: ReadBounds) -> Self {
+        self.bounds = bounds;
         self
     }
 
@@ -225,7 +212,7 @@ impl JetStreamRehydrate {
     ) -> tokio::task::JoinHandle<std::io::Result<Vec<Event>>> {
         let (context, stream) = (self.context.clone(), self.config.stream.clone());
         let filter = self.layout.execution_filter(execution_id);
-        let (deadline, cap) = (self.deadline, self.max_records);
+        let (deadline, cap) = (self.bounds.deadline(), self.bounds.max_records());
         self.runtime.handle().spawn(async move {
             let read = read_execution(&context, &stream, filter, execution_id, cap);
             tokio::time::timeout(deadline, read)

@@ -10,8 +10,8 @@ use futures_util::{FutureExt, StreamExt};
 use wal_index::WalSource;
 use wal_index::ingest::{Backfill, Pull, Record};
 
-use crate::config::{ConsumerMode, NatsWalConfig};
-use crate::connect::{NatsWalError, Runtime, open};
+use crate::config::{ConsumerMode, JetStreamConfig};
+use crate::connect::{JetStreamError, Runtime, open};
 
 /// A [`WalSource`] over a JetStream stream.
 ///
@@ -19,7 +19,7 @@ use crate::connect::{NatsWalError, Runtime, open};
 ///
 /// The source owns a small Tokio runtime (one worker thread) on which the NATS client runs;
 /// [`pull`](WalSource::pull) blocks the calling thread (the drain's) on it. The client keeps
-/// up to [`prefetch`](NatsWalConfig::prefetch) messages in flight, so while the drain
+/// up to [`prefetch`](JetStreamConfig::prefetch) messages in flight, so while the drain
 /// applies a batch the next one is already arriving. Each record's `position` is its stream
 /// sequence number.
 ///
@@ -29,7 +29,7 @@ use crate::connect::{NatsWalError, Runtime, open};
 /// of kind [`NotConnected`](io::ErrorKind::NotConnected) (the drain turns that into
 /// `healthy = 0` and retries with backoff) and the client reconnects on its own, with a
 /// backoff that starts at 25 ms and is capped at
-/// [`reconnect_max_delay`](NatsWalConfig::reconnect_max_delay). After any disconnect, a
+/// [`reconnect_max_delay`](JetStreamConfig::reconnect_max_delay). After any disconnect, a
 /// missed heartbeat or a deleted consumer, the next `pull` creates the consumer again:
 ///
 /// - replay-on-boot: a new ephemeral consumer that starts right after the last stream
@@ -43,7 +43,7 @@ use crate::connect::{NatsWalError, Runtime, open};
 /// acknowledges every message of the batches pulled since the last commit, after the drain
 /// applied them. A message the broker sent to a connection that died before it arrived is
 /// never acknowledged, so the broker sends it again after
-/// [`ack_wait`](NatsWalConfig::ack_wait). (`AckPolicy::All`, one ack per batch, would be
+/// [`ack_wait`](JetStreamConfig::ack_wait). (`AckPolicy::All`, one ack per batch, would be
 /// cheaper and is wrong here: acknowledging a later message acknowledges that lost one
 /// too.) Bad records are acknowledged with their batch (they were counted and skipped;
 /// redelivering them would not make them decodable). Replay-on-boot acknowledges nothing
@@ -60,7 +60,7 @@ use crate::connect::{NatsWalError, Runtime, open};
 pub struct JetStreamSource {
     client: async_nats::Client,
     context: jetstream::Context,
-    config: NatsWalConfig,
+    config: JetStreamConfig,
     feed: Option<consumer::pull::Stream>,
     /// The first stream sequence this source has not returned yet (replay-on-boot resumes
     /// here after a consumer is lost).
@@ -69,14 +69,14 @@ pub struct JetStreamSource {
     backfill: Option<BackfillState>,
     /// Durable mode: the messages returned and not yet acknowledged.
     unacked: Vec<jetstream::Message>,
-    stats: SourceStats,
+    stats: JetStreamStats,
     /// Last, so the client and consumer are dropped while their runtime still exists.
     runtime: Runtime,
 }
 
 /// Counters of what a [`JetStreamSource`] did, for logs and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SourceStats {
+pub struct JetStreamStats {
     /// Messages returned by `pull`.
     pub messages: u64,
     /// Consumers created (the first one included).
@@ -96,11 +96,11 @@ impl JetStreamSource {
     /// Connects to the broker in `config` and prepares the consumer.
     ///
     /// Fails on an invalid configuration or an unusable runtime. An unreachable broker is
-    /// not an error: it waits up to [`api_timeout`](NatsWalConfig::api_timeout) for the
+    /// not an error: it waits up to [`api_timeout`](JetStreamConfig::api_timeout) for the
     /// first connection, then returns anyway; the client keeps reconnecting in the
     /// background and `pull` reports `NotConnected` until it is up, so a pool may start
     /// before its broker.
-    pub fn connect(config: NatsWalConfig) -> Result<Self, NatsWalError> {
+    pub fn connect(config: JetStreamConfig) -> Result<Self, JetStreamError> {
         let (runtime, client, context) = open(&config)?;
         let source = JetStreamSource {
             client,
@@ -110,7 +110,7 @@ impl JetStreamSource {
             next_sequence: 1,
             backfill: None,
             unacked: Vec::new(),
-            stats: SourceStats::default(),
+            stats: JetStreamStats::default(),
             runtime,
         };
         source.wait_connected(source.config.api_timeout);
@@ -130,12 +130,12 @@ impl JetStreamSource {
     }
 
     /// What the source did so far.
-    pub fn stats(&self) -> SourceStats {
+    pub fn stats(&self) -> JetStreamStats {
         self.stats
     }
 
     /// The configuration it runs with.
-    pub fn config(&self) -> &NatsWalConfig {
+    pub fn config(&self) -> &JetStreamConfig {
         &self.config
     }
 
@@ -146,7 +146,7 @@ impl JetStreamSource {
 
     async fn open_feed(
         context: &jetstream::Context,
-        config: &NatsWalConfig,
+        config: &JetStreamConfig,
         next_sequence: u64,
     ) -> io::Result<(consumer::pull::Stream, BackfillState)> {
         let stream = context

@@ -322,7 +322,7 @@ impl Cluster {
     /// Starts `size` nodes on loopback and waits until each listens, or returns `None`
     /// after printing why the test is skipped (as [`Broker::start`]). JetStream elects its
     /// meta leader a few seconds later: create streams with a retry
-    /// (`WalPublisher::ensure_stream_replicated` waits for it).
+    /// (`JetStreamPublisher::ensure_stream_replicated` waits for it).
     pub fn start(test: &str, size: usize) -> Option<Cluster> {
         Self::start_with(test, size, ClusterOptions::default())
     }
@@ -443,7 +443,7 @@ impl Cluster {
         Some(cluster)
     }
 
-    /// Every node's address, comma-separated (what `NatsWalConfig::url` takes).
+    /// Every node's address, comma-separated (what `JetStreamConfig::url` takes).
     pub fn url(&self) -> String {
         (0..self.nodes.len())
             .map(|i| self.node_url(i))

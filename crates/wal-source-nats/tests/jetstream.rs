@@ -18,7 +18,7 @@ use wal_index::{
     Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex, WalSource,
 };
 use wal_source_nats::test_broker::Broker;
-use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
+use wal_source_nats::{JetStreamConfig, JetStreamPublisher, JetStreamSource, Subjects};
 
 const PREFIX: &str = sb_metrics::series::DEFAULT_PREFIX;
 const LIMIT: Duration = Duration::from_secs(60);
@@ -35,14 +35,14 @@ fn stream_name(test: &str) -> String {
     format!("t_{test}")
 }
 
-fn publisher(broker: &Broker, stream: &str, shards: u32) -> WalPublisher {
-    let config = NatsWalConfig::new(broker.url()).stream(stream);
-    let publisher = WalPublisher::connect(&config, Subjects::default(), shards).unwrap();
+fn publisher(broker: &Broker, stream: &str, shards: u32) -> JetStreamPublisher {
+    let config = JetStreamConfig::new(broker.url()).stream(stream);
+    let publisher = JetStreamPublisher::connect(&config, Subjects::default(), shards).unwrap();
     publisher.ensure_stream(stream, LIMIT).unwrap();
     publisher
 }
 
-fn publish_chains(publisher: &mut WalPublisher, executions: std::ops::Range<i64>, len: i64) {
+fn publish_chains(publisher: &mut JetStreamPublisher, executions: std::ops::Range<i64>, len: i64) {
     for execution in executions {
         for (execution, payload) in chain(execution, len) {
             publisher.publish(execution, payload).unwrap();
@@ -59,11 +59,11 @@ struct Pool<I> {
 }
 
 impl<I: StateIndex> Pool<I> {
-    fn start(config: NatsWalConfig) -> Self {
+    fn start(config: JetStreamConfig) -> Self {
         Self::start_with(config, IndexConfig::default())
     }
 
-    fn start_with(config: NatsWalConfig, index_config: IndexConfig) -> Self {
+    fn start_with(config: JetStreamConfig, index_config: IndexConfig) -> Self {
         let (recorder, metrics) = sb_metrics::exporter::local(PREFIX).unwrap();
         let observer = metrics::with_local_recorder(&recorder, StateBuilderMetrics::register);
         // The handle shares the recorder's registry; the recorder itself may go.
@@ -122,7 +122,7 @@ fn served_complete_with_agreeing_metrics<I: StateIndex>() {
     };
     let stream = stream_name(&format!("served_{}", I::NAME));
     let mut publisher = publisher(&broker, &stream, 1);
-    let mut pool = Pool::<I>::start(NatsWalConfig::new(broker.url()).stream(&stream));
+    let mut pool = Pool::<I>::start(JetStreamConfig::new(broker.url()).stream(&stream));
     // Published while the drain runs, with an undecodable message in the middle.
     publish_chains(&mut publisher, 0..100, 27);
     publisher
@@ -170,7 +170,7 @@ fn served_complete_sharded() {
     served_complete_with_agreeing_metrics::<ShardedMutexIndex>();
 }
 
-fn broker_sigkill_mid_stream<I: StateIndex>(config: impl Fn(&Broker, &str) -> NatsWalConfig) {
+fn broker_sigkill_mid_stream<I: StateIndex>(config: impl Fn(&Broker, &str) -> JetStreamConfig) {
     let Some(mut broker) = Broker::start("broker_sigkill") else {
         return;
     };
@@ -216,18 +216,18 @@ fn broker_sigkill_mid_stream<I: StateIndex>(config: impl Fn(&Broker, &str) -> Na
 
 #[test]
 fn broker_sigkill_replay_on_boot_lockfree() {
-    broker_sigkill_mid_stream::<WalIndex>(|b, s| NatsWalConfig::new(b.url()).stream(s));
+    broker_sigkill_mid_stream::<WalIndex>(|b, s| JetStreamConfig::new(b.url()).stream(s));
 }
 
 #[test]
 fn broker_sigkill_replay_on_boot_mutex() {
-    broker_sigkill_mid_stream::<MutexIndex>(|b, s| NatsWalConfig::new(b.url()).stream(s));
+    broker_sigkill_mid_stream::<MutexIndex>(|b, s| JetStreamConfig::new(b.url()).stream(s));
 }
 
 #[test]
 fn broker_sigkill_durable_lockfree() {
     broker_sigkill_mid_stream::<WalIndex>(|b, s| {
-        NatsWalConfig::new(b.url()).stream(s).durable("pool")
+        JetStreamConfig::new(b.url()).stream(s).durable("pool")
     });
 }
 
@@ -240,7 +240,7 @@ fn worker_restart_rebuilds<I: StateIndex>(executions: i64, len: i64) -> Duration
     publish_chains(&mut publisher, 0..executions, len);
     let total = (executions * len) as usize;
 
-    let config = NatsWalConfig::new(broker.url()).stream(&stream);
+    let config = JetStreamConfig::new(broker.url()).stream(&stream);
     let mut first = Pool::<I>::start(config.clone());
     assert!(wait_for(LIMIT, || first.events() == total));
     first.stop();
@@ -278,7 +278,7 @@ fn durable_consumer_resumes_after_acknowledged_batches() {
     let stream = stream_name("durable");
     let mut publisher = publisher(&broker, &stream, 1);
     publish_chains(&mut publisher, 0..50, 20);
-    let config = NatsWalConfig::new(broker.url())
+    let config = JetStreamConfig::new(broker.url())
         .stream(&stream)
         .durable("pool-a");
     let mut first = Pool::<WalIndex>::start(config.clone());
@@ -312,7 +312,7 @@ fn two_pools_with_different_filters_partition_the_executions() {
     let pools: Vec<Pool<WalIndex>> = (0..2)
         .map(|shard| {
             Pool::start(
-                NatsWalConfig::new(broker.url())
+                JetStreamConfig::new(broker.url())
                     .stream(&stream)
                     .filter(subjects.shard_filter(shard, 2)),
             )
@@ -343,7 +343,7 @@ fn a_pool_started_before_its_broker_catches_up() {
     };
     broker.kill();
     let stream = stream_name("late");
-    let pool = Pool::<WalIndex>::start(NatsWalConfig::new(broker.url()).stream(&stream));
+    let pool = Pool::<WalIndex>::start(JetStreamConfig::new(broker.url()).stream(&stream));
     assert!(wait_for(LIMIT, || pool.metric(name::HEALTHY) == 0.0));
     broker.restart();
     let mut publisher = publisher(&broker, &stream, 1);
@@ -362,7 +362,7 @@ fn a_deleted_durable_consumer_is_recreated() {
     let mut publisher = publisher(&broker, &stream, 1);
     publish_chains(&mut publisher, 0..20, 10);
     let pool = Pool::<WalIndex>::start(
-        NatsWalConfig::new(broker.url())
+        JetStreamConfig::new(broker.url())
             .stream(&stream)
             .durable("pool-d"),
     );
@@ -395,7 +395,7 @@ fn the_source_counts_its_backfill_against_the_stream_head() {
     let stream = stream_name("backfill_head");
     let mut publisher = publisher(&broker, &stream, 1);
     publish_chains(&mut publisher, 1..6, 10);
-    let config = NatsWalConfig::new(broker.url()).stream(&stream);
+    let config = JetStreamConfig::new(broker.url()).stream(&stream);
     let source = JetStreamSource::connect(config).unwrap();
     assert_eq!(source.backfill(), Backfill::Unknown, "no consumer yet");
     let index = Arc::new(WalIndex::default());
@@ -462,7 +462,7 @@ fn a_message_deleted_mid_chain_is_reported_as_a_stalled_chain() {
         ..IndexConfig::default()
     };
     let mut pool = Pool::<WalIndex>::start_with(
-        NatsWalConfig::new(broker.url()).stream(&stream),
+        JetStreamConfig::new(broker.url()).stream(&stream),
         index_config,
     );
     assert!(

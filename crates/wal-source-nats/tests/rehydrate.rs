@@ -7,12 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{chain, tip};
+use wal_index::flow::ReadBounds;
 use wal_index::ingest::Backfill;
 use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{DriveBudget, DriveFlow, StateIndex, WalIndex};
 use wal_source_nats::test_broker::Broker;
-use wal_source_nats::{JetStreamRehydrate, NatsWalConfig, SubjectLayout, Subjects, WalPublisher};
+use wal_source_nats::{
+    JetStreamConfig, JetStreamPublisher, JetStreamRehydrate, SubjectLayout, Subjects,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -26,8 +29,8 @@ fn an_execution_is_read_by_its_subject_in_either_layout() {
         return;
     };
     let stream = "t_rehydrate_layouts";
-    let config = NatsWalConfig::new(broker.url()).stream(stream);
-    let mut publisher = WalPublisher::connect(&config, Subjects::default(), 4).unwrap();
+    let config = JetStreamConfig::new(broker.url()).stream(stream);
+    let mut publisher = JetStreamPublisher::connect(&config, Subjects::default(), 4).unwrap();
     publisher.ensure_stream(stream, LIMIT).unwrap();
     // This crate's layout for executions 1..=5, interleaved, and production's NATS-era
     // layout for execution 42 (tenant and org tokens the read does not know).
@@ -73,8 +76,8 @@ fn a_read_over_its_cap_is_refused_not_cut_short() {
         return;
     };
     let stream = "t_rehydrate_cap";
-    let config = NatsWalConfig::new(broker.url()).stream(stream);
-    let mut publisher = WalPublisher::connect(&config, Subjects::default(), 1).unwrap();
+    let config = JetStreamConfig::new(broker.url()).stream(stream);
+    let mut publisher = JetStreamPublisher::connect(&config, Subjects::default(), 1).unwrap();
     publisher.ensure_stream(stream, LIMIT).unwrap();
     for (execution, payload) in chain(7, 10) {
         publisher.publish(execution, payload).unwrap();
@@ -82,7 +85,7 @@ fn a_read_over_its_cap_is_refused_not_cut_short() {
     publisher.flush().unwrap();
     let capped = JetStreamRehydrate::connect(config, SubjectLayout::default())
         .unwrap()
-        .max_records(5);
+        .bounds(ReadBounds::DEFAULT.with_max_records(5));
     let error = capped.read(7).unwrap_err();
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
 }
@@ -94,8 +97,8 @@ fn a_drive_behind_the_backfill_is_served_through_the_broker() {
         return;
     };
     let stream = "t_rehydrate_drive";
-    let config = NatsWalConfig::new(broker.url()).stream(stream);
-    let mut publisher = WalPublisher::connect(&config, Subjects::default(), 2).unwrap();
+    let config = JetStreamConfig::new(broker.url()).stream(stream);
+    let mut publisher = JetStreamPublisher::connect(&config, Subjects::default(), 2).unwrap();
     publisher.ensure_stream(stream, LIMIT).unwrap();
     for (execution, payload) in chain(5, 8) {
         publisher.publish(execution, payload).unwrap();

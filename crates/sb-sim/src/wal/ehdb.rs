@@ -115,6 +115,15 @@ impl EhdbFeed {
         })
     }
 
+    /// Where a pool finds the run: every shard, from the run's base.
+    pub fn pool_wal(&self) -> super::PoolWal {
+        super::PoolWal::Ehdb {
+            feed: self.target.feed.clone(),
+            shards: self.target.shards,
+            cursor: self.base,
+        }
+    }
+
     /// The drain's source: every shard, from the run's base.
     pub fn source(&self) -> io::Result<EhdbSource> {
         EhdbSource::connect(

@@ -16,7 +16,8 @@ use wal_index::flow::FallbackRead;
 use wal_index::ingest::{ChannelSource, Pull, WalWriter, channel_wal};
 use wal_index::{DriveFallbacks, Event, ExecutionId, WalSource};
 use wal_source_nats::{
-    JetStreamRehydrate, JetStreamSource, NatsWalConfig, SubjectLayout, Subjects, WalPublisher,
+    JetStreamConfig, JetStreamPublisher, JetStreamRehydrate, JetStreamSource, SubjectLayout,
+    Subjects,
 };
 
 use crate::workload::{Item, items_from_payloads};
@@ -82,14 +83,14 @@ pub enum Feed {
     /// A JetStream stream made for the run.
     Nats {
         /// The producer.
-        publisher: Box<WalPublisher>,
+        publisher: Box<JetStreamPublisher>,
         /// The stream's subjects.
         subjects: Subjects,
         /// The run's stream; taken by `close`, else deleted on drop (every exit path, an
         /// error included, removes what the run created on the broker).
         stream: Option<String>,
         /// The drain's source configuration, until the drain takes it.
-        config: Option<Box<NatsWalConfig>>,
+        config: Option<Box<JetStreamConfig>>,
     },
     /// The run's records on an EHDB writer.
     Ehdb(Box<EhdbFeed>),
@@ -132,6 +133,31 @@ impl Drop for Feed {
     }
 }
 
+/// Where a pool finds a run's WAL: what it configures its drain's source and its drives'
+/// per-execution read with, through each source crate's own constructors (the
+/// `worker_pool` example shows the three arms).
+#[derive(Debug, Clone)]
+pub enum PoolWal {
+    /// The in-process channel: its reading end is [`Feed::source`].
+    Channel,
+    /// The run's JetStream stream, and the layout of its subjects.
+    JetStream {
+        /// The broker and the run's stream.
+        config: Box<JetStreamConfig>,
+        /// How an execution's subject is named.
+        layout: SubjectLayout,
+    },
+    /// The run's records on an EHDB writer.
+    Ehdb {
+        /// The writer's feed face, `HOST:PORT`.
+        feed: String,
+        /// The writer's shard count.
+        shards: u32,
+        /// The sequence before the run's first record: where the run's drain starts.
+        cursor: u64,
+    },
+}
+
 impl Feed {
     /// Opens the WAL for `engine` (a name for the broker's stream). The drain's source is
     /// [`Feed::source`], taken once the backlog is published.
@@ -147,8 +173,8 @@ impl Feed {
                 let subjects =
                     Subjects::with_prefix(format!("sb_sim.{}.{engine}", std::process::id()))
                         .ok_or_else(|| io::Error::other("engine name is not a subject token"))?;
-                let config = NatsWalConfig::new(url.clone()).stream(&stream);
-                let mut publisher = WalPublisher::connect(&config, subjects.clone(), 1)
+                let config = JetStreamConfig::new(url.clone()).stream(&stream);
+                let mut publisher = JetStreamPublisher::connect(&config, subjects.clone(), 1)
                     .map_err(io::Error::other)?;
                 let broker = url.clone();
                 let mut last_line = Instant::now() - Duration::from_secs(60);
@@ -198,6 +224,26 @@ impl Feed {
                 Ok(Arc::new(reads))
             }
             _ => Ok(retained),
+        }
+    }
+
+    /// Where a pool finds this run's WAL. Call it before [`Feed::source`] takes the
+    /// broker's configuration.
+    pub fn pool_wal(&self) -> io::Result<PoolWal> {
+        match self {
+            Feed::Channel(..) => Ok(PoolWal::Channel),
+            Feed::Nats {
+                subjects,
+                config: Some(config),
+                ..
+            } => Ok(PoolWal::JetStream {
+                config: config.clone(),
+                layout: SubjectLayout::of(subjects),
+            }),
+            Feed::Nats { config: None, .. } => {
+                Err(io::Error::other("the run's source was already taken"))
+            }
+            Feed::Ehdb(feed) => Ok(feed.pool_wal()),
         }
     }
 
@@ -349,7 +395,7 @@ pub fn read_stream(
     drive_rate: f64,
     seed: u64,
 ) -> io::Result<Vec<Item>> {
-    let mut config = NatsWalConfig::new(url).stream(stream);
+    let mut config = JetStreamConfig::new(url).stream(stream);
     config.filter_subject = filter.map(str::to_owned);
     let mut source = JetStreamSource::connect(config).map_err(io::Error::other)?;
     let mut payloads: Vec<Bytes> = Vec::new();

@@ -168,6 +168,82 @@ impl Drop for ReadEnds {
     }
 }
 
+/// The bounds on one per-execution read of the retained WAL (step 4), as today's worker
+/// sets them: a deadline for the whole read (3 s, clamped to 100 ms–30 s as
+/// `NOETL_REHYDRATE_DEADLINE_MS` is) and a cap on the records it reads (100,000, at least
+/// 1). Every source's per-execution read embeds one, and the drive's default
+/// [`fallback_timeout`](DriveFlow::fallback_timeout) is computed from the default, so the
+/// drive never drops a read that is still within its own bound.
+///
+/// ```
+/// use std::time::Duration;
+/// use wal_index::DriveFlow;
+/// use wal_index::flow::ReadBounds;
+///
+/// let bounds = ReadBounds::default().with_deadline(Duration::from_secs(60));
+/// assert_eq!(bounds.deadline(), Duration::from_secs(30)); // clamped
+/// assert_eq!(ReadBounds::DEFAULT.fallback_timeout(), DriveFlow::DEFAULT_FALLBACK_TIMEOUT);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadBounds {
+    deadline: Duration,
+    max_records: u64,
+}
+
+impl ReadBounds {
+    /// Today's worker: 3 s and 100,000 records.
+    pub const DEFAULT: ReadBounds = ReadBounds {
+        deadline: Duration::from_secs(3),
+        max_records: 100_000,
+    };
+    /// The shortest deadline a read is given.
+    pub const MIN_DEADLINE: Duration = Duration::from_millis(100);
+    /// The longest deadline a read is given.
+    pub const MAX_DEADLINE: Duration = Duration::from_secs(30);
+    /// How far above a read's deadline the drive waits for it, so a read ends by its own
+    /// bound and its outcome is reported.
+    pub const FALLBACK_MARGIN: Duration = Duration::from_millis(500);
+
+    /// With another deadline for the whole read, clamped to
+    /// [`MIN_DEADLINE`](ReadBounds::MIN_DEADLINE)–[`MAX_DEADLINE`](ReadBounds::MAX_DEADLINE).
+    pub fn with_deadline(self, deadline: Duration) -> ReadBounds {
+        ReadBounds {
+            deadline: deadline.clamp(Self::MIN_DEADLINE, Self::MAX_DEADLINE),
+            ..self
+        }
+    }
+
+    /// With another cap on the records one read takes, of any execution (at least 1).
+    pub fn with_max_records(self, max_records: u64) -> ReadBounds {
+        ReadBounds {
+            max_records: max_records.max(1),
+            ..self
+        }
+    }
+
+    /// The deadline of the whole read.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// The cap on the records one read takes.
+    pub fn max_records(&self) -> u64 {
+        self.max_records
+    }
+
+    /// How long a drive should await a read with these bounds before it drops it: the
+    /// deadline plus [`FALLBACK_MARGIN`](ReadBounds::FALLBACK_MARGIN).
+    pub const fn fallback_timeout(&self) -> Duration {
+        self.deadline.saturating_add(Self::FALLBACK_MARGIN)
+    }
+}
+
+impl Default for ReadBounds {
+    fn default() -> Self {
+        ReadBounds::DEFAULT
+    }
+}
+
 /// How one drive runs: its budget, its tail, and which steps after the deadline the worker
 /// has. [`DriveFlow::new`] is the deadline loop alone, authoritative, not stateless; each
 /// builder method sets one step, so a field added later is a method, not a breaking change.
@@ -215,9 +291,9 @@ impl Default for DriveFlow<'_> {
 }
 
 impl<'a> DriveFlow<'a> {
-    /// The default bound on one fallback read: 3.5 s, half a second above the retained-WAL
-    /// reads' own 3 s deadline.
-    pub const DEFAULT_FALLBACK_TIMEOUT: Duration = Duration::from_millis(3_500);
+    /// The default bound on one fallback read: [`ReadBounds::DEFAULT`]'s fallback timeout
+    /// (3.5 s, half a second above the reads' own 3 s deadline).
+    pub const DEFAULT_FALLBACK_TIMEOUT: Duration = ReadBounds::DEFAULT.fallback_timeout();
 
     /// The deadline loop alone: no tail, no shard, no replay.
     pub fn new(budget: DriveBudget) -> DriveFlow<'a> {

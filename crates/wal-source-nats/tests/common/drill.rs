@@ -15,7 +15,7 @@ use wal_index::{
     Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex, WalIndex,
 };
 use wal_source_nats::test_broker::Cluster;
-use wal_source_nats::{JetStreamSource, NatsWalConfig, Subjects, WalPublisher};
+use wal_source_nats::{JetStreamConfig, JetStreamPublisher, JetStreamSource, Subjects};
 
 /// The stream the drill publishes to.
 pub const STREAM: &str = "drill";
@@ -181,7 +181,7 @@ fn payload(execution: i64, k: i64) -> Bytes {
 
 /// The producer: executions published side by side, ten events per flushed group.
 struct Producer {
-    publisher: WalPublisher,
+    publisher: JetStreamPublisher,
     next: Vec<(i64, i64)>,
     next_execution: i64,
     per_execution: i64,
@@ -242,8 +242,8 @@ pub fn run(
     }
     let url = cluster.url();
     let connect = || {
-        WalPublisher::connect(
-            &NatsWalConfig::new(&url).stream(STREAM),
+        JetStreamPublisher::connect(
+            &JetStreamConfig::new(&url).stream(STREAM),
             Subjects::default(),
             1,
         )
@@ -261,7 +261,7 @@ pub fn run(
         ..IndexConfig::default()
     };
     let index = Arc::new(WalIndex::with_observer(index_config, log.clone()));
-    let source = JetStreamSource::connect(NatsWalConfig::new(&url).stream(STREAM))
+    let source = JetStreamSource::connect(JetStreamConfig::new(&url).stream(STREAM))
         .map_err(|e| e.to_string())?;
     let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
     let mut producer = Producer {
@@ -345,7 +345,7 @@ fn run_phases(
     config: &DrillConfig,
     faults: &[Fault],
     producer: &mut Producer,
-    monitor: &mut WalPublisher,
+    monitor: &mut JetStreamPublisher,
     index: &WalIndex,
     log: &Log,
 ) -> Result<Vec<FaultFigures>, String> {
@@ -404,7 +404,7 @@ impl Phase<'_> {
     fn inject(
         &self,
         cluster: &mut Cluster,
-        monitor: &mut WalPublisher,
+        monitor: &mut JetStreamPublisher,
     ) -> Result<(usize, String), String> {
         std::thread::sleep(self.config.settle);
         let leader_before = leader(monitor)?;
@@ -435,7 +435,7 @@ impl Phase<'_> {
         &self,
         cluster: &mut Cluster,
         producer: &mut Producer,
-        monitor: &mut WalPublisher,
+        monitor: &mut JetStreamPublisher,
     ) -> Result<FaultFigures, String> {
         let started = Instant::now();
         let mut acks: Vec<(Instant, u64, Duration)> = Vec::new();
@@ -511,7 +511,7 @@ impl Phase<'_> {
 }
 
 /// The stream's leader, waiting for one to be elected.
-fn leader(monitor: &WalPublisher) -> Result<String, String> {
+fn leader(monitor: &JetStreamPublisher) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(Some(name)) = monitor.stream_leader(STREAM) {

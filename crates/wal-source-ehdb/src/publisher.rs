@@ -25,7 +25,7 @@ impl EhdbPublisher {
     /// Connects to the ingest face at `addr` (`HOST:PORT`), waiting at most `timeout` for
     /// the connection and for each acknowledgement.
     pub fn connect(addr: &str, timeout: Duration) -> io::Result<EhdbPublisher> {
-        let stream = crate::connection::dial(addr, crate::connection::after(timeout))?;
+        let stream = crate::connect::dial(addr, crate::connect::after(timeout))?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         Ok(EhdbPublisher {

@@ -1,0 +1,76 @@
+//! [`EhdbConfig`]: where and how an [`EhdbSource`](crate::EhdbSource) reads the feed.
+
+use std::time::Duration;
+
+use wal_index::ingest::Backoff;
+
+use crate::frame::Limits;
+
+/// The writer's default cap on the records of one frame (its `EHDB_FEED_BATCH_LIMIT`).
+pub const DEFAULT_FEED_BATCH_LIMIT: u64 = 2_000;
+
+/// Where and how an [`EhdbSource`](crate::EhdbSource) reads the feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EhdbConfig {
+    /// The writer's feed face, `HOST:PORT`.
+    pub addr: String,
+    /// The shards this pool drains, each from [`cursor`](Self::cursor). Default: `[0]`.
+    pub shards: Vec<u32>,
+    /// The sort key of the last record already held: `0` is from the beginning, which is
+    /// what a process that starts with an empty index uses.
+    pub cursor: u64,
+    /// Caps on one frame and one payload.
+    pub limits: Limits,
+    /// Records parsed ahead of the drain, across shards (default 1,024: with production's
+    /// ~73 KB envelopes, about 75 MB). The reader waits while the queue is full, so a
+    /// frame's size never decides the memory it takes.
+    pub queue_records: usize,
+    /// How long a connection attempt may take (default 2 s).
+    pub connect_timeout: Duration,
+    /// If set, a connection that delivers no byte for this long is taken as dead and
+    /// redialled: a writer that accepts and never sends (stopped, not killed). Off by
+    /// default: this writer version sends nothing while it has nothing new, so a deadline
+    /// must be longer than the quietest stretch of the feed.
+    pub idle_deadline: Option<Duration>,
+    /// TCP keepalive's idle time and probe interval (default 10 s; `None` turns it off):
+    /// a connection to a host that went away fails within a few probes instead of
+    /// blocking its reader forever.
+    pub keepalive: Option<Duration>,
+    /// The pause between redials (default: 25 ms doubling to 1 s).
+    pub redial: Backoff,
+    /// The most records the writer puts in one frame (its `EHDB_FEED_BATCH_LIMIT`;
+    /// default 2,000, the writer's own default), or `None` for a writer that sends a whole
+    /// backlog in one frame. It decides when a shard's backfill is over (see
+    /// [`EhdbSource`](crate::EhdbSource), "Backfill"); it never limits what is read.
+    pub feed_batch_limit: Option<u64>,
+}
+
+impl EhdbConfig {
+    /// Shard 0 of the writer at `addr`, from the beginning.
+    pub fn new(addr: impl Into<String>) -> EhdbConfig {
+        EhdbConfig {
+            addr: addr.into(),
+            shards: vec![0],
+            cursor: 0,
+            limits: Limits::default(),
+            queue_records: 1024,
+            connect_timeout: Duration::from_secs(2),
+            idle_deadline: None,
+            keepalive: Some(Duration::from_secs(10)),
+            redial: Backoff::default(),
+            feed_batch_limit: Some(DEFAULT_FEED_BATCH_LIMIT),
+        }
+    }
+
+    /// Drains `shards` instead of shard 0.
+    pub fn shards(mut self, shards: impl IntoIterator<Item = u32>) -> EhdbConfig {
+        self.shards = shards.into_iter().collect();
+        self
+    }
+
+    /// Starts after `cursor` instead of at the beginning.
+    pub fn cursor(mut self, cursor: u64) -> EhdbConfig {
+        self.cursor = cursor;
+        self
+    }
+}
