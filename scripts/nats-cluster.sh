@@ -12,7 +12,7 @@
 #
 # The nodes run Debian's nats-server 2.9 with its defaults; 2.9 has no `sync_interval`
 # (2.10 and later: set `sync_interval: always` in the jetstream block; see
-# docs/deployment.md). A stream with 3 replicas: `WalPublisher::ensure_stream_replicated`.
+# docs/deployment.md). A stream with 3 replicas: `JetStreamPublisher::ensure_stream_replicated`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NATS_SERVER=${NATS_SERVER:-$(command -v nats-server || echo /usr/sbin/nats-server)}

@@ -33,8 +33,8 @@ pub(crate) struct Candidate {
 ///
 /// The totals the LRU passes count down from are the candidates' own, so the plan is
 /// consistent with itself whatever happened to the index since the candidates were read
-/// (reading the index's totals separately let a concurrent eviction make them smaller than
-/// the candidates, and the subtraction wrapped).
+/// (totals read from the index separately can be smaller than the candidates' after a
+/// concurrent eviction, and the count-down would wrap).
 ///
 /// Times are nanoseconds since `epoch`, the index's clock origin.
 pub(crate) fn plan(
@@ -52,7 +52,7 @@ pub(crate) fn plan(
 }
 
 /// [`plan`] against totals read elsewhere. Only the `mutation-sweep-totals-from-stats` build
-/// calls it directly, to re-introduce the bug [`plan`] fixes.
+/// calls it directly: it plans against the index's own totals, the wrap [`plan`] rules out.
 pub(crate) fn plan_against(
     mut candidates: Vec<Candidate>,
     policy: &EvictionPolicy,

@@ -21,8 +21,9 @@
 //! | [`Event`], [`Spine`], [`Chain`], [`Incomplete`], ... | the `chain-fold` types that appear in those signatures, re-exported |
 //!
 //! Everything else lives in named modules: [`config`], [`report`] (what each operation
-//! returns), [`observe`] (metric labels), [`ingest`] (drain reports, the channel and file
-//! sources), [`rehydrate`] (the replay concurrency cap), [`stall`] (chains that wait for a
+//! returns), [`observe`] (the observer and its no-op), [`labels`] (the metric label enums),
+//! [`flow`] (the drive's steps, fallbacks and read bounds), [`ingest`] (drain reports, the
+//! decode, the channel and file sources), [`rehydrate`] (the replay concurrency cap), [`stall`] (chains that wait for a
 //! hop the WAL lost), [`protocol`] (documentation only:
 //! how the engine publishes, waits and evicts, and which ordering pairs with which), and,
 //! behind the `baselines`
@@ -56,8 +57,8 @@
 //!
 //! The crate reads from the pure core outwards: `chain-fold` (a separate crate) decides
 //! what a build returns; `sync` is the one place synchronization primitives come from
-//! (std or loom); `engine` is [`WalIndex`]; `drive` is the one drive loop every index
-//! shares; [`ingest`] feeds an index; `baseline` holds the comparators. Imports run one
+//! (std, loom or shuttle); `engine` is [`WalIndex`]; `index` holds [`StateIndex`] and the
+//! one drive every index shares; [`ingest`] feeds an index; `baseline` holds the comparators. Imports run one
 //! way: the engine never imports a comparator, and no module imports the crate root.
 
 mod backfill;

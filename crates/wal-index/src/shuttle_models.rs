@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use shuttle::sync::Arc;
 use shuttle::thread;
 
-use crate::{DriveFlow, Event};
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
 use crate::index::StateIndex;
 use crate::report::IndexStats;
 use crate::test_events::ev;
+use crate::{DriveFlow, Event};
 
 /// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
 fn advance_clock<I: StateIndex>(index: &I, by: Duration) {

@@ -39,7 +39,7 @@
 //! sighting and the last such restart: at most a bound and a quarter after the check that
 //! first saw it, which comes at most a quarter bound after the event that revealed it.
 //!
-//! Nothing changes in what is served: a stalled chain's drives fall back exactly as before,
+//! Nothing changes in what is served: a stalled chain's drives fall back as any unserved drive does,
 //! never with a spine that stops short of genesis.
 //!
 //! # Limits

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::{DriveFlow, WalIndex};
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
 use crate::index::{IndexHooks, StateIndex};
 use crate::report::IndexStats;
 use crate::test_events::ev;
+use crate::{DriveFlow, WalIndex};
 
 /// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
 fn advance_clock(index: &WalIndex, by: Duration) {

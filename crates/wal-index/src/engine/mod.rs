@@ -56,25 +56,16 @@ use slot::{Evicted, Slot, SlotApplied};
 ///
 /// # Progress guarantees
 ///
-/// | operation | guarantee | what it may wait for |
-/// |---|---|---|
-/// | [`build`](StateIndex::build), [`chain`](StateIndex::chain) | lock-free, never blocks\* | nothing the drain holds |
-/// | [`apply`](StateIndex::apply), [`apply_batch`](StateIndex::apply_batch), [`rehydrate`](StateIndex::rehydrate) | blocking | other writers of the *same* execution; the directory lock when an execution is new; a batch whose terminal event evicts its execution, as [`evict`](StateIndex::evict) |
-/// | [`evict`](StateIndex::evict), [`enforce_limits_at`](StateIndex::enforce_limits_at) | blocking | writers of the evicted executions, other evictors; with stall checks on, after the removal, a check's scan (the stall lock, for a chain that left with a hole, while departed holes are on record, or while another eviction is recording) |
-/// | [`check_stalls_at`](StateIndex::check_stalls_at) | blocking | another check, an eviction recording what its chain left with |
-/// | [`drive`](StateIndex::drive) / [`drive_async`](StateIndex::drive_async) | blocking by design | its own execution's next publish, or its per-wait cap. To register: the waiting-rooms lock when the execution has no slot (creators take it briefly to wake a room); the directory lock only when the slot it found is being evicted (it waits for that eviction to finish, which may itself wait for an apply of that execution). After an unserved build of an execution holding no events: the finished-executions lock |
-/// | [`stats`](StateIndex::stats) | blocking, briefly | a writer's three-counter update (never a walk) |
-///
-/// \* A build first pins a crossbeam-epoch guard to read the directory (lock-free: the pin
-/// writes only the thread's own record, and every so many pins it tries to advance the
-/// global epoch), then loads its slot's chain and spine through arc-swap (wait-free on the
-/// fast path, lock-free on its fallback). No step waits for another thread to finish one of
-/// its own. A build also allocates (its spine), which is as wait-free as the allocator.
+/// Builds never wait for the drain: a build is lock-free and never blocks (an epoch pin,
+/// two pointer loads, an immutable walk). Writers wait only for writers of the same
+/// execution, and drives for their own execution's publish. The
+/// [protocol](crate::protocol#progress-guarantees) has the one table of what each
+/// operation may wait for.
 ///
 /// # Costs and limits
 ///
-/// Publishing costs one allocation per touched execution per batch, plus the path copy in
-/// the persistent chain. A reader that keeps an old snapshot keeps its memory alive (that
+/// Publishing costs one allocation per touched execution per batch; the events are appended
+/// in place behind the chain's published length. A reader that keeps an old snapshot keeps its memory alive (that
 /// is what makes eviction safe under readers); the byte ledger counts only what the index
 /// itself holds. `stats()` takes a tiny lock that only writers share, so it never waits
 /// for a walk, but it does serialize with appliers.
@@ -332,8 +323,8 @@ impl StateIndex for WalIndex {
         write::apply_batch(self, events)
     }
 
-    /// Wait-free: it loads two pointers and walks an immutable snapshot; it has no step
-    /// that can block, so `Build::waited` is always zero.
+    /// Lock-free, never blocks ([protocol](crate::protocol#progress-guarantees)), so
+    /// `Build::waited` is always zero.
     fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
         read::build(self, execution_id, expected_head)
     }

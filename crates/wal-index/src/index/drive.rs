@@ -107,17 +107,18 @@ fn fresh_drive() -> Drive {
     }
 }
 
-/// Today's drive flow, end to end, reported to the index's observer:
+/// Today's drive flow, end to end, reported to the index's observer. The steps are
+/// numbered as [`flow`](crate::flow)'s table numbers them:
 ///
-/// 1. not authoritative → `fallback_disabled`, nothing built;
-/// 2. apply the dispatch's tail events (each an overwrite by id; an undecodable one is
+/// 0. not authoritative → `fallback_disabled`, nothing built;
+/// 1. apply the dispatch's tail events (each an overwrite by id; an undecodable one is
 ///    counted and skipped);
-/// 3. the deadline loop → `served`; on the engine, a drive that can rehydrate leaves it at
-///    an unserved build while the drain backfills and reads its execution at once (step 5's
+/// 2. the deadline loop → `served`; on the engine, a drive that can rehydrate leaves it at
+///    an unserved build while the drain backfills and reads its execution at once (step 4's
 ///    cap and labels; see [`early_read`]), then waits out the rest of its deadline;
-/// 4. the state shard, if a loader has one → `served_shard` / `served_shard_mismatch`;
-/// 5. rehydrate from the retained WAL, within the gate's cap → `served_rehydrated`;
-/// 6. otherwise `fallback_incomplete` (`stateless_retry` on the stateless edge).
+/// 3. the state shard, if a loader has one → `served_shard` / `served_shard_mismatch`;
+/// 4. rehydrate from the retained WAL, within the gate's cap → `served_rehydrated`;
+/// 5. otherwise `fallback_incomplete` (`stateless_retry` on the stateless edge).
 pub(crate) async fn run_flow<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
@@ -242,7 +243,7 @@ pub(crate) async fn run_flow<I: StateIndex>(
     drive
 }
 
-/// Step 4: the execution's state shard, walked from the expected head like a cold rebuild.
+/// Step 3: the execution's state shard, walked from the expected head like a cold rebuild.
 /// Served from the shard; `mismatch` when an event the index also holds has a different
 /// slim payload there (the shard is served anyway: it is what the worker can read).
 async fn serve_from_shard<I: StateIndex>(
@@ -321,7 +322,7 @@ async fn read_retained<'g>(
     }
 }
 
-/// Step 5's replay of what `read` gave, then one build. `None` when nothing was replayed
+/// Step 4's replay of what `read` gave, then one build. `None` when nothing was replayed
 /// and nothing is to be reported (no source, no answer); `Throttled` and `Empty` replay
 /// nothing.
 async fn replay<I: StateIndex>(

@@ -38,9 +38,9 @@ pub struct DrainConfig {
     /// than one, today's design, `MutexIndex`, receives projected events, so its drain does
     /// less than today's worker: keep 1 to measure it at today's costs.)
     ///
-    /// Default 1. More threads pay where cores sit idle during a backfill: the drain alone
-    /// over production's retained volume ran 1.3x faster with 2 on a 2-core VM
-    /// (docs/benchmarks.md). Where the cores are shared (a broker on the same machine, or
+    /// Default 1. More threads pay where cores sit idle during a backfill (docs/benchmarks.md
+    /// measures the drain alone over production's retained volume with 1 and 2). Where the
+    /// cores are shared (a broker on the same machine, or
     /// drives that read their executions meanwhile), the decode takes them from the rest:
     /// through a broker on the same 2 cores the backfill and the drives' reads were slower.
     pub decode_threads: usize,
