@@ -1,14 +1,10 @@
 //! Arbitrary op sequences on `WalIndex`, `MutexIndex`, `ShardedMutexIndex` and the
-//! sequential model of `crates/wal-index/tests/common/model.rs`, which must agree after
-//! every op.
+//! sequential model of `sb_test_kit::differential`, which must agree after every op.
 #![no_main]
-
-#[path = "../../crates/wal-index/tests/common/model.rs"]
-mod model;
 
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use model::{EXECUTIONS, HEADS, Op, POOL, check_every_index};
+use sb_test_kit::differential::{EXECUTIONS, HEADS, Op, POOL, check_every_index};
 
 fn exec(u: &mut Unstructured<'_>) -> Result<i64> {
     u.int_in_range(0..=EXECUTIONS - 1)

@@ -183,6 +183,19 @@ fn advance_with(
             }
         }
     };
+    after_walk(chain, cached, target, ancestors, walk, hops)
+}
+
+/// Steps 3 and 4 once the walk from `target` ended at the cached head (`Incremental`) or at
+/// genesis (`ColdRebuild`), having taken `hops` steps with the scan.
+fn after_walk(
+    chain: &Chain,
+    cached: Option<&Spine>,
+    target: EventId,
+    ancestors: Ancestors,
+    walk: crate::chain::Walk,
+    hops: usize,
+) -> Advance {
     match cached {
         Some(base) if walk.reached_stop => {
             let added = walk.events.len();

@@ -1,11 +1,8 @@
 //! Differential test: random single-threaded op sequences give identical observable
 //! results on `WalIndex`, `MutexIndex`, `ShardedMutexIndex` and a plain sequential model
-//! (`common/model.rs`, shared with the cargo-fuzz target).
+//! (`sb_test_kit::differential`, shared with the cargo-fuzz target).
 
-#[path = "common/model.rs"]
-mod model;
-
-use model::{EXECUTIONS, HEADS, Op, POOL, check_every_index};
+use sb_test_kit::differential::{EXECUTIONS, HEADS, Op, POOL, check_every_index};
 use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = Op> {

@@ -15,13 +15,10 @@
 //! totals; exits non-zero if an acknowledged event is missing or counted twice, an
 //! execution is not served whole, or a chain stalled.
 
-#[path = "../tests/common/drill.rs"]
-mod drill;
-
 use std::process::ExitCode;
 use std::time::Duration;
 
-use drill::{DrillConfig, Fault};
+use wal_source_nats::test_broker::drill::{self, DrillConfig, Fault};
 use wal_source_nats::test_broker::{Cluster, ClusterOptions};
 
 fn arg(n: usize, default: f64) -> f64 {

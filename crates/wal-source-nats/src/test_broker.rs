@@ -12,6 +12,8 @@
 //! # let _ = url;
 //! ```
 
+pub mod drill;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

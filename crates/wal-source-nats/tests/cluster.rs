@@ -7,13 +7,10 @@
 //! version with the fault table is `scripts/nats-cluster.sh drill`. Skips where no
 //! `nats-server` exists, unless `SB_REQUIRE_NATS` is set.
 
-#[path = "common/drill.rs"]
-mod drill;
-
 use std::time::Duration;
 
-use drill::{DrillConfig, Fault};
 use wal_source_nats::test_broker::Cluster;
+use wal_source_nats::test_broker::drill::{self, DrillConfig, Fault};
 
 /// One cluster at a time: two on the 2 cores CI has would measure each other.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -31,6 +31,17 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// What every step of one drive reads: the index, the drive's question, its flow, how it
+/// waits, and its window (the deadline on the index's clock and the per-wait cap).
+struct Steps<'d, 'g, I> {
+    index: &'d I,
+    execution_id: ExecutionId,
+    expected_head: Option<EventId>,
+    flow: &'d DriveFlow<'g>,
+    waiting: Waiting,
+    window: (u64, Duration),
+}
+
 /// Why a deadline loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LoopEnd {
@@ -40,55 +51,6 @@ enum LoopEnd {
     Over,
     /// The drain is backfilling and the drive can read its execution: it leaves at once.
     Backfilling,
-}
-
-/// The deadline loop of one drive for `expected_head` until `deadline` (on the index's
-/// clock), updating `drive` (its builds, wakes, timeouts and outcome). Ends served, at the
-/// deadline, when the index says no wait can serve it, or, if `leave_when_backfilling`,
-/// at an unserved build while the index's drain is backfilling.
-async fn drive_loop<I: StateIndex>(
-    index: &I,
-    execution_id: ExecutionId,
-    expected_head: Option<EventId>,
-    (deadline, retry): (u64, Duration),
-    leave_when_backfilling: bool,
-    waiting: Waiting,
-    drive: &mut Drive,
-) -> LoopEnd {
-    let observer = index.observer();
-    let clock = index.clock();
-    loop {
-        // Register before the build: a publish after this point wakes the listener, so one
-        // that lands between the build and the wait is never lost. The mutation registers
-        // after the build, and loom must find the lost wake-up.
-        let listen_after_build = cfg!(feature = "mutation-listen-after-build");
-        let early = (!listen_after_build).then(|| index.listen(execution_id));
-        let build = index.build_async(execution_id, expected_head).await;
-        let registered = early.unwrap_or_else(|| index.listen(execution_id));
-        if record(drive, build) {
-            return LoopEnd::Served;
-        }
-        // A drive with a per-execution read leaves while the drain backfills.
-        if leave_when_backfilling && index.backfilling() {
-            drive.backfill_skip = true;
-            return LoopEnd::Backfilling;
-        }
-        let now = clock.now();
-        if now >= deadline || index.finished_and_gone(execution_id) {
-            return LoopEnd::Over;
-        }
-        let cap = retry.min(Duration::from_nanos(deadline - now));
-        let Registered { listener, ticket } = registered;
-        let woken = waiting.wait(listener, cap).await;
-        drop(ticket);
-        if woken {
-            drive.wakes += 1;
-            observer.drive_wait(WaitLabel::Woken);
-        } else {
-            drive.timeouts += 1;
-            observer.drive_wait(WaitLabel::Timeout);
-        }
-    }
 }
 
 /// A drive that has done nothing yet.
@@ -115,7 +77,7 @@ fn fresh_drive() -> Drive {
 ///    counted and skipped);
 /// 2. the deadline loop → `served`; on the engine, a drive that can rehydrate leaves it at
 ///    an unserved build while the drain backfills and reads its execution at once (step 4's
-///    cap and labels; see [`early_read`]), then waits out the rest of its deadline;
+///    cap and labels; see [`Steps::early_read`]), then waits out the rest of its deadline;
 /// 3. the state shard, if a loader has one → `served_shard` / `served_shard_mismatch`;
 /// 4. rehydrate from the retained WAL, within the gate's cap → `served_rehydrated`;
 /// 5. otherwise `fallback_incomplete` (`stateless_retry` on the stateless edge).
@@ -128,12 +90,39 @@ pub(crate) async fn run_flow<I: StateIndex>(
 ) -> Drive {
     let started = Instant::now();
     let mut drive = fresh_drive();
-    if !flow.authoritative {
+    if flow.authoritative {
+        apply_tail(index, execution_id, flow, &mut drive).await;
+        // The deadline starts after the tail, at the first build.
+        let deadline = index
+            .clock()
+            .now()
+            .saturating_add(nanos(flow.budget.deadline()));
+        let steps = Steps {
+            index,
+            execution_id,
+            expected_head,
+            flow,
+            waiting,
+            window: (deadline, flow.budget.retry),
+        };
+        let end = steps.wait(&mut drive).await;
+        steps.after_deadline(end, &mut drive).await;
+    } else {
         drive.label = DriveLabel::FallbackDisabled;
-        drive.elapsed = started.elapsed();
-        index.observer().drive(drive.label);
-        return drive;
     }
+    drive.elapsed = started.elapsed();
+    index.observer().drive(drive.label);
+    drive
+}
+
+/// Step 1: the dispatch's tail events, each decoded on its own, so a bad one costs only
+/// itself.
+async fn apply_tail<I: StateIndex>(
+    index: &I,
+    execution_id: ExecutionId,
+    flow: &DriveFlow<'_>,
+    drive: &mut Drive,
+) {
     // The tail of an execution that already finished and was evicted would re-create a
     // partial chain (a tail rarely reaches genesis) that no terminal event evicts again:
     // the engine skips it, and its drive ends after one build. (Today's index, which keeps
@@ -147,7 +136,6 @@ pub(crate) async fn run_flow<I: StateIndex>(
             }
             // A tail event of another execution is the dispatcher's mistake: applying it
             // would be harmless (an overwrite by id) but it is not this drive's to apply.
-            // Each payload is decoded on its own, so a bad one costs only itself.
             Ok(_) | Err(_) => drive.tail_rejected += 1,
         }
     }
@@ -159,131 +147,233 @@ pub(crate) async fn run_flow<I: StateIndex>(
             .observer()
             .drive_tail(drive.tail_applied, drive.tail_rejected);
     }
-    let deadline = index
-        .clock()
-        .now()
-        .saturating_add(nanos(flow.budget.deadline()));
-    let window = (deadline, flow.budget.retry);
-    let mut end = drive_loop(
-        index,
-        execution_id,
-        expected_head,
-        window,
-        flow.can_rehydrate(),
-        waiting,
-        &mut drive,
-    )
-    .await;
-    if end == LoopEnd::Backfilling {
+}
+
+impl<I: StateIndex> Steps<'_, '_, I> {
+    /// Step 2: the deadline loop, left early for a read while the drain backfills (the
+    /// read, then what is left of the deadline).
+    async fn wait(&self, drive: &mut Drive) -> LoopEnd {
+        let end = self.deadline_loop(self.flow.can_rehydrate(), drive).await;
+        if end != LoopEnd::Backfilling {
+            return end;
+        }
         // The drain is replaying history this drive's chain is still behind: read the
         // execution now rather than after the deadline.
-        let served = early_read(
-            index,
-            execution_id,
-            expected_head,
-            flow,
-            (waiting, window),
-            &mut drive,
-        )
-        .await;
-        if served {
-            end = LoopEnd::Served;
+        if self.early_read(drive).await {
+            LoopEnd::Served
         } else if cfg!(feature = "mutation-backfill-read-ends-drive") {
             // The mutation: an early read that did not serve ends the drive, which then
             // gives up a tip the drain was about to apply (the shuttle model's drive with
             // an empty retained WAL must still be served, by waiting).
-            end = LoopEnd::Over;
+            LoopEnd::Over
         } else {
             // Then wait out what is left of the deadline (nothing, if the read took it).
-            end = drive_loop(
-                index,
-                execution_id,
-                expected_head,
-                window,
-                false,
-                waiting,
-                &mut drive,
-            )
-            .await;
+            self.deadline_loop(false, drive).await
         }
     }
-    if end == LoopEnd::Served && drive.outcome.spine().is_some() {
-        if drive.label != DriveLabel::ServedRehydrated {
-            drive.label = DriveLabel::Served;
-        }
-    } else if let Some(label) = serve_from_shard(
-        index,
-        execution_id,
-        expected_head,
-        flow,
-        waiting,
-        &mut drive,
-    )
-    .await
-    {
-        drive.label = label;
-    } else {
-        // Today's read after the deadline, whatever an early read gave: one that did not
-        // serve the drive (a broker still cold from the restart may answer short or not at
-        // all) takes nothing away from the read today's flow makes.
-        let read = read_retained(execution_id, flow, waiting).await;
-        if let Some(replay) = replay(index, execution_id, expected_head, read, &mut drive).await {
-            report_replay(index, replay, &mut drive);
-        }
-    }
-    if drive.outcome.spine().is_none() {
-        drive.label = if flow.stateless {
-            DriveLabel::StatelessRetry
+
+    /// Steps 3 to 5, after a deadline loop that ended with `end`: the label of a served
+    /// drive, or the state shard, the read after the deadline, and the fallback.
+    async fn after_deadline(&self, end: LoopEnd, drive: &mut Drive) {
+        if end == LoopEnd::Served && drive.outcome.spine().is_some() {
+            if drive.label != DriveLabel::ServedRehydrated {
+                drive.label = DriveLabel::Served;
+            }
+        } else if let Some(label) = self.serve_from_shard(drive).await {
+            drive.label = label;
         } else {
-            DriveLabel::FallbackIncomplete
-        };
+            // Today's read after the deadline, whatever an early read gave: one that did
+            // not serve the drive (a broker still cold from the restart may answer short or
+            // not at all) takes nothing away from the read today's flow makes.
+            let read = self.read_retained().await;
+            if let Some(replay) = self.replay(read, drive).await {
+                self.report_replay(replay, drive);
+            }
+        }
+        if drive.outcome.spine().is_none() {
+            drive.label = if self.flow.stateless {
+                DriveLabel::StatelessRetry
+            } else {
+                DriveLabel::FallbackIncomplete
+            };
+        }
     }
-    drive.elapsed = started.elapsed();
-    index.observer().drive(drive.label);
-    drive
-}
 
-/// Step 3: the execution's state shard, walked from the expected head like a cold rebuild.
-/// Served from the shard; `mismatch` when an event the index also holds has a different
-/// slim payload there (the shard is served anyway: it is what the worker can read).
-async fn serve_from_shard<I: StateIndex>(
-    index: &I,
-    execution_id: ExecutionId,
-    expected_head: Option<EventId>,
-    flow: &DriveFlow<'_>,
-    waiting: Waiting,
-    drive: &mut Drive,
-) -> Option<DriveLabel> {
-    let read = flow.fallbacks?.state_shard(execution_id);
-    let shard = waiting.within(read, flow.fallback_timeout).await??;
-    let mut chain = Chain::new(index.config().order);
-    for event in shard.iter().filter(|e| e.execution_id() == execution_id) {
-        chain.apply(event.clone());
+    /// The deadline loop of one drive until its deadline (on the index's clock), updating
+    /// `drive` (its builds, wakes, timeouts and outcome). Ends served, at the deadline,
+    /// when the index says no wait can serve it, or, if `leave_when_backfilling`, at an
+    /// unserved build while the index's drain is backfilling.
+    async fn deadline_loop(&self, leave_when_backfilling: bool, drive: &mut Drive) -> LoopEnd {
+        let (index, execution_id) = (self.index, self.execution_id);
+        let (deadline, retry) = self.window;
+        let observer = index.observer();
+        let clock = index.clock();
+        loop {
+            // Register before the build: a publish after this point wakes the listener, so
+            // one that lands between the build and the wait is never lost. The mutation
+            // registers after the build, and loom must find the lost wake-up.
+            let listen_after_build = cfg!(feature = "mutation-listen-after-build");
+            let early = (!listen_after_build).then(|| index.listen(execution_id));
+            let build = index.build_async(execution_id, self.expected_head).await;
+            let registered = early.unwrap_or_else(|| index.listen(execution_id));
+            if record(drive, build) {
+                return LoopEnd::Served;
+            }
+            // A drive with a per-execution read leaves while the drain backfills.
+            if leave_when_backfilling && index.backfilling() {
+                drive.backfill_skip = true;
+                return LoopEnd::Backfilling;
+            }
+            let now = clock.now();
+            if now >= deadline || index.finished_and_gone(execution_id) {
+                return LoopEnd::Over;
+            }
+            let cap = retry.min(Duration::from_nanos(deadline - now));
+            let Registered { listener, ticket } = registered;
+            let woken = self.waiting.wait(listener, cap).await;
+            drop(ticket);
+            if woken {
+                drive.wakes += 1;
+                observer.drive_wait(WaitLabel::Woken);
+            } else {
+                drive.timeouts += 1;
+                observer.drive_wait(WaitLabel::Timeout);
+            }
+        }
     }
-    let target = expected_head.or_else(|| chain.max_id())?;
-    let spine = chain.walk_from(target).ok()?;
-    let resident = index.chain_async(execution_id).await;
-    let mismatch = resident.is_some_and(|resident| {
-        spine.events().any(|event| {
-            resident
-                .get(event.id())
-                .is_some_and(|ours| ours.to_slim().payload() != event.to_slim().payload())
+
+    /// Step 3: the execution's state shard, walked from the expected head like a cold
+    /// rebuild. Served from the shard; `mismatch` when an event the index also holds has a
+    /// different slim payload there (the shard is served anyway: it is what the worker can
+    /// read).
+    async fn serve_from_shard(&self, drive: &mut Drive) -> Option<DriveLabel> {
+        let (index, execution_id) = (self.index, self.execution_id);
+        let read = self.flow.fallbacks?.state_shard(execution_id);
+        let shard = self
+            .waiting
+            .within(read, self.flow.fallback_timeout)
+            .await??;
+        let mut chain = Chain::new(index.config().order);
+        for event in shard.iter().filter(|e| e.execution_id() == execution_id) {
+            chain.apply(event.clone());
+        }
+        let target = self.expected_head.or_else(|| chain.max_id())?;
+        let spine = chain.walk_from(target).ok()?;
+        let resident = index.chain_async(execution_id).await;
+        let mismatch = resident.is_some_and(|resident| {
+            spine.events().any(|event| {
+                resident
+                    .get(event.id())
+                    .is_some_and(|ours| ours.to_slim().payload() != event.to_slim().payload())
+            })
+        });
+        drive.outcome = DriveOutcome::Served(spine);
+        Some(if mismatch {
+            DriveLabel::ServedShardMismatch
+        } else {
+            DriveLabel::ServedShard
         })
-    });
-    drive.outcome = DriveOutcome::Served(spine);
-    Some(if mismatch {
-        DriveLabel::ServedShardMismatch
-    } else {
-        DriveLabel::ServedShard
-    })
-}
+    }
 
-/// Reports one replay attempt and keeps it on the drive (`served_rehydrated` if it served).
-fn report_replay<I: StateIndex>(index: &I, replay: RehydrateLabel, drive: &mut Drive) {
-    index.observer().rehydrate(replay);
-    drive.rehydrate = Some(replay);
-    if replay == RehydrateLabel::Served {
-        drive.label = DriveLabel::ServedRehydrated;
+    /// Reports one replay attempt and keeps it on the drive (`served_rehydrated` if it
+    /// served).
+    fn report_replay(&self, replay: RehydrateLabel, drive: &mut Drive) {
+        self.index.observer().rehydrate(replay);
+        drive.rehydrate = Some(replay);
+        if replay == RehydrateLabel::Served {
+            drive.label = DriveLabel::ServedRehydrated;
+        }
+    }
+
+    /// Reads the execution's retained events within the gate's cap, for at most the
+    /// flow's fallback timeout. Touches neither the index nor the drive, so it can race a
+    /// wait.
+    async fn read_retained(&self) -> Read<'_> {
+        let flow = self.flow;
+        let (Some(fallbacks), Some(gate)) = (flow.fallbacks, flow.rehydrate_gate) else {
+            return Read::NoSource;
+        };
+        // The cap covers the retained read and the replay, not the build after it.
+        let Some(permit) = gate.try_enter() else {
+            return Read::Throttled;
+        };
+        let read = fallbacks.retained(self.execution_id);
+        match self
+            .waiting
+            .within(read, flow.fallback_timeout)
+            .await
+            .flatten()
+        {
+            Some(events) => Read::Events(events, permit),
+            None => Read::NoAnswer,
+        }
+    }
+
+    /// Step 4's replay of what `read` gave, then one build. `None` when nothing was
+    /// replayed and nothing is to be reported (no source, no answer); `Throttled` and
+    /// `Empty` replay nothing.
+    async fn replay(&self, read: Read<'_>, drive: &mut Drive) -> Option<RehydrateLabel> {
+        let (events, permit) = match read {
+            Read::NoSource | Read::NoAnswer => return None,
+            Read::Throttled => return Some(RehydrateLabel::Throttled),
+            Read::Events(events, _) if events.is_empty() => return Some(RehydrateLabel::Empty),
+            Read::Events(events, permit) => (events, permit),
+        };
+        let index = self.index;
+        let _replayed = index.rehydrate_async(self.execution_id, events).await;
+        drop(permit);
+        let build = index
+            .build_async(self.execution_id, self.expected_head)
+            .await;
+        Some(if record(drive, build) {
+            RehydrateLabel::Served
+        } else {
+            RehydrateLabel::Incomplete
+        })
+    }
+
+    /// The early read of a drive behind a backfill.
+    ///
+    /// An async drive reads while it goes on waiting, within its deadline, for the drain to
+    /// serve it: if the drain does (a tie included: the wait is polled first), the read is
+    /// dropped; if the read ends first, the wait is dropped and the read's events are replayed
+    /// and built once; if the deadline passes first, the drive awaits the read alone, within
+    /// the fallback timeout it started with. So a drive waits no wait past its deadline. A read
+    /// that served ends the drive within the later of its deadline and its read's timeout,
+    /// plus the replay: never later than today's flow, which reads after the deadline. One
+    /// that did not serve (short, empty, throttled or unanswered) leaves today's read after the
+    /// deadline, which may still serve the drive (a broker cold at the restart answers later
+    /// reads, and answers them whole): such a drive can end up to one read timeout later than
+    /// today's. A blocking drive cannot wait and read at once, so it reads first and then waits
+    /// out what is left of its deadline.
+    ///
+    /// Returns whether the early read served the drive. Every read that answered is reported;
+    /// one that did not serve leaves today's read after the deadline in place.
+    async fn early_read(&self, drive: &mut Drive) -> bool {
+        let mut read = std::pin::pin!(self.read_retained());
+        let raced = match self.waiting {
+            Waiting::Timer => {
+                futures_lite::future::or(
+                    async { Race::Waited(self.deadline_loop(false, drive).await) },
+                    async { Race::Read(read.as_mut().await) },
+                )
+                .await
+            }
+            Waiting::Park => Race::Read(read.as_mut().await),
+        };
+        let read = match raced {
+            Race::Waited(LoopEnd::Served) => return true,
+            // The deadline passed (or the execution finished and is gone): the read alone.
+            Race::Waited(_) => read.await,
+            Race::Read(read) => read,
+        };
+        match self.replay(read, drive).await {
+            Some(RehydrateLabel::Throttled) | None => false,
+            Some(label) => {
+                self.report_replay(label, drive);
+                label == RehydrateLabel::Served
+            }
+        }
     }
 }
 
@@ -301,122 +391,12 @@ enum Read<'g> {
     Events(Vec<Event>, RehydratePermit<'g>),
 }
 
-/// Reads the execution's retained events within the gate's cap, for at most the flow's
-/// fallback timeout. Touches neither the index nor the drive, so it can race a wait.
-async fn read_retained<'g>(
-    execution_id: ExecutionId,
-    flow: &DriveFlow<'g>,
-    waiting: Waiting,
-) -> Read<'g> {
-    let (Some(fallbacks), Some(gate)) = (flow.fallbacks, flow.rehydrate_gate) else {
-        return Read::NoSource;
-    };
-    // The cap covers the retained read and the replay, not the build after it.
-    let Some(permit) = gate.try_enter() else {
-        return Read::Throttled;
-    };
-    let read = fallbacks.retained(execution_id);
-    match waiting.within(read, flow.fallback_timeout).await.flatten() {
-        Some(events) => Read::Events(events, permit),
-        None => Read::NoAnswer,
-    }
-}
-
-/// Step 4's replay of what `read` gave, then one build. `None` when nothing was replayed
-/// and nothing is to be reported (no source, no answer); `Throttled` and `Empty` replay
-/// nothing.
-async fn replay<I: StateIndex>(
-    index: &I,
-    execution_id: ExecutionId,
-    expected_head: Option<EventId>,
-    read: Read<'_>,
-    drive: &mut Drive,
-) -> Option<RehydrateLabel> {
-    let (events, permit) = match read {
-        Read::NoSource | Read::NoAnswer => return None,
-        Read::Throttled => return Some(RehydrateLabel::Throttled),
-        Read::Events(events, _) if events.is_empty() => return Some(RehydrateLabel::Empty),
-        Read::Events(events, permit) => (events, permit),
-    };
-    let _replayed = index.rehydrate_async(execution_id, events).await;
-    drop(permit);
-    let build = index.build_async(execution_id, expected_head).await;
-    Some(if record(drive, build) {
-        RehydrateLabel::Served
-    } else {
-        RehydrateLabel::Incomplete
-    })
-}
-
 /// What raced in an async drive's early read.
 enum Race<'g> {
     /// The read ended first.
     Read(Read<'g>),
     /// Waiting ended first: served by the drain, or the execution finished and is gone.
     Waited(LoopEnd),
-}
-
-/// The early read of a drive behind a backfill.
-///
-/// An async drive reads while it goes on waiting, within its deadline, for the drain to
-/// serve it: if the drain does (a tie included: the wait is polled first), the read is
-/// dropped; if the read ends first, the wait is dropped and the read's events are replayed
-/// and built once; if the deadline passes first, the drive awaits the read alone, within
-/// the fallback timeout it started with. So a drive waits no wait past its deadline. A read
-/// that served ends the drive within the later of its deadline and its read's timeout,
-/// plus the replay: never later than today's flow, which reads after the deadline. One
-/// that did not serve (short, empty, throttled or unanswered) leaves today's read after the
-/// deadline, which may still serve the drive (a broker cold at the restart answers later
-/// reads, and answers them whole): such a drive can end up to one read timeout later than
-/// today's. A blocking drive cannot wait and read at once, so it reads first and then waits
-/// out what is left of its deadline.
-///
-/// Returns whether the early read served the drive. Every read that answered is reported;
-/// one that did not serve leaves today's read after the deadline in place.
-async fn early_read<I: StateIndex>(
-    index: &I,
-    execution_id: ExecutionId,
-    expected_head: Option<EventId>,
-    flow: &DriveFlow<'_>,
-    (waiting, window): (Waiting, (u64, Duration)),
-    drive: &mut Drive,
-) -> bool {
-    let mut read = std::pin::pin!(read_retained(execution_id, flow, waiting));
-    let raced = match waiting {
-        Waiting::Timer => {
-            futures_lite::future::or(
-                async {
-                    let ended = drive_loop(
-                        index,
-                        execution_id,
-                        expected_head,
-                        window,
-                        false,
-                        waiting,
-                        drive,
-                    )
-                    .await;
-                    Race::Waited(ended)
-                },
-                async { Race::Read(read.as_mut().await) },
-            )
-            .await
-        }
-        Waiting::Park => Race::Read(read.as_mut().await),
-    };
-    let read = match raced {
-        Race::Waited(LoopEnd::Served) => return true,
-        // The deadline passed (or the execution finished and is gone): the read alone.
-        Race::Waited(_) => read.await,
-        Race::Read(read) => read,
-    };
-    match replay(index, execution_id, expected_head, read, drive).await {
-        Some(RehydrateLabel::Throttled) | None => false,
-        Some(label) => {
-            report_replay(index, label, drive);
-            label == RehydrateLabel::Served
-        }
-    }
 }
 
 /// Counts one build of `drive` and keeps what it gave: the spine, or why it is incomplete.

@@ -1,8 +1,7 @@
 //! The sequential model of the differential tests: an op language over the index API, the
 //! model's own implementation of it, and what every implementation must agree on after each
-//! op. Shared by `tests/differential.rs` (proptest) and `fuzz/fuzz_targets/differential.rs`
-//! (cargo-fuzz), which includes this file by path.
-#![allow(dead_code, unreachable_pub)]
+//! op. wal-index's `tests/differential.rs` draws ops with proptest, and
+//! `fuzz/fuzz_targets/differential.rs` with cargo-fuzz.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -15,6 +14,7 @@ use wal_index::config::EvictionPolicy;
 use wal_index::report::IndexStats;
 use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 
+/// How many executions the ops draw from (ids `0..EXECUTIONS`).
 pub const EXECUTIONS: i64 = 3;
 
 /// How many kinds of event the pool has (`pool_event(exec, k)` reads `k % POOL`).
@@ -29,7 +29,7 @@ pub const POOL: u8 = 16;
 /// - redeliveries: 2 with another type (a rewrite), 3 with its `prev_event_id` moved to 1
 ///   (a rewrite of a link), and 4 written with its keys in another order and spacing (the
 ///   same value: an identical redelivery).
-pub fn pool_text(exec: ExecutionId, k: u8) -> String {
+pub(crate) fn pool_text(exec: ExecutionId, k: u8) -> String {
     let (id, prev, ty) = match k % POOL {
         0 => (1, None, "playbook_started"),
         1 => (2, Some(1), "step"),
@@ -59,7 +59,7 @@ pub fn pool_text(exec: ExecutionId, k: u8) -> String {
 }
 
 /// `pool_text(exec, k)`, decoded.
-pub fn pool_event(exec: ExecutionId, k: u8) -> Event {
+pub(crate) fn pool_event(exec: ExecutionId, k: u8) -> Event {
     Event::from_json(pool_text(exec, k).as_bytes()).expect("the pool decodes")
 }
 
@@ -71,7 +71,7 @@ pub const HEADS: [i64; 13] = [1, 2, 3, 50, 4, 8, 9, 10, 11, 60, 61, 62, 63];
 /// no spine if the tip or a hop is absent, if no `playbook_started` was passed or if an
 /// event repeats. The served bytes are today's: each payload parsed into a
 /// `serde_json::Value`, the spine's values serialized as one array.
-pub fn reference_walk(
+pub(crate) fn reference_walk(
     texts: &BTreeMap<i64, String>,
     tip: i64,
     order: SpineOrder,
@@ -114,24 +114,36 @@ pub fn reference_walk(
 }
 
 /// An incomplete reason as the reference can state it (a cycle without its event).
-pub fn comparable(why: &Incomplete) -> Incomplete {
+pub(crate) fn comparable(why: &Incomplete) -> Incomplete {
     match why {
         Incomplete::Cycle(_) => Incomplete::Cycle(0),
         other => other.clone(),
     }
 }
 
+/// One operation on every index and on the model. An event is named by its execution and
+/// its kind in the pool (`k % POOL`); a head by its index in [`HEADS`].
 #[derive(Debug, Clone)]
 pub enum Op {
+    /// `StateIndex::apply` of one pool event.
     Apply(ExecutionId, u8),
+    /// `StateIndex::apply_batch` of pool events, terminal evictions included.
     Batch(Vec<(ExecutionId, u8)>),
+    /// `StateIndex::build` at a head (`None`: at the largest indexed id).
     Build(ExecutionId, Option<usize>),
+    /// A drive with a zero budget at a head (its builds, no wait, no fallback source).
     Drive(ExecutionId, usize),
+    /// `StateIndex::evict`.
     Evict(ExecutionId),
+    /// One sweep of the eviction policy an hour from the start, past every TTL.
     Sweep,
+    /// `StateIndex::mark_pending_sink`.
     Mark(ExecutionId),
+    /// `StateIndex::release_pending_sink`.
     Release(ExecutionId),
+    /// `StateIndex::confirm_sunk`.
     Confirm(ExecutionId),
+    /// `StateIndex::rehydrate` of pool events (other executions' are skipped).
     Rehydrate(ExecutionId, Vec<(ExecutionId, u8)>),
     /// Feed the index's snapshot of the execution (`StateIndex::chain`) to the runner's
     /// own `SpineCache`, one cache for every execution and incarnation, and build there.
@@ -139,7 +151,7 @@ pub enum Op {
 }
 
 #[derive(Default)]
-pub struct Entry {
+pub(crate) struct Entry {
     chain: Chain,
     /// What the reference walks: the last text delivered of each id.
     texts: BTreeMap<i64, String>,
@@ -152,7 +164,7 @@ pub struct Entry {
 
 /// Which spine-cache policy a model follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CachePolicy {
+pub(crate) enum CachePolicy {
     /// Today's (the lock-based comparators): every served build replaces the cache.
     Today,
     /// The engine's: an ancestor of the cached head keeps the longer spine cached.
@@ -160,10 +172,10 @@ pub enum CachePolicy {
 }
 
 /// The sequential model: a map of chains and caches, nothing concurrent, stats recounted.
-pub struct Model {
-    pub config: IndexConfig,
-    pub policy: CachePolicy,
-    pub executions: BTreeMap<ExecutionId, Entry>,
+pub(crate) struct Model {
+    pub(crate) config: IndexConfig,
+    pub(crate) policy: CachePolicy,
+    pub(crate) executions: BTreeMap<ExecutionId, Entry>,
 }
 
 impl Model {
@@ -235,7 +247,7 @@ impl Model {
         (outcome, json)
     }
 
-    pub fn stats(&self) -> IndexStats {
+    pub(crate) fn stats(&self) -> IndexStats {
         let mut stats = IndexStats::default();
         for entry in self.executions.values().filter(|e| !e.chain.is_empty()) {
             stats.executions += 1;
@@ -250,7 +262,7 @@ impl Model {
         stats
     }
 
-    pub fn ids(&self) -> Vec<ExecutionId> {
+    pub(crate) fn ids(&self) -> Vec<ExecutionId> {
         self.executions
             .iter()
             .filter(|(_, e)| !e.chain.is_empty())
@@ -261,7 +273,7 @@ impl Model {
 
 /// What every implementation must agree on after one op.
 #[derive(Debug, PartialEq)]
-pub enum Seen {
+pub(crate) enum Seen {
     Applied(bool, bool),
     Batch(usize, usize, Vec<ExecutionId>, Vec<ExecutionId>),
     Build(AdvanceOutcome, Option<Vec<u8>>),
@@ -273,7 +285,7 @@ pub enum Seen {
     Nothing,
 }
 
-pub fn run_index<I: StateIndex>(
+pub(crate) fn run_index<I: StateIndex>(
     index: &I,
     op: &Op,
     far: Instant,
@@ -343,7 +355,7 @@ pub fn run_index<I: StateIndex>(
     }
 }
 
-pub fn run_model(m: &mut Model, op: &Op) -> Seen {
+pub(crate) fn run_model(m: &mut Model, op: &Op) -> Seen {
     match op {
         Op::Apply(e, k) => {
             let terminal = pool_event(*e, *k).is_terminal();
@@ -423,7 +435,7 @@ pub fn run_model(m: &mut Model, op: &Op) -> Seen {
 
 impl Model {
     /// The reference walk of `exec` at `head` (the largest id when `None`).
-    pub fn reference(&self, exec: ExecutionId, head: Option<i64>) -> Result<Vec<u8>, Incomplete> {
+    pub(crate) fn reference(&self, exec: ExecutionId, head: Option<i64>) -> Result<Vec<u8>, Incomplete> {
         let empty = BTreeMap::new();
         let texts = self.executions.get(&exec).map_or(&empty, |e| &e.texts);
         let Some(target) = head.or_else(|| texts.keys().next_back().copied()) else {
@@ -456,7 +468,7 @@ fn check_reference(seen: &Seen, reference: &Result<Vec<u8>, Incomplete>) -> Resu
 
 impl Model {
     /// An empty model following `policy`.
-    pub fn new(config: IndexConfig, policy: CachePolicy) -> Model {
+    pub(crate) fn new(config: IndexConfig, policy: CachePolicy) -> Model {
         Model {
             config,
             policy,
@@ -467,14 +479,14 @@ impl Model {
 
 /// What one implementation shows after one op: the op's result, its stats, its resident
 /// executions, and its name.
-pub type Observed = (Seen, IndexStats, Vec<ExecutionId>, &'static str);
+pub(crate) type Observed = (Seen, IndexStats, Vec<ExecutionId>, &'static str);
 
 /// Runs one op on one implementation.
-pub type Runner<'a> = &'a dyn Fn(&Op, Instant) -> Observed;
+pub(crate) type Runner<'a> = &'a dyn Fn(&Op, Instant) -> Observed;
 
 /// Runs `ops` on every implementation and on the model of its cache policy; returns the
 /// first disagreement.
-pub fn check_all(
+pub(crate) fn check_all(
     config: IndexConfig,
     ops: &[Op],
     indexes: &[(Runner<'_>, CachePolicy)],
@@ -515,7 +527,7 @@ pub fn check_all(
 }
 
 /// One implementation as `check_all` drives it.
-pub fn observe<I: StateIndex>(
+pub(crate) fn observe<I: StateIndex>(
     index: &I,
     op: &Op,
     far: Instant,
@@ -527,7 +539,7 @@ pub fn observe<I: StateIndex>(
 
 /// The configuration the model implements: a TTL that every `Op::Sweep` (run an hour in the
 /// future) exceeds, the sink gate and the spine order as chosen.
-pub fn config(sink_gate: bool, by_id: bool) -> IndexConfig {
+pub(crate) fn config(sink_gate: bool, by_id: bool) -> IndexConfig {
     IndexConfig {
         order: if by_id {
             SpineOrder::EventId

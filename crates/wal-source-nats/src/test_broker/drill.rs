@@ -1,21 +1,19 @@
 //! The fault drill: a pool's drain on a JetStream cluster while a producer publishes live
-//! and one fault after another hits a node. Shared by `tests/cluster.rs` (bounded, in CI)
-//! and `examples/cluster_faults.rs` (the fault table of docs/deployment.md).
-
-#![allow(dead_code, unreachable_pub)]
+//! and one fault after another hits a node. `tests/cluster.rs` runs it bounded, in CI;
+//! `examples/cluster_faults.rs` runs it long, for the fault table of docs/deployment.md.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::Cluster;
+use crate::{JetStreamConfig, JetStreamPublisher, JetStreamSource, Subjects};
 use bytes::Bytes;
 use wal_index::ingest::DrainReport;
 use wal_index::stall::StalledChain;
 use wal_index::{
     Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex, WalIndex,
 };
-use wal_source_nats::test_broker::Cluster;
-use wal_source_nats::{JetStreamConfig, JetStreamPublisher, JetStreamSource, Subjects};
 
 /// The stream the drill publishes to.
 pub const STREAM: &str = "drill";
@@ -75,10 +73,13 @@ pub struct DrillConfig {
 /// What one fault did, measured from the producer's and the pool's side.
 #[derive(Debug, Clone)]
 pub struct FaultFigures {
+    /// The fault.
     pub fault: Fault,
-    /// The node it hit, and the stream's leader before and after.
+    /// The node it hit.
     pub node: String,
+    /// The stream's leader before the fault.
     pub leader_before: String,
+    /// The stream's leader after its recovery.
     pub leader_after: String,
     /// The longest wait for one group's acknowledgements (the producer's outage).
     pub publish_stall: Duration,
@@ -99,17 +100,23 @@ pub struct FaultFigures {
 /// The whole drill.
 #[derive(Debug)]
 pub struct DrillReport {
+    /// One row per fault, in order.
     pub faults: Vec<FaultFigures>,
-    /// Distinct events acknowledged, and held by the index at the end.
+    /// Distinct events acknowledged.
     pub acknowledged: u64,
+    /// Of those, the events the index held at the end.
     pub indexed: u64,
     /// Re-sends after a missing acknowledgement (each may store a duplicate).
     pub republished: u64,
+    /// Messages the stream stored.
     pub stored: u64,
+    /// What the drain reported when it stopped.
     pub drain: DrainReport,
+    /// The chains the index reported stalled (a hole open past the bound).
     pub stalled: Vec<StalledChain>,
-    /// Executions served whole at their tip at the end, of all published.
+    /// Executions served whole at their tip at the end.
     pub served: usize,
+    /// Executions published.
     pub executions: usize,
     /// WAL records the drain consumed (each stored message once, in replay-on-boot).
     pub consumed: u64,

@@ -1,0 +1,11 @@
+//! What the workspace's tests share across crates, so no test includes another crate's
+//! file by path:
+//!
+//! | module | what | used by |
+//! |---|---|---|
+//! | [`differential`] | the sequential model of the differential tests: an op language over the index API, the model's own implementation of it, and what every index must agree on after each op | `wal-index/tests/differential.rs` (proptest), `fuzz/fuzz_targets/differential.rs` (cargo-fuzz) |
+//!
+//! The JetStream fault drill is `wal_source_nats::test_broker::drill`, beside the cluster
+//! harness it drives.
+
+pub mod differential;
