@@ -3,9 +3,9 @@
 
 The README states its headline figures in one bulleted list (from the line starting
 "Headline ratios" to the next heading); each figure in it (a number with a unit: ns, µs,
-ms, s, x, B, KB, MB, GB, GB/s, %, M or k events/s, or a count of drives) must appear in
-docs/benchmarks.md or docs/simulator.md, the two pages whose tables carry each figure with
-its date, machine and commit. A figure the README states that no table holds fails the
+ms, s, x, B, KB, MB, GB, GB/s, %, M or k events/s) must appear in a table of
+docs/benchmarks.md or docs/simulator.md (a Markdown table, or a report pasted as a fenced
+block), the two pages whose tables carry each figure with its date, machine and commit. A figure the README states that no table holds fails the
 check, naming it.
 
 Usage: python3 scripts/headline-figures.py   (exit 1 when a figure is not owned)
@@ -40,8 +40,15 @@ def main() -> int:
         for page in ("benchmarks.md", "simulator.md")
     )
     owned = figures(owners)
-    # A bare number also counts when a table row states it (its unit in the header).
-    rows = "\n".join(line for line in owners.splitlines() if line.lstrip().startswith("|"))
+    # A bare number also counts when a table states it (its unit in the header): a Markdown
+    # table row, or a report the simulator printed, pasted as a fenced block.
+    rows, fenced = [], False
+    for line in owners.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced or line.lstrip().startswith("|"):
+            rows.append(line)
+    rows = "\n".join(rows)
     bare = {n.replace(",", "") for n in re.findall(r"(?<![\w.])\d[\d,]*(?:\.\d+)?", rows)}
     missing = sorted(
         f for f in figures(headline(readme)) if f not in owned and f.split(" ")[0] not in bare
