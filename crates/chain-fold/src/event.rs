@@ -7,7 +7,10 @@ use bytes::Bytes;
 use triomphe::ThinArc;
 
 mod error;
+mod image;
 mod slim;
+
+pub use image::ImageError;
 
 pub use error::{EventError, Field};
 

@@ -63,7 +63,8 @@ mod sync;
 pub use advance::{Advance, AdvanceOutcome, SpineCache, advance};
 pub use chain::{Chain, Incomplete};
 pub use event::{
-    EVENT_OVERHEAD_BYTES, Event, EventError, EventId, ExecutionId, Field, SLIM_KEYS, TERMINAL_TYPES,
+    EVENT_OVERHEAD_BYTES, Event, EventError, EventId, ExecutionId, Field, ImageError, SLIM_KEYS,
+    TERMINAL_TYPES,
 };
 pub use json_array::{JsonArray, JsonBuf};
 pub use spine::{Spine, SpineOrder};

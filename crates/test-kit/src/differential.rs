@@ -435,7 +435,11 @@ pub(crate) fn run_model(m: &mut Model, op: &Op) -> Seen {
 
 impl Model {
     /// The reference walk of `exec` at `head` (the largest id when `None`).
-    pub(crate) fn reference(&self, exec: ExecutionId, head: Option<i64>) -> Result<Vec<u8>, Incomplete> {
+    pub(crate) fn reference(
+        &self,
+        exec: ExecutionId,
+        head: Option<i64>,
+    ) -> Result<Vec<u8>, Incomplete> {
         let empty = BTreeMap::new();
         let texts = self.executions.get(&exec).map_or(&empty, |e| &e.texts);
         let Some(target) = head.or_else(|| texts.keys().next_back().copied()) else {

@@ -62,6 +62,7 @@
 //! way: the engine never imports a comparator, and no module imports the crate root.
 
 mod backfill;
+pub mod checkpoint;
 pub mod config;
 #[doc = include_str!("protocol.md")]
 pub mod protocol {}

@@ -2,8 +2,8 @@
 //! results on `WalIndex`, `MutexIndex`, `ShardedMutexIndex` and a plain sequential model
 //! (`sb_test_kit::differential`, shared with the cargo-fuzz target).
 
-use sb_test_kit::differential::{EXECUTIONS, HEADS, Op, POOL, check_every_index};
 use proptest::prelude::*;
+use sb_test_kit::differential::{EXECUTIONS, HEADS, Op, POOL, check_every_index};
 
 fn op() -> impl Strategy<Value = Op> {
     let exec = 0..EXECUTIONS;

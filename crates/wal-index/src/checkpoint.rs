@@ -1,0 +1,382 @@
+//! Checkpoints: the index and the WAL position it is consistent with, in one object, so a
+//! restarted pool replays seconds of the log instead of all of it.
+//!
+//! # The model
+//!
+//! A [`Checkpoint`] holds every resident execution's events as the index holds them (their
+//! canonical bytes, slim or whole as configured, written as event images, so restoring
+//! never runs the canonical decoder again) and, per partition of the source (an EHDB
+//! shard, a JetStream stream), the [`Position`] of the last record the drain applied, with
+//! a [`Fingerprint`] of that record and of the one before it. Both come from one moment: the
+//! drain captures them between two batches, after applying the first and before pulling the
+//! second, so every record at or before the position is in the image. The cursor can never
+//! run ahead of the events.
+//!
+//! Events past the position may be in the image too (a drive's tail events, a rehydrate);
+//! the resumed drain applies them again, an overwrite by id that changes no byte.
+//!
+//! A position names a record by its sequence *and* its fingerprint (sequence, execution,
+//! event id and a CRC-32C of its canonical bytes) because a log can reuse sequence
+//! numbers: an EHDB writer that loses its unsealed tail writes new records under the lost
+//! ones' numbers. A source that resumes from a checkpoint re-reads the fingerprinted record
+//! and compares it, rather than trusting the number.
+//!
+//! # What a checkpoint does not carry
+//!
+//! - **The finished set** (executions evicted after their terminal event): a restored index
+//!   starts without it, as today's design always does; a late tail event of such an
+//!   execution re-creates a partial chain until it is swept.
+//! - **Sink-gate marks**: they belong to the pool's sink, which does not survive the
+//!   restart either; the pool marks again what it has not sunk.
+//! - **Stall records**: the restored drain is behind until it catches up, and stall clocks
+//!   start when it is caught up, as after any restart.
+//! - **Recency**: every restored execution is as recent as the restore.
+//!
+//! # Refusals
+//!
+//! A checkpoint that is torn, truncated, fails a block's checksum, has another format
+//! version, was taken with another index shape (slim or whole, spine order) or of another
+//! log is [refused](Refusal) with its reason; nothing from it is served. A pool then tries
+//! the next older one, then replays from the beginning ([`DirStore::restore_newest`]).
+//! The format is specified in docs/checkpoint-format.md.
+//!
+//! ```
+//! use wal_index::checkpoint::{Checkpoint, DirStore, LogIdentity, SourcePosition};
+//! use wal_index::{Event, IndexConfig, StateIndex, WalIndex};
+//!
+//! let index = WalIndex::default();
+//! index.apply(Event::minimal(1, 7, None, "playbook_started"));
+//! index.apply(Event::minimal(2, 7, Some(1), "step"));
+//! let log = LogIdentity::new("channel", "example", "");
+//! let at = SourcePosition { log: log.clone(), positions: Vec::new() };
+//!
+//! let dir = std::env::temp_dir().join(format!("sbix-doc-{}", std::process::id()));
+//! let store = DirStore::open(&dir, 2)?;
+//! store.write(&Checkpoint::capture(&index, at).encode())?;
+//!
+//! let restored = store.restore_newest(IndexConfig::default(), &log);
+//! let index = restored.index;
+//! assert_eq!(index.build(7, Some(2)).spine.unwrap().ids(), vec![1, 2]);
+//! assert!(restored.refused.is_empty());
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+mod format;
+mod store;
+
+use std::fmt;
+
+use chain_fold::{Event, EventId, ExecutionId, SpineOrder};
+
+use crate::WalIndex;
+use crate::config::IndexConfig;
+use crate::index::StateIndex;
+
+pub use store::{DirStore, Restored};
+
+/// A record of the log, named so that a record written later under the same sequence
+/// number is told apart from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// The record's sequence in its partition (an EHDB global sequence, a stream
+    /// sequence).
+    pub sequence: u64,
+    /// Its execution.
+    pub execution_id: ExecutionId,
+    /// Its event.
+    pub event_id: EventId,
+    /// CRC-32C of its event's canonical bytes (`Event::payload`).
+    pub hash: u32,
+}
+
+impl Fingerprint {
+    /// The fingerprint of `event`, the record at `sequence`.
+    pub fn of(sequence: u64, event: &Event) -> Fingerprint {
+        Fingerprint {
+            sequence,
+            execution_id: event.execution_id(),
+            event_id: event.id(),
+            hash: crc32c::crc32c(event.payload()),
+        }
+    }
+}
+
+/// Where the drain stands in one partition of its source: the last record it applied, and
+/// the one before it (`None` if that record was the partition's first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// The partition's name as the source knows it (`"shard 3"`, a subject filter).
+    pub partition: String,
+    /// The last record applied.
+    pub last: Fingerprint,
+    /// The record before it in the partition, as the source delivered it.
+    pub before: Option<Fingerprint>,
+}
+
+/// Which log a checkpoint was taken of: a checkpoint of another log is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogIdentity {
+    /// `"ehdb"`, `"jetstream"`, `"channel"`, ...
+    pub transport: String,
+    /// The log's name (a stream's name, a writer's address).
+    pub name: String,
+    /// What else makes it this log and not another of that name (a stream's creation
+    /// time; a writer's shard count).
+    pub detail: String,
+}
+
+impl LogIdentity {
+    /// A log identity from its three parts.
+    pub fn new(
+        transport: impl Into<String>,
+        name: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> LogIdentity {
+        LogIdentity {
+            transport: transport.into(),
+            name: name.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for LogIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}", self.transport, self.name)?;
+        if !self.detail.is_empty() {
+            write!(f, " ({})", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// A source's log and its position in each partition, as of the last record it handed to
+/// the drain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePosition {
+    /// The log.
+    pub log: LogIdentity,
+    /// One entry per partition the source has delivered from.
+    pub positions: Vec<Position>,
+}
+
+/// What of the index's configuration shapes its image: a checkpoint is restored only into
+/// an index of the same shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexShape {
+    /// Slim events or whole ones.
+    pub slim: bool,
+    /// The spine order.
+    pub order: SpineOrder,
+}
+
+impl IndexShape {
+    /// The shape of an index with `config`.
+    pub fn of(config: &IndexConfig) -> IndexShape {
+        IndexShape {
+            slim: config.slim,
+            order: config.order,
+        }
+    }
+
+    fn order_code(self) -> u8 {
+        match self.order {
+            SpineOrder::Causal => 0,
+            SpineOrder::EventId => 1,
+        }
+    }
+
+    fn order_from_code(code: u8) -> Option<SpineOrder> {
+        match code {
+            0 => Some(SpineOrder::Causal),
+            1 => Some(SpineOrder::EventId),
+            _ => None,
+        }
+    }
+}
+
+/// One resident execution's events, in the order the index holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionImage {
+    /// The execution.
+    pub execution_id: ExecutionId,
+    /// Its events.
+    pub events: Vec<Event>,
+}
+
+/// An image of an index and the position it is consistent with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// When it was captured, in milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// The shape of the index it was captured from.
+    pub shape: IndexShape,
+    /// The log it was captured against.
+    pub log: LogIdentity,
+    /// The drain's position in each partition.
+    pub positions: Vec<Position>,
+    /// The resident executions, ascending by id.
+    pub executions: Vec<ExecutionImage>,
+}
+
+impl Checkpoint {
+    /// Captures `index` at the source position `at`. Call it where no record past `at` is
+    /// being applied by the drain (the drain calls it between batches). It loads each
+    /// resident execution's published snapshot: a build or a drive running meanwhile
+    /// neither waits nor is waited for.
+    pub fn capture(index: &WalIndex, at: SourcePosition) -> Checkpoint {
+        let executions = index
+            .execution_ids()
+            .into_iter()
+            .filter_map(|execution_id| {
+                let chain = index.chain(execution_id)?;
+                let events: Vec<Event> = chain.iter().cloned().collect();
+                (!events.is_empty()).then_some(ExecutionImage {
+                    execution_id,
+                    events,
+                })
+            })
+            .collect();
+        Checkpoint {
+            created_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            shape: IndexShape::of(index.config()),
+            log: at.log,
+            positions: at.positions,
+            executions,
+        }
+    }
+
+    /// The bytes of one checkpoint file (docs/checkpoint-format.md).
+    pub fn encode(&self) -> Vec<u8> {
+        format::encode(self)
+    }
+
+    /// Reads and verifies one checkpoint file: every block's checksum, the format version,
+    /// the counts of the trailer. Bad bytes are a [`Refusal`], never a panic; nothing is
+    /// allocated that the bytes do not hold.
+    pub fn decode(bytes: &[u8]) -> Result<Checkpoint, Refusal> {
+        format::decode(bytes)
+    }
+
+    /// The events it holds.
+    pub fn events(&self) -> usize {
+        self.executions.iter().map(|e| e.events.len()).sum()
+    }
+
+    /// Checks that this checkpoint can seed an index with `config` reading `log`.
+    pub fn check(&self, config: &IndexConfig, log: &LogIdentity) -> Result<(), Refusal> {
+        let wanted = IndexShape::of(config);
+        if self.shape != wanted {
+            return Err(Refusal::Shape {
+                found: self.shape,
+                wanted,
+            });
+        }
+        if &self.log != log {
+            return Err(Refusal::OtherLog {
+                found: self.log.clone(),
+                wanted: log.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// An index with `config` (and `index`'s observer) seeded with this checkpoint's
+    /// executions, after [`check`](Checkpoint::check). Each execution is one replay: one
+    /// published snapshot, no eviction, its events as the image holds them.
+    pub fn restore_into(&self, index: &WalIndex) {
+        for execution in &self.executions {
+            index.rehydrate(execution.execution_id, execution.events.iter().cloned());
+        }
+    }
+}
+
+/// Why a checkpoint was not used. Nothing from a refused checkpoint is ever served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The file does not start with the checkpoint magic.
+    #[error("not a checkpoint (no magic number)")]
+    NotACheckpoint,
+    /// Another format version.
+    #[error("format version {found}; this build reads {supported}")]
+    FormatVersion {
+        /// The file's version.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// The file ends inside a block or before its trailer: torn or truncated.
+    #[error("torn or truncated: it ends inside the block at byte {at} or before its trailer")]
+    Truncated {
+        /// Where the incomplete block starts.
+        at: usize,
+    },
+    /// A block's checksum does not match its bytes.
+    #[error("the block at byte {block_at} fails its checksum")]
+    Checksum {
+        /// Where the block starts.
+        block_at: usize,
+    },
+    /// A block verifies but does not say what the format says it must.
+    #[error("malformed at the block at byte {at}: {what}")]
+    Malformed {
+        /// Where the block starts.
+        at: usize,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// An event image that does not read back.
+    #[error("an event in the block at byte {at}: {why}")]
+    Image {
+        /// Where the block starts.
+        at: usize,
+        /// Why.
+        why: chain_fold::ImageError,
+    },
+    /// Taken from an index of another shape.
+    #[error("taken from an index of shape {found:?}; this index is {wanted:?}")]
+    Shape {
+        /// The checkpoint's shape.
+        found: IndexShape,
+        /// The restoring index's shape.
+        wanted: IndexShape,
+    },
+    /// Taken of another log.
+    #[error("taken of {found}; this pool reads {wanted}")]
+    OtherLog {
+        /// The checkpoint's log.
+        found: LogIdentity,
+        /// The log the pool reads.
+        wanted: LogIdentity,
+    },
+    /// The log no longer holds the fingerprinted record at the position.
+    #[error("the log no longer holds the checkpoint's last record: {why}")]
+    Fingerprint {
+        /// What the source found instead.
+        why: String,
+    },
+    /// The file could not be read.
+    #[error("cannot read it: {0}")]
+    Io(String),
+}
+
+impl Refusal {
+    /// A short label for metrics (`checkpoint_refused_total{reason}`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Refusal::NotACheckpoint => "not_a_checkpoint",
+            Refusal::FormatVersion { .. } => "format_version",
+            Refusal::Truncated { .. } => "truncated",
+            Refusal::Checksum { .. } => "checksum",
+            Refusal::Malformed { .. } | Refusal::Image { .. } => "malformed",
+            Refusal::Shape { .. } => "index_shape",
+            Refusal::OtherLog { .. } => "other_log",
+            Refusal::Fingerprint { .. } => "fingerprint",
+            Refusal::Io(_) => "io",
+        }
+    }
+}

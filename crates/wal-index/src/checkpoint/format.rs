@@ -1,0 +1,369 @@
+//! The checkpoint's bytes (docs/checkpoint-format.md is the specification): a magic
+//! number and a format version, then blocks, each `kind u8 | length u32 | crc32c u32 |
+//! body`, the checksum over the kind, the length and the body. One header block, blocks of
+//! executions, one trailer block that counts them. A torn or truncated file has no trailer
+//! or a block cut short; a flipped bit fails its block's checksum; so neither verifies.
+
+use chain_fold::{Event, ExecutionId};
+
+use super::{Checkpoint, ExecutionImage, Fingerprint, IndexShape, LogIdentity, Position, Refusal};
+
+/// The file's first eight bytes.
+pub(super) const MAGIC: &[u8; 8] = b"SBIXCKPT";
+/// The format this version writes and reads.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+/// A block's kind, length and checksum.
+const BLOCK_HEADER_BYTES: usize = 1 + 4 + 4;
+/// Executions are grouped into blocks of about this many bytes (an execution larger than
+/// this is a block of its own).
+const TARGET_BLOCK_BYTES: usize = 4 << 20;
+
+const HEADER: u8 = 1;
+const EXECUTIONS: u8 = 2;
+const TRAILER: u8 = 3;
+
+/// Encodes `checkpoint` as the bytes of one file.
+pub(super) fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
+    let images: usize = checkpoint
+        .executions
+        .iter()
+        .flat_map(|e| &e.events)
+        .map(Event::image_len)
+        .sum();
+    let mut out = Vec::with_capacity(images + 4096);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    let mut blocks = 0u32;
+    let mut body = Vec::new();
+    header_body(checkpoint, &mut body);
+    push_block(&mut out, HEADER, &body);
+    blocks += 1;
+    let (mut in_block, mut events) = (0u32, 0u64);
+    body.clear();
+    body.extend_from_slice(&0u32.to_le_bytes()); // patched with the count
+    for execution in &checkpoint.executions {
+        body.extend_from_slice(&execution.execution_id.to_le_bytes());
+        body.extend_from_slice(&(execution.events.len() as u32).to_le_bytes());
+        for event in &execution.events {
+            event.write_image(&mut body);
+        }
+        in_block += 1;
+        events += execution.events.len() as u64;
+        if body.len() >= TARGET_BLOCK_BYTES {
+            body[..4].copy_from_slice(&in_block.to_le_bytes());
+            push_block(&mut out, EXECUTIONS, &body);
+            blocks += 1;
+            body.truncate(4);
+            in_block = 0;
+        }
+    }
+    if in_block > 0 {
+        body[..4].copy_from_slice(&in_block.to_le_bytes());
+        push_block(&mut out, EXECUTIONS, &body);
+        blocks += 1;
+    }
+    body.clear();
+    body.extend_from_slice(&(checkpoint.executions.len() as u64).to_le_bytes());
+    body.extend_from_slice(&events.to_le_bytes());
+    // The blocks before the trailer.
+    body.extend_from_slice(&blocks.to_le_bytes());
+    push_block(&mut out, TRAILER, &body);
+    out
+}
+
+fn push_block(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
+    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+    let mut crc = crc32c::crc32c(&[kind]);
+    crc = crc32c::crc32c_append(crc, &len.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, body);
+    out.push(kind);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(body);
+}
+
+fn header_body(checkpoint: &Checkpoint, body: &mut Vec<u8>) {
+    body.extend_from_slice(&checkpoint.created_unix_ms.to_le_bytes());
+    body.push(u8::from(checkpoint.shape.slim));
+    body.push(checkpoint.shape.order_code());
+    for text in [
+        &checkpoint.log.transport,
+        &checkpoint.log.name,
+        &checkpoint.log.detail,
+    ] {
+        put_text(body, text);
+    }
+    body.extend_from_slice(&(checkpoint.positions.len() as u32).to_le_bytes());
+    for position in &checkpoint.positions {
+        put_text(body, &position.partition);
+        put_fingerprint(body, &position.last);
+        match &position.before {
+            Some(before) => {
+                body.push(1);
+                put_fingerprint(body, before);
+            }
+            None => body.push(0),
+        }
+    }
+}
+
+fn put_text(body: &mut Vec<u8>, text: &str) {
+    body.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    body.extend_from_slice(text.as_bytes());
+}
+
+fn put_fingerprint(body: &mut Vec<u8>, fingerprint: &Fingerprint) {
+    body.extend_from_slice(&fingerprint.sequence.to_le_bytes());
+    body.extend_from_slice(&fingerprint.execution_id.to_le_bytes());
+    body.extend_from_slice(&fingerprint.event_id.to_le_bytes());
+    body.extend_from_slice(&fingerprint.hash.to_le_bytes());
+}
+
+/// Decodes and verifies one file. Every block's checksum is checked before its body is
+/// read; nothing is returned from a file that does not verify whole.
+pub(super) fn decode(bytes: &[u8]) -> Result<Checkpoint, Refusal> {
+    let magic = bytes.get(..8).ok_or(Refusal::Truncated { at: 0 })?;
+    if magic != MAGIC {
+        return Err(Refusal::NotACheckpoint);
+    }
+    let version = bytes
+        .get(8..12)
+        .map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]))
+        .ok_or(Refusal::Truncated { at: 8 })?;
+    if version != FORMAT_VERSION {
+        return Err(Refusal::FormatVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let mut at = 12;
+    let (kind, body) = next_block(bytes, &mut at)?;
+    if kind != HEADER {
+        return Err(Refusal::Malformed {
+            at,
+            what: "the first block is not the header",
+        });
+    }
+    let mut checkpoint = read_header(body, at)?;
+    let mut blocks = 1u32;
+    let mut events = 0u64;
+    loop {
+        let start = at;
+        let (kind, body) = next_block(bytes, &mut at)?;
+        match kind {
+            EXECUTIONS => {
+                events += read_executions(body, start, &mut checkpoint.executions)?;
+                blocks += 1;
+            }
+            TRAILER => {
+                let mut r = Reader {
+                    body,
+                    at: 0,
+                    base: start,
+                };
+                let (executions, counted, written) = (r.u64()?, r.u64()?, r.u32()?);
+                if executions != checkpoint.executions.len() as u64
+                    || counted != events
+                    || written != blocks
+                    || r.at != body.len()
+                    || at != bytes.len()
+                {
+                    return Err(Refusal::Malformed {
+                        at: start,
+                        what: "the trailer does not count what the file holds",
+                    });
+                }
+                return Ok(checkpoint);
+            }
+            _ => {
+                return Err(Refusal::Malformed {
+                    at: start,
+                    what: "an unknown block kind",
+                });
+            }
+        }
+    }
+}
+
+/// The block at `*at`, its checksum verified; moves `*at` past it.
+fn next_block<'b>(bytes: &'b [u8], at: &mut usize) -> Result<(u8, &'b [u8]), Refusal> {
+    let start = *at;
+    let head = bytes
+        .get(start..start + BLOCK_HEADER_BYTES)
+        .ok_or(Refusal::Truncated { at: start })?;
+    let kind = head[0];
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+    let crc = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
+    let body_start = start + BLOCK_HEADER_BYTES;
+    let body = bytes
+        .get(body_start..body_start + len as usize)
+        .ok_or(Refusal::Truncated { at: start })?;
+    let mut computed = crc32c::crc32c(&[kind]);
+    computed = crc32c::crc32c_append(computed, &len.to_le_bytes());
+    computed = crc32c::crc32c_append(computed, body);
+    if computed != crc {
+        return Err(Refusal::Checksum { block_at: start });
+    }
+    *at = body_start + body.len();
+    Ok((kind, body))
+}
+
+fn read_header(body: &[u8], base: usize) -> Result<Checkpoint, Refusal> {
+    let mut r = Reader { body, at: 0, base };
+    let created_unix_ms = r.u64()?;
+    let slim = r.u8()? != 0;
+    let order = IndexShape::order_from_code(r.u8()?).ok_or(Refusal::Malformed {
+        at: base,
+        what: "an unknown spine order",
+    })?;
+    let log = LogIdentity {
+        transport: r.text()?,
+        name: r.text()?,
+        detail: r.text()?,
+    };
+    let count = r.u32()?;
+    // Each position takes at least 33 bytes: a count past the body is a lie, not an
+    // allocation.
+    if count as usize > body.len() / 33 {
+        return Err(Refusal::Malformed {
+            at: base,
+            what: "more positions than the header holds",
+        });
+    }
+    let mut positions = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let partition = r.text()?;
+        let last = r.fingerprint()?;
+        let before = match r.u8()? {
+            0 => None,
+            1 => Some(r.fingerprint()?),
+            _ => {
+                return Err(Refusal::Malformed {
+                    at: base,
+                    what: "a position's flag",
+                });
+            }
+        };
+        positions.push(Position {
+            partition,
+            last,
+            before,
+        });
+    }
+    if r.at != body.len() {
+        return Err(Refusal::Malformed {
+            at: base,
+            what: "bytes after the header's fields",
+        });
+    }
+    Ok(Checkpoint {
+        created_unix_ms,
+        shape: IndexShape { slim, order },
+        log,
+        positions,
+        executions: Vec::new(),
+    })
+}
+
+/// Appends a block's executions; returns how many events it held.
+fn read_executions(
+    body: &[u8],
+    base: usize,
+    into: &mut Vec<ExecutionImage>,
+) -> Result<u64, Refusal> {
+    let mut r = Reader { body, at: 0, base };
+    let count = r.u32()?;
+    let mut events_read = 0u64;
+    for _ in 0..count {
+        let execution_id: ExecutionId = r.u64()? as i64;
+        let n = r.u32()? as usize;
+        // An image takes at least its fixed part: a count past the body is a lie.
+        if n > (body.len() - r.at) / Event::IMAGE_FIXED_BYTES {
+            return Err(Refusal::Malformed {
+                at: base,
+                what: "more events than the block holds",
+            });
+        }
+        let mut events = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (event, used) =
+                Event::read_image(&body[r.at..]).map_err(|why| Refusal::Image { at: base, why })?;
+            if event.execution_id() != execution_id {
+                return Err(Refusal::Malformed {
+                    at: base,
+                    what: "an event of another execution",
+                });
+            }
+            r.at += used;
+            events.push(event);
+        }
+        events_read += n as u64;
+        into.push(ExecutionImage {
+            execution_id,
+            events,
+        });
+    }
+    if r.at != body.len() {
+        return Err(Refusal::Malformed {
+            at: base,
+            what: "bytes after a block's executions",
+        });
+    }
+    Ok(events_read)
+}
+
+/// A bounds-checked cursor over a verified block's body.
+struct Reader<'b> {
+    body: &'b [u8],
+    at: usize,
+    /// Where the block starts in the file, for errors.
+    base: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], Refusal> {
+        let bytes = self
+            .body
+            .get(self.at..self.at + N)
+            .ok_or(Refusal::Malformed {
+                at: self.base,
+                what: "a field past the block's end",
+            })?;
+        self.at += N;
+        let mut out = [0; N];
+        out.copy_from_slice(bytes);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, Refusal> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u32(&mut self) -> Result<u32, Refusal> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, Refusal> {
+        self.take().map(u64::from_le_bytes)
+    }
+    fn text(&mut self) -> Result<String, Refusal> {
+        let len = self.u32()? as usize;
+        let bytes = self
+            .body
+            .get(self.at..self.at + len)
+            .ok_or(Refusal::Malformed {
+                at: self.base,
+                what: "a text past the block's end",
+            })?;
+        self.at += len;
+        String::from_utf8(bytes.to_vec()).map_err(|_| Refusal::Malformed {
+            at: self.base,
+            what: "a text that is not UTF-8",
+        })
+    }
+    fn fingerprint(&mut self) -> Result<Fingerprint, Refusal> {
+        Ok(Fingerprint {
+            sequence: self.u64()?,
+            execution_id: self.u64()? as i64,
+            event_id: self.u64()? as i64,
+            hash: self.u32()?,
+        })
+    }
+}

@@ -1,0 +1,179 @@
+//! [`DirStore`]: checkpoints in a local directory (a node's disk or a persistent volume),
+//! written durably, the newest few kept.
+
+use crate::sync::{AtomicU64, Ordering};
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use super::{Checkpoint, LogIdentity, Position, Refusal};
+use crate::WalIndex;
+use crate::config::IndexConfig;
+use crate::index::StateIndex;
+
+/// A file name's prefix and suffix: `checkpoint-<ms>-<n>.sbix`, so names sort by age.
+const PREFIX: &str = "checkpoint-";
+const SUFFIX: &str = ".sbix";
+
+/// Checkpoints in one directory: each written under a temporary name, synced, renamed into
+/// place and the directory synced, so a checkpoint that has a name is whole; the newest
+/// `keep` are kept and older ones deleted after each write.
+///
+/// A crash mid-write leaves at most a temporary file (`.tmp`), which is never read and is
+/// deleted by the next write. A write that fails (a full disk) leaves the previous
+/// checkpoints as they were.
+#[derive(Debug)]
+pub struct DirStore {
+    dir: PathBuf,
+    keep: usize,
+    /// Tells apart two checkpoints written in the same millisecond.
+    written: AtomicU64,
+}
+
+/// What [`DirStore::restore_newest`] found.
+#[derive(Debug)]
+pub struct Restored {
+    /// The index: seeded from the newest checkpoint that verified, or empty.
+    pub index: WalIndex,
+    /// Where the drain resumes: the used checkpoint's positions (`None`: no checkpoint was
+    /// used, so the drain replays the log from its beginning).
+    pub positions: Option<Vec<Position>>,
+    /// The checkpoint used, if any.
+    pub used: Option<PathBuf>,
+    /// The checkpoints tried and refused, newest first, each with its reason.
+    pub refused: Vec<(PathBuf, Refusal)>,
+    /// Bytes read from the used checkpoint.
+    pub bytes: u64,
+}
+
+impl DirStore {
+    /// The store in `dir` (created if missing), keeping the newest `keep` checkpoints (at
+    /// least 1).
+    pub fn open(dir: impl AsRef<Path>, keep: usize) -> io::Result<DirStore> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir)?;
+        Ok(DirStore {
+            dir,
+            keep: keep.max(1),
+            written: AtomicU64::new(0),
+        })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes one checkpoint's bytes durably: a temporary file, `fsync`, rename, `fsync`
+    /// of the directory; then deletes checkpoints past the newest `keep` and stale
+    /// temporary files. Returns the checkpoint's path.
+    pub fn write(&self, bytes: &[u8]) -> io::Result<PathBuf> {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        // Relaxed: a counter that only makes names unique; it orders nothing.
+        let n = self.written.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{PREFIX}{millis:020}-{n:06}{SUFFIX}");
+        let path = self.dir.join(&name);
+        let temporary = self.dir.join(format!("{name}.tmp"));
+        let written = (|| {
+            let mut file = File::create(&temporary)?;
+            file.write_all(bytes)?;
+            file.sync_all()?;
+            drop(file);
+            fs::rename(&temporary, &path)?;
+            File::open(&self.dir)?.sync_all()
+        })();
+        if let Err(error) = written {
+            let _ = fs::remove_file(&temporary);
+            return Err(error);
+        }
+        self.prune()?;
+        Ok(path)
+    }
+
+    /// The checkpoints present, newest first.
+    pub fn newest_first(&self) -> io::Result<Vec<PathBuf>> {
+        let mut found: Vec<PathBuf> = fs::read_dir(&self.dir)?
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(SUFFIX))
+            })
+            .collect();
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(found)
+    }
+
+    /// Deletes checkpoints past the newest `keep`, and temporary files no write of this
+    /// store has open (those of a process that died mid-write).
+    fn prune(&self) -> io::Result<()> {
+        for old in self.newest_first()?.into_iter().skip(self.keep) {
+            fs::remove_file(old)?;
+        }
+        for entry in fs::read_dir(&self.dir)?.filter_map(Result::ok) {
+            let path = entry.path();
+            let stale = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(".tmp"));
+            // Writes are serialized by the drain (one in flight), so a temporary file
+            // present now is a dead process's.
+            if stale {
+                let _ = fs::remove_file(path);
+            }
+        }
+        Ok(())
+    }
+
+    /// An index with `config` seeded from the newest checkpoint that verifies and was taken
+    /// of `log` with this index's shape, trying older ones after each refusal, and an empty
+    /// index when none does (the drain then replays from the beginning). Every refusal is
+    /// returned with its reason and reported to nobody: the caller counts them.
+    pub fn restore_newest(&self, config: IndexConfig, log: &LogIdentity) -> Restored {
+        self.restore_newest_with(WalIndex::new(config), log)
+    }
+
+    /// [`restore_newest`](DirStore::restore_newest) into `index` (empty; its configuration
+    /// and observer are kept).
+    pub fn restore_newest_with(&self, index: WalIndex, log: &LogIdentity) -> Restored {
+        let mut refused = Vec::new();
+        let candidates = match self.newest_first() {
+            Ok(found) => found,
+            Err(error) => {
+                refused.push((self.dir.clone(), Refusal::Io(error.to_string())));
+                Vec::new()
+            }
+        };
+        for path in candidates {
+            let read = fs::read(&path).map_err(|e| Refusal::Io(e.to_string()));
+            let checked = read.and_then(|bytes| {
+                let checkpoint = Checkpoint::decode(&bytes)?;
+                checkpoint.check(index.config(), log)?;
+                Ok((checkpoint, bytes.len() as u64))
+            });
+            match checked {
+                Ok((checkpoint, bytes)) => {
+                    checkpoint.restore_into(&index);
+                    return Restored {
+                        index,
+                        positions: Some(checkpoint.positions),
+                        used: Some(path),
+                        refused,
+                        bytes,
+                    };
+                }
+                Err(why) => refused.push((path, why)),
+            }
+        }
+        Restored {
+            index,
+            positions: None,
+            used: None,
+            refused,
+            bytes: 0,
+        }
+    }
+}
