@@ -277,8 +277,8 @@ impl Checkpoint {
         }
         if &self.log != log {
             return Err(Refusal::OtherLog {
-                found: self.log.clone(),
-                wanted: log.clone(),
+                found: Box::new(self.log.clone()),
+                wanted: Box::new(log.clone()),
             });
         }
         Ok(())
@@ -349,9 +349,9 @@ pub enum Refusal {
     #[error("taken of {found}; this pool reads {wanted}")]
     OtherLog {
         /// The checkpoint's log.
-        found: LogIdentity,
+        found: Box<LogIdentity>,
         /// The log the pool reads.
-        wanted: LogIdentity,
+        wanted: Box<LogIdentity>,
     },
     /// The log no longer holds the fingerprinted record at the position.
     #[error("the log no longer holds the checkpoint's last record: {why}")]
