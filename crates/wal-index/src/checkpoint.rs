@@ -15,8 +15,7 @@
 //! Events past the position may be in the image too (a drive's tail events, a rehydrate);
 //! the resumed drain applies them again, an overwrite by id that changes no byte.
 //!
-//! A position names a record by its sequence *and* its fingerprint (sequence, execution,
-//! event id and a CRC-32C of its canonical bytes) because a log can reuse sequence
+//! A position names a record by its sequence *and* a CRC-32C of its payload because a log can reuse sequence
 //! numbers: an EHDB writer that loses its unsealed tail writes new records under the lost
 //! ones' numbers. A source that resumes from a checkpoint re-reads the fingerprinted record
 //! and compares it, rather than trusting the number.
@@ -67,7 +66,7 @@ mod store;
 
 use std::fmt;
 
-use chain_fold::{Event, EventId, ExecutionId, SpineOrder};
+use chain_fold::{Event, ExecutionId, SpineOrder};
 
 use crate::WalIndex;
 use crate::config::IndexConfig;
@@ -80,24 +79,18 @@ pub use store::{DirStore, Restored};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint {
     /// The record's sequence in its partition (an EHDB global sequence, a stream
-    /// sequence).
+    /// sequence, a line number).
     pub sequence: u64,
-    /// Its execution.
-    pub execution_id: ExecutionId,
-    /// Its event.
-    pub event_id: EventId,
-    /// CRC-32C of its event's canonical bytes (`Event::payload`).
+    /// CRC-32C of the record's payload as the log holds it.
     pub hash: u32,
 }
 
 impl Fingerprint {
-    /// The fingerprint of `event`, the record at `sequence`.
-    pub fn of(sequence: u64, event: &Event) -> Fingerprint {
+    /// The fingerprint of the record at `sequence` whose payload is `payload`.
+    pub fn of(sequence: u64, payload: &[u8]) -> Fingerprint {
         Fingerprint {
             sequence,
-            execution_id: event.execution_id(),
-            event_id: event.id(),
-            hash: crc32c::crc32c(event.payload()),
+            hash: crc32c::crc32c(payload),
         }
     }
 }

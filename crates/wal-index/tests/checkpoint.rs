@@ -58,16 +58,12 @@ fn index_with(config: IndexConfig) -> WalIndex {
 }
 
 fn position() -> SourcePosition {
-    let last = Event::minimal(2, 5, Some(1), "step_again");
     SourcePosition {
         log: log(),
         positions: vec![Position {
             partition: "shard 0".to_owned(),
-            last: Fingerprint::of(77, &last),
-            before: Some(Fingerprint::of(
-                76,
-                &Event::minimal(1, 5, None, "playbook_started"),
-            )),
+            last: Fingerprint::of(77, br#"{"event_id":2}"#),
+            before: Some(Fingerprint::of(76, br#"{"event_id":1}"#)),
         }],
     }
 }
@@ -277,5 +273,179 @@ fn a_checkpoint_of_another_log_is_never_served() {
     );
     assert!(restored.index.execution_ids().is_empty());
     assert_eq!(restored.refused[0].1.label(), "other_log");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A JSON-lines WAL of `executions` executions of `events` events each, interleaved.
+fn wal_file(dir: &std::path::Path, executions: i64, events: i64) -> PathBuf {
+    let mut text = String::new();
+    for id in 1..=events {
+        for execution in 1..=executions {
+            let ty = if id == 1 { "playbook_started" } else { "step" };
+            let prev = if id == 1 {
+                String::new()
+            } else {
+                format!(r#","prev_event_id":{}"#, id - 1)
+            };
+            text.push_str(&format!(
+                r#"{{"event_id":{id},"execution_id":{execution}{prev},"event_type":"{ty}","result":{{"n":{id},"pad":"{}"}}}}"#,
+                "x".repeat(200)
+            ));
+            text.push('\n');
+        }
+    }
+    let path = dir.join("wal.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn drain_config() -> wal_index::DrainConfig {
+    wal_index::DrainConfig {
+        batch_max: 50,
+        ..wal_index::DrainConfig::default()
+    }
+}
+
+#[test]
+fn a_pool_restarted_from_its_checkpoint_replays_only_the_rest_and_serves_what_a_replay_from_zero_serves()
+ {
+    use std::sync::Arc;
+    use wal_index::Drain;
+    use wal_index::ingest::{Checkpointing, JsonLinesSource};
+
+    let dir = temp_dir("resume");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wal = wal_file(&dir, 20, 30); // 600 records
+    let store = DirStore::open(dir.join("checkpoints"), 3).unwrap();
+    let config = IndexConfig::default();
+
+    // The first pool drains 8 batches of 50, checkpointing after every batch, then dies.
+    let source = JsonLinesSource::open(&wal).unwrap();
+    let log = source.log().clone();
+    let first = Arc::new(WalIndex::new(config));
+    let checkpoints = Checkpointing::new(DirStore::open(store.dir(), 3).unwrap())
+        .every(std::time::Duration::ZERO);
+    let mut drain = Drain::new(Arc::clone(&first), source, drain_config())
+        .checkpoint_to(checkpoints)
+        .unwrap();
+    for _ in 0..8 {
+        drain.step().unwrap();
+    }
+    drop(drain); // the write in flight finishes; nothing else is said
+
+    // The second pool restores the newest checkpoint and resumes the file after it.
+    let restored = store.restore_newest(config, &log);
+    assert!(restored.refused.is_empty(), "{:?}", restored.refused);
+    let positions = restored.positions.expect("a checkpoint was used");
+    let held = restored.index.stats().events;
+    assert!(
+        held >= 50,
+        "the checkpoint holds at least one batch ({held})"
+    );
+    let source = JsonLinesSource::open(&wal)
+        .unwrap()
+        .resume(&positions[0])
+        .unwrap();
+    let second = Arc::new(restored.index);
+    let mut drain = Drain::new(Arc::clone(&second), source, drain_config());
+    let replayed = drain.run_until_closed().unwrap().events;
+    assert_eq!(
+        replayed as usize + positions[0].last.sequence as usize,
+        600,
+        "nothing applied twice, nothing skipped"
+    );
+
+    // What it serves is what a pool that replayed the whole file serves.
+    let scratch = Arc::new(WalIndex::new(config));
+    Drain::new(
+        Arc::clone(&scratch),
+        JsonLinesSource::open(&wal).unwrap(),
+        drain_config(),
+    )
+    .run_until_closed()
+    .unwrap();
+    assert_eq!(served(&second), served(&scratch));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_log_rewritten_under_the_checkpoints_position_is_refused() {
+    use wal_index::WalSource;
+    use wal_index::ingest::JsonLinesSource;
+
+    let dir = temp_dir("rewritten");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wal = wal_file(&dir, 2, 10);
+    let mut source = JsonLinesSource::open(&wal).unwrap();
+    source.pull(7, std::time::Duration::ZERO).unwrap();
+    let position = source.position().unwrap().positions.remove(0);
+    assert_eq!(position.last.sequence, 7);
+    // The same file resumes.
+    assert!(
+        JsonLinesSource::open(&wal)
+            .unwrap()
+            .resume(&position)
+            .is_ok()
+    );
+    // A log that lost its tail and was written again with other records under the same
+    // line numbers: refused, so the pool replays from the beginning.
+    let text = std::fs::read_to_string(&wal).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut rewritten = lines[..6].join("\n");
+    rewritten.push_str("\n{\"event_id\":99,\"execution_id\":1}\n");
+    std::fs::write(&wal, rewritten).unwrap();
+    let refused = JsonLinesSource::open(&wal)
+        .unwrap()
+        .resume(&position)
+        .unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
+    // Shorter than the position: refused too.
+    std::fs::write(&wal, lines[..3].join("\n")).unwrap();
+    let refused = JsonLinesSource::open(&wal)
+        .unwrap()
+        .resume(&position)
+        .unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_written_is_reported_and_the_drain_keeps_applying() {
+    use std::sync::Arc;
+    use wal_index::Drain;
+    use wal_index::ingest::{Checkpointing, JsonLinesSource};
+
+    let dir = temp_dir("unwritable");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wal = wal_file(&dir, 5, 20);
+    let checkpoints_dir = dir.join("checkpoints");
+    let checkpoints = Checkpointing::new(DirStore::open(&checkpoints_dir, 3).unwrap())
+        .every(std::time::Duration::ZERO);
+    // The directory goes away and a file takes its name: every write fails.
+    std::fs::remove_dir_all(&checkpoints_dir).unwrap();
+    std::fs::write(&checkpoints_dir, b"not a directory").unwrap();
+    let index = Arc::new(WalIndex::new(IndexConfig::default()));
+    let mut drain = Drain::new(
+        Arc::clone(&index),
+        JsonLinesSource::open(&wal).unwrap(),
+        drain_config(),
+    )
+    .checkpoint_to(checkpoints)
+    .unwrap();
+    let mut report = drain.run_until_closed().unwrap().clone();
+    // The last hand-off's outcome arrives on the writer's thread: wait for it.
+    for _ in 0..200 {
+        if report.checkpoints.failed > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        drain.step().unwrap();
+        report = drain.report().clone();
+    }
+    assert_eq!(report.events, 100, "every record applied");
+    assert!(report.checkpoints.captured > 0);
+    assert_eq!(report.checkpoints.written, 0);
+    assert!(report.checkpoints.failed > 0, "{:?}", report.checkpoints);
+    assert!(report.checkpoints.last_error.is_some());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -112,8 +112,13 @@ impl Event {
     }
 
     /// Rebuilds an event from the image at the front of `bytes`; returns it and the bytes
-    /// the image took. One allocation and one copy; the payload is not parsed (see the
-    /// [module](self) for what is checked).
+    /// the image took. One allocation and one copy; the payload is not parsed. Checked:
+    /// the flags are known, the parts they announce are there, the type lies inside the
+    /// payload and is UTF-8, the genesis and terminal flags match it; so a damaged image is
+    /// an [`ImageError`] or an event whose accessors hold, never a panic. Not checked: that
+    /// the payload is JSON, or damage that reads as another valid event (a far link turned
+    /// near, the slim flag flipped). Like [`Event::from_parts`], it trusts the payload;
+    /// whoever stores images checks their integrity (a checkpoint's blocks carry checksums).
     pub fn read_image(bytes: &[u8]) -> Result<(Event, usize), ImageError> {
         let truncated = |needed| ImageError::Truncated {
             needed,

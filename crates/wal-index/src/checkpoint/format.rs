@@ -114,8 +114,6 @@ fn put_text(body: &mut Vec<u8>, text: &str) {
 
 fn put_fingerprint(body: &mut Vec<u8>, fingerprint: &Fingerprint) {
     body.extend_from_slice(&fingerprint.sequence.to_le_bytes());
-    body.extend_from_slice(&fingerprint.execution_id.to_le_bytes());
-    body.extend_from_slice(&fingerprint.event_id.to_le_bytes());
     body.extend_from_slice(&fingerprint.hash.to_le_bytes());
 }
 
@@ -222,9 +220,9 @@ fn read_header(body: &[u8], base: usize) -> Result<Checkpoint, Refusal> {
         detail: r.text()?,
     };
     let count = r.u32()?;
-    // Each position takes at least 33 bytes: a count past the body is a lie, not an
+    // Each position takes at least 17 bytes: a count past the body is a lie, not an
     // allocation.
-    if count as usize > body.len() / 33 {
+    if count as usize > body.len() / 17 {
         return Err(Refusal::Malformed {
             at: base,
             what: "more positions than the header holds",
@@ -361,8 +359,6 @@ impl Reader<'_> {
     fn fingerprint(&mut self) -> Result<Fingerprint, Refusal> {
         Ok(Fingerprint {
             sequence: self.u64()?,
-            execution_id: self.u64()? as i64,
-            event_id: self.u64()? as i64,
             hash: self.u32()?,
         })
     }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use chain_fold::Event;
 
+use super::checkpointer::{CheckpointReport, Checkpointer, Checkpointing};
 use super::decode::{DecodeMode, decode_records};
 use super::source::{Backfill, Pull, RecordError, WalSource};
 use crate::StateIndex;
@@ -180,6 +181,8 @@ pub struct DrainReport {
     pub stalled: u64,
     /// The first [`DrainReport::STALLED_SAMPLES`] of them.
     pub stalled_samples: Vec<StalledChain>,
+    /// What its checkpoints did ([`Drain::checkpoint_to`]).
+    pub checkpoints: CheckpointReport,
 }
 
 impl DrainReport {
@@ -224,6 +227,8 @@ pub struct Drain<I: StateIndex, S> {
     healthy: Option<bool>,
     /// Consecutive source errors, and when the next attempt is due.
     failing: Option<(u32, Instant)>,
+    /// Where and when it checkpoints the index, if it does.
+    checkpointer: Option<Checkpointer>,
 }
 
 impl<I: StateIndex, S: WalSource> Drain<I, S> {
@@ -241,7 +246,19 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             last_stall_check: Instant::now(),
             healthy: None,
             failing: None,
+            checkpointer: None,
         }
+    }
+
+    /// This drain with checkpoints: between two batches, whenever one is due, it captures
+    /// the index and its source's position and hands them to a writer thread
+    /// ([`Checkpointing`] says when, [`crate::checkpoint`] what). A source that cannot say
+    /// where it stands ([`WalSource::position`]), or an index that does not checkpoint
+    /// (the comparators), gets none: they are counted as skipped. An error only if the
+    /// writer thread cannot be started.
+    pub fn checkpoint_to(mut self, checkpointing: Checkpointing) -> io::Result<Self> {
+        self.checkpointer = Some(Checkpointer::start(checkpointing)?);
+        Ok(self)
     }
 
     /// One pull-apply-commit step (and a sweep if one is due), blocking the calling thread:
@@ -288,12 +305,18 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 true
             }
             Ok(Step::Events(events)) => {
+                let bytes: u64 = events.iter().map(|e| e.payload().len() as u64).sum();
                 if !events.is_empty() {
                     let batch = self.index.apply_batch_async(events).await;
                     self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
                 }
                 if let Err(error) = self.source.commit() {
                     return self.source_failed(error);
+                }
+                // Between this batch and the next pull: the source's position and the
+                // index agree.
+                if let Some(checkpointer) = &mut self.checkpointer {
+                    checkpointer.after_batch(&*self.index, &self.source, bytes);
                 }
                 true
             }
@@ -303,6 +326,10 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             self.swept(&stats);
         }
         self.check_stalls_if_due();
+        if let Some(checkpointer) = &self.checkpointer {
+            // The writer's outcomes arrive on its thread: each step reports them as of now.
+            self.report.checkpoints = checkpointer.report();
+        }
         Ok(more)
     }
 
@@ -533,6 +560,7 @@ impl<I: StateIndex, S> std::fmt::Debug for Drain<I, S> {
             .field("backfill", &self.backfill)
             .field("healthy", &self.healthy)
             .field("report", &self.report)
+            .field("checkpointer", &self.checkpointer)
             .finish_non_exhaustive()
     }
 }

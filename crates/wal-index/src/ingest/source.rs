@@ -9,6 +9,7 @@ use chain_fold::{Event, EventError};
 pub use crate::backfill::Backfill;
 
 use super::decode::{DecodeMode, Record};
+use crate::checkpoint::{Fingerprint, LogIdentity, Position, Refusal, SourcePosition};
 
 /// One record a source decoded itself: a source whose framing carries the payload in
 /// another form (escaped inside a JSON string, say) decodes it once, straight from that
@@ -76,6 +77,14 @@ pub trait WalSource: Send {
     fn decode_as(&mut self, mode: DecodeMode) {
         let _ = mode;
     }
+
+    /// The log this source reads and, per partition, the last record it returned from
+    /// `pull`: what a [checkpoint](crate::checkpoint) taken right after applying that pull
+    /// resumes from. The default, `None`, says the source cannot resume, and the drain
+    /// takes no checkpoint.
+    fn position(&self) -> Option<SourcePosition> {
+        None
+    }
 }
 
 impl<S: WalSource + ?Sized> WalSource for Box<S> {
@@ -93,6 +102,10 @@ impl<S: WalSource + ?Sized> WalSource for Box<S> {
 
     fn decode_as(&mut self, mode: DecodeMode) {
         (**self).decode_as(mode)
+    }
+
+    fn position(&self) -> Option<SourcePosition> {
+        (**self).position()
     }
 }
 
@@ -214,23 +227,94 @@ pub struct JsonLinesSource<R> {
     reader: R,
     line: u64,
     done: bool,
+    log: LogIdentity,
+    /// The last line returned, and the one before it.
+    last: Option<Fingerprint>,
+    before: Option<Fingerprint>,
 }
 
 impl<R: BufRead + Send> JsonLinesSource<R> {
-    /// Reads from any buffered reader.
+    /// Reads from any buffered reader (its log identity: `file`, unnamed).
     pub fn new(reader: R) -> Self {
         JsonLinesSource {
             reader,
             line: 0,
             done: false,
+            log: LogIdentity::new("file", "", ""),
+            last: None,
+            before: None,
         }
+    }
+
+    /// With `log` as the identity its checkpoints carry.
+    pub fn with_log(mut self, log: LogIdentity) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// The log identity its checkpoints carry.
+    pub fn log(&self) -> &LogIdentity {
+        &self.log
+    }
+
+    /// Resumes after a checkpoint's `position`: skips the lines up to the position's last
+    /// one, checking that the line before it and that line are the fingerprinted ones, so
+    /// the next pull returns the first line the checkpoint does not hold. A file that no
+    /// longer holds those lines (rewritten, truncated) is refused with
+    /// [`Refusal::Fingerprint`]; the caller then replays from the beginning.
+    pub fn resume(mut self, position: &Position) -> Result<Self, Refusal> {
+        let refused = |why: String| Refusal::Fingerprint { why };
+        let mut buf = Vec::new();
+        while self.line < position.last.sequence {
+            buf.clear();
+            let read = self
+                .reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| Refusal::Io(e.to_string()))?;
+            if read == 0 {
+                return Err(refused(format!(
+                    "the file ends at line {} before the checkpoint's line {}",
+                    self.line, position.last.sequence
+                )));
+            }
+            self.line += 1;
+            trim_line_end(&mut buf);
+            let here = Fingerprint::of(self.line, &buf);
+            let expected = [position.before, Some(position.last)]
+                .into_iter()
+                .flatten()
+                .find(|f| f.sequence == self.line);
+            if expected.is_some_and(|expected| expected != here) {
+                return Err(refused(format!(
+                    "line {} is not the line the checkpoint was taken after",
+                    self.line
+                )));
+            }
+        }
+        self.before = position.before;
+        self.last = Some(position.last);
+        Ok(self)
+    }
+}
+
+/// Drops a line's `\n` or `\r\n`.
+fn trim_line_end(buf: &mut Vec<u8>) {
+    while matches!(buf.last(), Some(b'\n' | b'\r')) {
+        buf.pop();
     }
 }
 
 impl JsonLinesSource<io::BufReader<std::fs::File>> {
-    /// Opens a file.
+    /// Opens a file; its checkpoints carry the log identity `file` and the path.
     pub fn open(path: impl AsRef<std::path::Path>) -> io::Result<Self> {
-        Ok(Self::new(io::BufReader::new(std::fs::File::open(path)?)))
+        let path = path.as_ref();
+        Ok(
+            Self::new(io::BufReader::new(std::fs::File::open(path)?)).with_log(LogIdentity::new(
+                "file",
+                path.display().to_string(),
+                "",
+            )),
+        )
     }
 }
 
@@ -244,12 +328,11 @@ impl<R: BufRead + Send> WalSource for JsonLinesSource<R> {
                 break;
             }
             self.line += 1;
-            while matches!(buf.last(), Some(b'\n' | b'\r')) {
-                buf.pop();
-            }
+            trim_line_end(&mut buf);
             if buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            self.before = self.last.replace(Fingerprint::of(self.line, &buf));
             batch.push(Record {
                 position: self.line,
                 payload: Bytes::from(buf),
@@ -259,6 +342,18 @@ impl<R: BufRead + Send> WalSource for JsonLinesSource<R> {
             Pull::Closed
         } else {
             Pull::Records(batch)
+        })
+    }
+
+    /// The last line returned: its number and a CRC-32C of its bytes, and the line before.
+    fn position(&self) -> Option<SourcePosition> {
+        Some(SourcePosition {
+            log: self.log.clone(),
+            positions: vec![Position {
+                partition: "lines".to_owned(),
+                last: self.last?,
+                before: self.before,
+            }],
         })
     }
 }

@@ -1,0 +1,295 @@
+//! The drain's checkpoints: when one is due, the capture between two batches, and the
+//! write on a thread of its own.
+//!
+//! A checkpoint is due when [`Checkpointing::every`] has passed or
+//! [`Checkpointing::every_bytes`] of payload were applied since the last one. The drain
+//! captures it right after applying a batch and before pulling the next, so the source's
+//! position and the index agree ([`crate::checkpoint`] says why that is enough). Capturing
+//! loads each resident execution's published snapshot: the drain's thread pays a pointer
+//! load and a vector of handles per execution, never the encoding or the write, which a
+//! writer thread does. One write is in flight at most: a checkpoint due while the previous
+//! one is still being written is skipped, not queued, and taken at the next batch.
+
+use std::io;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::source::WalSource;
+use crate::checkpoint::{Checkpoint, DirStore};
+use crate::config::{ConfigError, Vars};
+use crate::index::StateIndex;
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+
+/// Where and how often a [`Drain`](super::Drain) checkpoints its index.
+///
+/// ```
+/// use std::time::Duration;
+/// use wal_index::checkpoint::DirStore;
+/// use wal_index::ingest::Checkpointing;
+///
+/// let dir = std::env::temp_dir().join(format!("sbix-cadence-{}", std::process::id()));
+/// let checkpoints = Checkpointing::new(DirStore::open(&dir, 3)?).every(Duration::from_secs(30));
+/// assert_eq!(checkpoints.every_bytes, Checkpointing::DEFAULT_EVERY_BYTES);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Checkpointing {
+    /// Where they are written.
+    pub store: std::sync::Arc<DirStore>,
+    /// A checkpoint is due this long after the last one (default 60 s).
+    pub every: Duration,
+    /// ... or after this many payload bytes were applied since (default 512 MiB).
+    pub every_bytes: u64,
+}
+
+impl Checkpointing {
+    /// Default time between checkpoints.
+    pub const DEFAULT_EVERY: Duration = Duration::from_secs(60);
+    /// Default payload bytes between checkpoints.
+    pub const DEFAULT_EVERY_BYTES: u64 = 512 << 20;
+    /// Default checkpoints kept.
+    pub const DEFAULT_KEEP: usize = 3;
+
+    /// Checkpoints to `store` at the default cadence.
+    pub fn new(store: DirStore) -> Checkpointing {
+        Checkpointing {
+            store: std::sync::Arc::new(store),
+            every: Self::DEFAULT_EVERY,
+            every_bytes: Self::DEFAULT_EVERY_BYTES,
+        }
+    }
+
+    /// With another time between checkpoints.
+    pub fn every(mut self, every: Duration) -> Checkpointing {
+        self.every = every;
+        self
+    }
+
+    /// With another payload volume between checkpoints.
+    pub fn every_bytes(mut self, bytes: u64) -> Checkpointing {
+        self.every_bytes = bytes;
+        self
+    }
+
+    /// From `NOETL_STATE_INDEX_CHECKPOINT_DIR` (unset or empty: no checkpoints),
+    /// `NOETL_STATE_INDEX_CHECKPOINT_SECS` (60), `NOETL_STATE_INDEX_CHECKPOINT_MB` (512)
+    /// and `NOETL_STATE_INDEX_CHECKPOINT_KEEP` (3). A malformed value is an error naming
+    /// its variable; a directory that cannot be created is an I/O error.
+    pub fn from_env() -> Result<Option<Checkpointing>, io::Error> {
+        Self::from_lookup(|var| std::env::var(var).ok())
+    }
+
+    /// [`from_env`](Checkpointing::from_env) over any lookup.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Checkpointing>, io::Error> {
+        let vars = Vars(lookup);
+        let Some(dir) = vars.get("NOETL_STATE_INDEX_CHECKPOINT_DIR") else {
+            return Ok(None);
+        };
+        let number = |var: &'static str, default: u64| -> Result<u64, ConfigError> {
+            match vars.get(var) {
+                None => Ok(default),
+                Some(value) => match value.parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(ConfigError {
+                        var,
+                        value,
+                        expected: "a positive integer",
+                    }),
+                },
+            }
+        };
+        let invalid = |e: ConfigError| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let secs = number("NOETL_STATE_INDEX_CHECKPOINT_SECS", 60).map_err(invalid)?;
+        let mb = number("NOETL_STATE_INDEX_CHECKPOINT_MB", 512).map_err(invalid)?;
+        let keep = number("NOETL_STATE_INDEX_CHECKPOINT_KEEP", 3).map_err(invalid)?;
+        let store = DirStore::open(
+            PathBuf::from(dir),
+            usize::try_from(keep).unwrap_or(usize::MAX),
+        )?;
+        Ok(Some(
+            Checkpointing::new(store)
+                .every(Duration::from_secs(secs))
+                .every_bytes(mb.saturating_mul(1 << 20)),
+        ))
+    }
+}
+
+/// What the drain's checkpoints did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// Checkpoints captured and handed to the writer.
+    pub captured: u64,
+    /// Of those, written durably.
+    pub written: u64,
+    /// Of those, whose write failed (the previous checkpoints stay as they were).
+    pub failed: u64,
+    /// Due while the previous one was still being written: skipped, taken at a later
+    /// batch.
+    pub skipped_busy: u64,
+    /// Due while the source could not say where it stands (it has not delivered yet, or
+    /// cannot resume), or on an index that does not checkpoint: skipped.
+    pub skipped_no_position: u64,
+    /// The size of the last checkpoint written, in bytes.
+    pub last_bytes: u64,
+    /// The last write's error, if one failed.
+    pub last_error: Option<String>,
+}
+
+/// What the writer thread reports back.
+#[derive(Default)]
+struct Outcomes {
+    written: AtomicU64,
+    failed: AtomicU64,
+    last_bytes: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// The drain's side: the cadence, and the hand-off to the writer.
+pub(crate) struct Checkpointer {
+    config: Checkpointing,
+    since: Instant,
+    bytes: u64,
+    /// True from a hand-off until the writer finished that checkpoint.
+    busy: Arc<AtomicBool>,
+    outcomes: Arc<Outcomes>,
+    sender: Option<Sender<Checkpoint>>,
+    thread: Option<JoinHandle<()>>,
+    captured: u64,
+    skipped_busy: u64,
+    skipped_no_position: u64,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("config", &self.config)
+            .field("captured", &self.captured)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checkpointer {
+    pub(crate) fn start(config: Checkpointing) -> io::Result<Checkpointer> {
+        let (sender, receiver) = crossbeam_channel::bounded::<Checkpoint>(1);
+        let busy = Arc::new(AtomicBool::new(false));
+        let outcomes = Arc::new(Outcomes::default());
+        let thread = std::thread::Builder::new()
+            .name("wal-index-checkpoint".into())
+            .spawn({
+                let (store, busy, outcomes) = (
+                    config.store.clone(),
+                    Arc::clone(&busy),
+                    Arc::clone(&outcomes),
+                );
+                move || write_loop(&store, &receiver, &busy, &outcomes)
+            })?;
+        Ok(Checkpointer {
+            config,
+            since: Instant::now(),
+            bytes: 0,
+            busy,
+            outcomes,
+            sender: Some(sender),
+            thread: Some(thread),
+            captured: 0,
+            skipped_busy: 0,
+            skipped_no_position: 0,
+        })
+    }
+
+    /// After a batch of `bytes` payload bytes was applied: captures and hands off a
+    /// checkpoint if one is due and the writer is free.
+    pub(crate) fn after_batch<I: StateIndex, S: WalSource>(
+        &mut self,
+        index: &I,
+        source: &S,
+        bytes: u64,
+    ) {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.since.elapsed() < self.config.every && self.bytes < self.config.every_bytes {
+            return;
+        }
+        // Acquire pairs with the writer's Release store when it finishes a checkpoint: a
+        // drain that sees it free sees that write's outcome counted.
+        if self.busy.load(Ordering::Acquire) {
+            self.skipped_busy += 1;
+            return;
+        }
+        let checkpoint = source.position().and_then(|at| index.checkpoint(at));
+        self.since = Instant::now();
+        self.bytes = 0;
+        let Some(checkpoint) = checkpoint else {
+            self.skipped_no_position += 1;
+            return;
+        };
+        // Relaxed: the channel hands the checkpoint over and orders this store before the
+        // writer's receive; only the drain sets the flag, only the writer clears it.
+        self.busy.store(true, Ordering::Relaxed);
+        if let Some(sender) = &self.sender
+            && sender.try_send(checkpoint).is_ok()
+        {
+            self.captured += 1;
+            return;
+        }
+        self.busy.store(false, Ordering::Relaxed);
+    }
+
+    /// What the checkpoints did so far.
+    pub(crate) fn report(&self) -> CheckpointReport {
+        // Relaxed: counters read for a report; the writer's Release on `busy` orders them
+        // for a drain that waits for it (`Drop`).
+        CheckpointReport {
+            captured: self.captured,
+            written: self.outcomes.written.load(Ordering::Relaxed),
+            failed: self.outcomes.failed.load(Ordering::Relaxed),
+            skipped_busy: self.skipped_busy,
+            skipped_no_position: self.skipped_no_position,
+            last_bytes: self.outcomes.last_bytes.load(Ordering::Relaxed),
+            last_error: self.outcomes.last_error.lock().clone(),
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    /// Lets the write in flight finish (a checkpoint is whole or absent either way).
+    fn drop(&mut self) {
+        drop(self.sender.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The writer thread: encodes and writes each checkpoint handed over, until the drain goes.
+fn write_loop(
+    store: &DirStore,
+    receiver: &Receiver<Checkpoint>,
+    busy: &AtomicBool,
+    outcomes: &Outcomes,
+) {
+    for checkpoint in receiver {
+        let bytes = checkpoint.encode();
+        drop(checkpoint);
+        // Relaxed counters: see `Checkpointer::report`.
+        match store.write(&bytes) {
+            Ok(_) => {
+                outcomes.written.fetch_add(1, Ordering::Relaxed);
+                outcomes
+                    .last_bytes
+                    .store(bytes.len() as u64, Ordering::Relaxed);
+            }
+            Err(error) => {
+                outcomes.failed.fetch_add(1, Ordering::Relaxed);
+                *outcomes.last_error.lock() = Some(error.to_string());
+            }
+        }
+        // Release pairs with the drain's Acquire load in `after_batch`.
+        busy.store(false, Ordering::Release);
+    }
+}
