@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use wal_index::checkpoint::{LogIdentity, Position};
 use wal_index::ingest::Backoff;
 
 use crate::frame::Limits;
@@ -43,6 +44,9 @@ pub struct EhdbConfig {
     /// backlog in one frame. It decides when a shard's backfill is over (see
     /// [`EhdbSource`](crate::EhdbSource), "Backfill"); it never limits what is read.
     pub feed_batch_limit: Option<u64>,
+    /// A checkpoint's positions to resume from ([`EhdbConfig::resume_from`]); empty: every
+    /// shard starts at [`cursor`](Self::cursor).
+    pub resume: Vec<Position>,
 }
 
 impl EhdbConfig {
@@ -59,6 +63,7 @@ impl EhdbConfig {
             keepalive: Some(Duration::from_secs(10)),
             redial: Backoff::default(),
             feed_batch_limit: Some(DEFAULT_FEED_BATCH_LIMIT),
+            resume: Vec::new(),
         }
     }
 
@@ -73,4 +78,40 @@ impl EhdbConfig {
         self.cursor = cursor;
         self
     }
+
+    /// Resumes after a [checkpoint](wal_index::checkpoint)'s positions (the ones an
+    /// [`EhdbSource`](crate::EhdbSource) reported, partitions named `shard N`): each such
+    /// shard subscribes from the record before its last applied one, and its reader checks
+    /// that the first record delivered is the fingerprinted one (its sequence and the
+    /// CRC-32C of its canonical bytes) before it hands on anything, and drops it (the index
+    /// holds it). A writer whose log no longer holds that record (it lost its tail, or wrote
+    /// other records under the same numbers) ends the shard's reader with a refusal
+    /// ([`EhdbSource::refusal`](crate::EhdbSource::refusal)): the pool then starts over
+    /// from an empty index and cursor 0. Shards without a position start at
+    /// [`cursor`](Self::cursor).
+    pub fn resume_from(mut self, positions: impl IntoIterator<Item = Position>) -> EhdbConfig {
+        self.resume = positions.into_iter().collect();
+        self
+    }
+
+    /// The log identity its checkpoints carry: the writer's address and the shards drained.
+    pub fn log_identity(&self) -> LogIdentity {
+        let shards: Vec<String> = self.shards.iter().map(u32::to_string).collect();
+        LogIdentity::new(
+            "ehdb",
+            self.addr.clone(),
+            format!("shards={}", shards.join(",")),
+        )
+    }
+
+    /// This shard's position to resume from, if the checkpoint has one.
+    pub(crate) fn resume_of(&self, shard: u32) -> Option<&Position> {
+        let name = partition(shard);
+        self.resume.iter().find(|p| p.partition == name)
+    }
+}
+
+/// A shard's partition name in a checkpoint.
+pub(crate) fn partition(shard: u32) -> String {
+    format!("shard {shard}")
 }

@@ -11,9 +11,10 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySen
 use wal_index::WalSource;
 use wal_index::ingest::{Backfill, DecodeMode, Decoded, Pull};
 
-use crate::config::EhdbConfig;
+use crate::config::{EhdbConfig, partition};
 use crate::connect::{after, dial, keepalive, send_subscription};
 use crate::frame::{FeedError, FrameReader};
+use wal_index::checkpoint::{Fingerprint, Position, Refusal, SourcePosition};
 
 /// How often a reader blocked on its socket looks at the stop flag and the idle deadline:
 /// the bound on how long dropping the source waits for a reader that is reading.
@@ -112,6 +113,8 @@ struct Shared {
     /// Each shard's state. Locked by a reader when its shard goes down or comes up, and by
     /// `pull` once per call.
     shards: Mutex<Vec<ShardState>>,
+    /// Why a resumed shard's log did not hold its checkpoint's last record, if one did not.
+    refusal: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -258,6 +261,10 @@ pub struct EhdbSource {
     readers: Vec<JoinHandle<()>>,
     /// The highest `global_sequence` handed to the drain, per shard slot.
     pulled: Vec<u64>,
+    /// The last record handed to the drain and the one before it, per shard slot (a
+    /// resumed shard starts from its checkpoint's); fingerprinted only when a checkpoint
+    /// asks.
+    handed: Vec<[Option<Handed>; 2]>,
 }
 
 impl std::fmt::Debug for EhdbSource {
@@ -296,6 +303,7 @@ impl EhdbSource {
             slim: AtomicBool::new(false),
             counters: Counters::default(),
             shards: Mutex::new(vec![ShardState::default(); config.shards.len()]),
+            refusal: Mutex::new(None),
         });
         let mut source = EhdbSource {
             config: config.clone(),
@@ -303,13 +311,29 @@ impl EhdbSource {
             shared: Arc::clone(&shared),
             readers: Vec::with_capacity(config.shards.len()),
             pulled: vec![config.cursor; config.shards.len()],
+            handed: config
+                .shards
+                .iter()
+                .map(|&shard| match config.resume_of(shard) {
+                    Some(p) => [Some(Handed::Known(p.last)), p.before.map(Handed::Known)],
+                    None => [None, None],
+                })
+                .collect(),
         };
         for (slot, &shard) in config.shards.iter().enumerate() {
+            let resume = config.resume_of(shard);
+            // From the record before the last applied one, so the first record delivered
+            // is that one, checked and dropped.
+            let cursor = resume.map_or(config.cursor, |p| {
+                p.before
+                    .map_or(p.last.sequence.saturating_sub(1), |before| before.sequence)
+            });
             let reader = ShardReader {
                 config: config.clone(),
                 shard,
                 slot,
-                cursor: config.cursor,
+                cursor,
+                expect: resume.map(|p| p.last),
                 sender: sender.clone(),
                 shared: Arc::clone(&shared),
             };
@@ -338,7 +362,23 @@ impl EhdbSource {
     /// Notes how far the drain got in the record's shard, and hands the record over.
     fn handed_over(&mut self, (slot, record): (usize, Decoded)) -> Decoded {
         self.pulled[slot] = self.pulled[slot].max(record.position);
+        let [last, before] = &mut self.handed[slot];
+        *before = last.replace(Handed::Record(record.clone()));
         record
+    }
+
+    /// Why this source refused the checkpoint it resumed from: a resumed shard's log no
+    /// longer holds the checkpoint's last record there. The shard's reader has stopped and
+    /// the drain's pulls fail (not retried); the pool starts over from an empty index and
+    /// cursor 0, and nothing of the refused checkpoint is served.
+    pub fn refusal(&self) -> Option<Refusal> {
+        let why = self
+            .shared
+            .refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()?;
+        Some(Refusal::Fingerprint { why })
     }
 
     /// Every reader has ended and the queue is empty: each reader ends only at a fatal
@@ -393,6 +433,29 @@ impl WalSource for EhdbSource {
             .store(mode == DecodeMode::Slim, Ordering::Relaxed);
     }
 
+    /// Each shard that has delivered (or was resumed): its last record handed to the drain
+    /// and the one before it, as `shard N`; the log is the writer's address and the
+    /// shards drained ([`EhdbConfig::log_identity`]).
+    fn position(&self) -> Option<SourcePosition> {
+        let positions = self
+            .config
+            .shards
+            .iter()
+            .zip(&self.handed)
+            .filter_map(|(&shard, [last, before])| {
+                Some(Position {
+                    partition: partition(shard),
+                    last: last.as_ref()?.fingerprint(),
+                    before: before.as_ref().map(Handed::fingerprint),
+                })
+            })
+            .collect();
+        Some(SourcePosition {
+            log: self.config.log_identity(),
+            positions,
+        })
+    }
+
     /// Behind until every shard's frames have told where its backlog ends (see
     /// [`EhdbSource`], "Backfill") and the drain has pulled each shard up to there.
     fn backfill(&self) -> Backfill {
@@ -428,6 +491,8 @@ struct ShardReader {
     slot: usize,
     /// The highest `global_sequence` queued: where the next subscription starts.
     cursor: u64,
+    /// A resumed shard's checkpoint record, until the first record delivered matched it.
+    expect: Option<Fingerprint>,
     sender: Sender<(usize, Decoded)>,
     shared: Arc<Shared>,
 }
@@ -482,6 +547,9 @@ impl BacklogWatch {
 enum SessionEnd {
     /// The source is being dropped.
     Stopped,
+    /// The log does not hold the checkpoint's last record where it should: the shard's
+    /// reader stops.
+    Refused(String),
     /// An outage; `progressed` if the connection delivered anything first.
     Failed { error: FeedError, progressed: bool },
 }
@@ -492,6 +560,17 @@ impl ShardReader {
         loop {
             let (error, progressed) = match self.session() {
                 SessionEnd::Stopped => return,
+                SessionEnd::Refused(why) => {
+                    let why = format!("shard {}: checkpoint refused: {why}", self.shard);
+                    *self
+                        .shared
+                        .refusal
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = Some(why.clone());
+                    self.shared
+                        .shard_down(self.slot, Outage { why, fatal: true });
+                    return;
+                }
                 SessionEnd::Failed { error, progressed } => (error, progressed),
             };
             if self.shared.stopping() {
@@ -542,12 +621,27 @@ impl ShardReader {
             let mut gone = false;
             frames.decode_as(self.shared.decode_mode());
             let cursor = &mut self.cursor;
+            let expect = &mut self.expect;
+            let mut refused = None;
             let (sender, shared, slot) = (&self.sender, &*self.shared, self.slot);
             let read = frames.read_frame(&mut input, |record| {
                 if gone {
                     return;
                 }
                 let position = record.position;
+                if let Some(expected) = expect.take() {
+                    let found = fingerprint_of(&record);
+                    if found != expected {
+                        refused = Some(format!(
+                            "the first record after the cursor is {found:?}, not the checkpoint's {expected:?}"
+                        ));
+                        gone = true;
+                        return;
+                    }
+                    // The index holds it: dropped, and not asked for again.
+                    *cursor = (*cursor).max(position);
+                    return;
+                }
                 if send(sender, shared, (slot, record)) {
                     progressed = true;
                     Counters::add(&counters.records, 1);
@@ -557,13 +651,22 @@ impl ShardReader {
                     gone = true;
                 }
             });
+            if let Some(why) = refused {
+                return SessionEnd::Refused(why);
+            }
             if gone || self.shared.stopping() {
                 return SessionEnd::Stopped;
             }
             match read {
                 Ok(Some(summary)) => {
                     progressed = true;
-                    if backlog.frame(&summary) {
+                    let ended = backlog.frame(&summary);
+                    if ended && let Some(expected) = self.expect {
+                        return SessionEnd::Refused(format!(
+                            "the log ends before the checkpoint's last record {expected:?} (the writer lost its tail)"
+                        ));
+                    }
+                    if ended {
                         self.shared.backlog_ended(self.slot, self.cursor);
                     }
                     if summary.records == 0 && !summary.abandoned {
@@ -723,5 +826,33 @@ fn send(sender: &Sender<(usize, Decoded)>, shared: &Shared, mut record: (usize, 
                 }
             }
         }
+    }
+}
+
+/// A record handed to the drain, kept for the next checkpoint's position, or a resumed
+/// shard's checkpoint record.
+#[derive(Debug, Clone)]
+enum Handed {
+    Record(Decoded),
+    Known(Fingerprint),
+}
+
+impl Handed {
+    fn fingerprint(&self) -> Fingerprint {
+        match self {
+            Handed::Record(record) => fingerprint_of(record),
+            Handed::Known(fingerprint) => *fingerprint,
+        }
+    }
+}
+
+/// A record's fingerprint: its `global_sequence`, and a CRC-32C of its event's slim
+/// canonical bytes, the same whichever way the reader decoded it (a bad record: of why it
+/// is bad, which decoding the same bytes says again). A whole event is projected here,
+/// once per checkpoint and shard, not per record.
+fn fingerprint_of(record: &Decoded) -> Fingerprint {
+    match &record.event {
+        Ok(event) => Fingerprint::of(record.position, event.to_slim().payload()),
+        Err(why) => Fingerprint::of(record.position, why.to_string().as_bytes()),
     }
 }

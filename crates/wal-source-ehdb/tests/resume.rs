@@ -1,0 +1,115 @@
+//! Resuming after a checkpoint (`EhdbConfig::resume_from`): the first record delivered must
+//! be the checkpoint's last one, checked by its fingerprint and dropped; a writer whose log
+//! no longer holds it (a lost tail refilled under the same numbers, or a head below the
+//! position) is refused, and the drain stops rather than skip what it never saw.
+
+mod common;
+
+use std::io::ErrorKind;
+use std::time::{Duration, Instant};
+
+use common::{Behaviour, FakeWriter, LogRecord};
+use wal_index::WalSource;
+use wal_index::checkpoint::Position;
+use wal_index::ingest::Pull;
+use wal_source_ehdb::{EhdbConfig, EhdbSource};
+
+/// Execution 7's chain 1 ← 2 ← … ← n, at global sequences 10, 20, …
+fn chain(n: i64) -> Vec<LogRecord> {
+    (1..=n)
+        .map(|id| LogRecord::event(id as u64 * 10, 7, id, (id > 1).then(|| id - 1)))
+        .collect()
+}
+
+fn fast(addr: &str) -> EhdbConfig {
+    let mut config = EhdbConfig::new(addr);
+    config.redial.first = Duration::from_millis(5);
+    config.redial.max = Duration::from_millis(20);
+    config
+}
+
+/// Pulls until `n` records arrived or `limit` passed; their sequences, or the error that
+/// ended the pulls.
+fn pull(source: &mut EhdbSource, n: usize, limit: Duration) -> Result<Vec<u64>, std::io::Error> {
+    let deadline = Instant::now() + limit;
+    let mut got = Vec::new();
+    while got.len() < n && Instant::now() < deadline {
+        match source.pull(n - got.len(), Duration::from_millis(50)) {
+            Ok(Pull::Decoded(batch)) => got.extend(batch.iter().map(|d| d.position)),
+            Ok(_) => {}
+            Err(error) if error.kind() == ErrorKind::InvalidInput => return Err(error),
+            Err(_) => {}
+        }
+    }
+    Ok(got)
+}
+
+/// The position after the drain was handed the first `n` records of `log`.
+fn position_after(log: Vec<LogRecord>, n: usize) -> Position {
+    let writer = FakeWriter::start(log, vec![Behaviour::Serve]);
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let got = pull(&mut source, n, Duration::from_secs(10)).unwrap();
+    assert_eq!(got.len(), n);
+    let mut at = source.position().expect("the source says where it stands");
+    assert_eq!(at.log.transport, "ehdb");
+    assert_eq!(at.positions.len(), 1);
+    at.positions.remove(0)
+}
+
+#[test]
+fn a_resumed_shard_starts_after_the_checkpoints_record_and_drops_it() {
+    let position = position_after(chain(10), 6);
+    assert_eq!(position.partition, "shard 0");
+    assert_eq!(position.last.sequence, 60);
+    assert_eq!(position.before.map(|b| b.sequence), Some(50));
+
+    let writer = FakeWriter::start(chain(10), vec![Behaviour::Serve]);
+    let mut source =
+        EhdbSource::connect(fast(&writer.addr).resume_from([position.clone()])).unwrap();
+    // Before anything new arrives, a checkpoint would carry the same position.
+    assert_eq!(source.position().unwrap().positions, vec![position]);
+    let got = pull(&mut source, 4, Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        got,
+        vec![70, 80, 90, 100],
+        "the rest, once, and not the checkpoint's record"
+    );
+    assert_eq!(
+        writer.cursors(),
+        vec![50],
+        "subscribed from the record before"
+    );
+    assert!(source.refusal().is_none());
+}
+
+#[test]
+fn a_log_refilled_under_the_checkpoints_numbers_is_refused() {
+    let position = position_after(chain(10), 6);
+    // The writer lost its tail from 60 on and wrote another execution's records there.
+    let mut refilled: Vec<LogRecord> = chain(5);
+    refilled.extend((6..=10).map(|id| LogRecord::event(id * 10, 8, id as i64, None)));
+    let writer = FakeWriter::start(refilled, vec![Behaviour::Serve]);
+    let mut source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
+    let error = pull(&mut source, 1, Duration::from_secs(10)).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
+    let refusal = source.refusal().expect("refused");
+    assert_eq!(refusal.label(), "fingerprint", "{refusal}");
+}
+
+#[test]
+fn a_writer_whose_log_ends_below_the_position_is_refused() {
+    let position = position_after(chain(10), 6);
+    // Restarted having lost everything after 40: its backlog ends below the position.
+    let writer = FakeWriter::start(
+        chain(4),
+        vec![Behaviour::Capped {
+            limit: 2000,
+            heartbeat_first: false,
+            heartbeat_ms: 20,
+        }],
+    );
+    let mut source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
+    let error = pull(&mut source, 1, Duration::from_secs(10)).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
+    assert!(source.refusal().is_some());
+}
