@@ -6,7 +6,7 @@ Usage: scripts/function-lengths.py [--max N] [--skip-tests] [PATH ...]
        (default paths: crates benches)
 With --max, exits 1 if a function in the given paths is longer than N lines. With
 --skip-tests, files that hold only tests, models or test harnesses (`tests.rs`,
-`*_models.rs`, `test_*.rs`, anything under a `tests/` folder) are not read.
+`*_models.rs`, `test_*.rs`, anything under a `tests/` or `test_*/` folder) are not read.
 """
 import re
 import sys
@@ -27,7 +27,7 @@ def test_only(path):
         name == "tests.rs"
         or name.endswith("_models.rs")
         or name.startswith("test_")
-        or "tests" in path.parts[:-1]
+        or any(part == "tests" or part.startswith("test_") for part in path.parts[:-1])
     )
 
 

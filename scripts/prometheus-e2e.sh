@@ -33,7 +33,7 @@ trap cleanup EXIT
 # waits, rehydrate) and 10 s of live load per engine, about 45 s in a debug build.
 cargo build --locked -q -p sb-sim --bin sb-sim
 SIM=target/debug/sb-sim
-"$SIM" simulate --duration 10 --lose-events 2 --stall-secs 1 --metrics-addr "127.0.0.1:$APP_PORT" >"$WORK/sim.out" 2>"$WORK/sim.log" &
+"$SIM" simulate --duration 10 --lose-events 2 --stall-secs 1 --checkpoint-secs 2 --metrics-addr "127.0.0.1:$APP_PORT" >"$WORK/sim.out" 2>"$WORK/sim.log" &
 APP_PID=$!
 
 cat >"$WORK/prometheus.yml" <<YML

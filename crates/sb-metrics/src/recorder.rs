@@ -10,8 +10,8 @@ use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
 use wal_index::report::IndexStats;
 
 use crate::series::{
-    BUILD_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES, EVICTION_REASONS, Kind, REHYDRATE_OUTCOMES,
-    SERIES, STALL_REASONS, TAIL_OUTCOMES, WAIT_OUTCOMES, name,
+    BUILD_OUTCOMES, CHECKPOINT_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES, EVICTION_REASONS, Kind,
+    REFUSAL_REASONS, REHYDRATE_OUTCOMES, SERIES, STALL_REASONS, TAIL_OUTCOMES, WAIT_OUTCOMES, name,
 };
 
 /// Registers help texts and units of every series with the installed recorder.
@@ -63,6 +63,8 @@ pub struct StateBuilderMetrics {
     healthy: Gauge,
     backfilling: Gauge,
     stalled_chains: [Counter; STALL_REASONS.len()],
+    checkpoints: [Counter; CHECKPOINT_OUTCOMES.len()],
+    checkpoint_refused: [Counter; REFUSAL_REASONS.len()],
 }
 
 fn labelled<T, const N: usize>(
@@ -151,30 +153,48 @@ impl StateBuilderMetrics {
                 counter(name::STALLED_CHAINS_TOTAL),
                 "reason",
             ),
+            checkpoints: labelled(
+                &CHECKPOINT_OUTCOMES,
+                counter(name::CHECKPOINTS_TOTAL),
+                "outcome",
+            ),
+            checkpoint_refused: labelled(
+                &REFUSAL_REASONS,
+                counter(name::CHECKPOINT_REFUSED_TOTAL),
+                "reason",
+            ),
         };
-        let counters = m
+        m.pre_register();
+        Arc::new(m)
+    }
+
+    /// Every counter label value and every gauge at zero, so each series exists from the
+    /// start (a dashboard's `increase()` reads 0, not "no data", before the first event).
+    fn pre_register(&self) {
+        let counters = self
             .builds
             .iter()
-            .chain(&m.drive_builds)
-            .chain(&m.drive_wait)
-            .chain(&m.drive_tail)
-            .chain(&m.evictions)
-            .chain(&m.rehydrate)
-            .chain(&m.stalled_chains)
-            .chain(std::iter::once(&m.wal_events));
+            .chain(&self.drive_builds)
+            .chain(&self.drive_wait)
+            .chain(&self.drive_tail)
+            .chain(&self.evictions)
+            .chain(&self.rehydrate)
+            .chain(&self.stalled_chains)
+            .chain(&self.checkpoints)
+            .chain(&self.checkpoint_refused)
+            .chain(std::iter::once(&self.wal_events));
         for c in counters {
             c.increment(0);
         }
-        for g in m.lock_wait.iter().chain([
-            &m.executions,
-            &m.events,
-            &m.bytes,
-            &m.healthy,
-            &m.backfilling,
+        for g in self.lock_wait.iter().chain([
+            &self.executions,
+            &self.events,
+            &self.bytes,
+            &self.healthy,
+            &self.backfilling,
         ]) {
             g.increment(0.0);
         }
-        Arc::new(m)
     }
 
     /// Records a drive outcome by hand, for a caller that decides it outside
@@ -237,5 +257,13 @@ impl IndexObserver for StateBuilderMetrics {
 
     fn stalled_chain(&self, stalled: &wal_index::stall::StalledChain) {
         self.stalled_chains[stalled.reason.index()].increment(1);
+    }
+
+    fn checkpoint(&self, outcome: wal_index::labels::CheckpointLabel) {
+        self.checkpoints[outcome.index()].increment(1);
+    }
+
+    fn checkpoint_refused(&self, reason: wal_index::labels::RefusalLabel) {
+        self.checkpoint_refused[reason.index()].increment(1);
     }
 }

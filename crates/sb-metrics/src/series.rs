@@ -1,7 +1,9 @@
 //! Every series: name, type, labels, unit and help text, as dashboards already use them.
 
 use metrics::Unit;
-use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, StallReason, WaitLabel};
+use wal_index::labels::{
+    CheckpointLabel, DriveLabel, EvictReason, RefusalLabel, RehydrateLabel, StallReason, WaitLabel,
+};
 
 /// The prefix production dashboards use. Note `noetl_worker_`, not `noetl_state_builder_`.
 pub const DEFAULT_PREFIX: &str = "noetl_worker_state_builder_";
@@ -23,6 +25,10 @@ pub const REHYDRATE_OUTCOMES: [&str; 4] = RehydrateLabel::LABELS;
 
 /// `stalled_chains_total{reason}` label values (`wal_index::labels::StallReason`).
 pub const STALL_REASONS: [&str; StallReason::LABELS.len()] = StallReason::LABELS;
+/// `checkpoints_total{outcome}` label values (`wal_index::labels::CheckpointLabel`).
+pub const CHECKPOINT_OUTCOMES: [&str; CheckpointLabel::LABELS.len()] = CheckpointLabel::LABELS;
+/// `checkpoint_refused_total{reason}` label values (`wal_index::labels::RefusalLabel`).
+pub const REFUSAL_REASONS: [&str; RefusalLabel::LABELS.len()] = RefusalLabel::LABELS;
 
 /// `build_duration_seconds` buckets.
 pub const BUILD_DURATION_BUCKETS: [f64; 13] = [
@@ -92,10 +98,14 @@ pub mod name {
     pub const BACKFILLING: &str = "backfilling";
     /// Executions whose chain waited past the bound for a hop, by reason.
     pub const STALLED_CHAINS_TOTAL: &str = "stalled_chains_total";
+    /// Checkpoints by outcome.
+    pub const CHECKPOINTS_TOTAL: &str = "checkpoints_total";
+    /// Checkpoints refused at restore, by reason.
+    pub const CHECKPOINT_REFUSED_TOTAL: &str = "checkpoint_refused_total";
 }
 
 /// The whole catalogue, in the order of docs/domain.md.
-pub const SERIES: [Series; 16] = [
+pub const SERIES: [Series; 18] = [
     Series {
         name: name::BUILDS_TOTAL,
         kind: Kind::Counter,
@@ -207,5 +217,19 @@ pub const SERIES: [Series; 16] = [
         label: Some(("reason", &STALL_REASONS)),
         unit: Unit::Count,
         help: "Holes in executions' chains open longer than the stall bound (missing_hop: an event other events link to that the WAL lost or has not delivered), each counted once.",
+    },
+    Series {
+        name: name::CHECKPOINTS_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("outcome", &CHECKPOINT_OUTCOMES)),
+        unit: Unit::Count,
+        help: "Checkpoints of the index by outcome: written, failed (the previous ones stay valid), skipped_busy (one was still being written), skipped_no_position (the source cannot resume), restored (used at start).",
+    },
+    Series {
+        name: name::CHECKPOINT_REFUSED_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("reason", &REFUSAL_REASONS)),
+        unit: Unit::Count,
+        help: "Checkpoints refused at restore, by reason (torn, checksum, version, index shape, another log, a log that no longer holds the checkpoint's record); nothing of a refused checkpoint is served.",
     },
 ];

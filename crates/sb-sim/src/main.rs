@@ -165,6 +165,11 @@ struct RunArgs {
     /// `stall_after`; default 30; 0: never, as `NOETL_STATE_INDEX_STALL_SECS`).
     #[arg(long, value_parser = number_in(0.0, 86_400.0))]
     stall_secs: Option<f64>,
+    /// The engine's drain checkpoints its index every SECS seconds (into a directory of
+    /// the run's own, deleted afterwards): what checkpoints cost the drain, and the
+    /// `checkpoints_total` series. Off by default.
+    #[arg(long, value_name = "SECS", value_parser = number_in(0.001, 86_400.0))]
+    checkpoint_secs: Option<f64>,
 }
 
 impl RunArgs {
@@ -190,6 +195,7 @@ impl RunArgs {
                 },
                 ..SimConfig::production_index()
             },
+            checkpoint_every: self.checkpoint_secs.map(Duration::from_secs_f64),
             ..SimConfig::default()
         })
     }

@@ -12,8 +12,9 @@ use chain_fold::ExecutionId;
 
 use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
+use wal_index::checkpoint::{Checkpointable, DirStore};
 use wal_index::config::EvictionPolicy;
-use wal_index::ingest::DrainReport;
+use wal_index::ingest::{Checkpointing, DrainReport};
 use wal_index::labels::{DriveLabel, RehydrateLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::report::IndexStats;
@@ -62,6 +63,9 @@ pub struct SimConfig {
     pub drives_on: RunOn,
     /// The WAL the events go through.
     pub wal: WalTarget,
+    /// The drain checkpoints the index this often, into a directory of the run's own
+    /// (deleted afterwards); `None`: no checkpoints. Only the engine checkpoints.
+    pub checkpoint_every: Option<Duration>,
 }
 
 impl SimConfig {
@@ -93,6 +97,7 @@ impl Default for SimConfig {
             drain_on: RunOn::default(),
             drives_on: RunOn::default(),
             wal: WalTarget::InProcess,
+            checkpoint_every: None,
         }
     }
 }
@@ -230,7 +235,7 @@ pub struct EngineRun {
 
 /// Runs `plan` through a fresh `I`. `global` receives the same hooks (for
 /// `--metrics-addr`); `progress` advances by one per published live item.
-pub fn run_engine<I: StateIndex>(
+pub fn run_engine<I: StateIndex + Checkpointable>(
     plan: &Plan,
     config: &SimConfig,
     global: Option<Arc<StateBuilderMetrics>>,
@@ -260,11 +265,12 @@ pub fn run_engine<I: StateIndex>(
     let reads = wal.per_execution_reads(Arc::clone(&retained))?;
     let source = wal.source()?;
     let started = observer.started();
-    let drain = DrainRun::start(
-        &runtime,
-        Drain::new(Arc::clone(&index), source, config.drain),
-        config,
-    );
+    let checkpoints = CheckpointDir::new(config.checkpoint_every, I::NAME);
+    let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
+    if let Some(checkpointing) = checkpoints.checkpointing()? {
+        drain = drain.checkpoint_to(checkpointing)?;
+    }
+    let drain = DrainRun::start(&runtime, drain, config);
     let drives = Arc::new(DriveContext {
         index: Arc::clone(&index),
         records: Mutex::new(Vec::with_capacity(plan.drives())),
@@ -552,5 +558,37 @@ impl std::fmt::Debug for EngineRun {
             .field("drain", &self.drain)
             .field("wall", &self.wall)
             .finish_non_exhaustive()
+    }
+}
+
+/// The directory a run's checkpoints go to, deleted when the run ends.
+struct CheckpointDir {
+    every: Option<Duration>,
+    dir: std::path::PathBuf,
+}
+
+impl CheckpointDir {
+    fn new(every: Option<Duration>, engine: &str) -> CheckpointDir {
+        let dir = std::env::temp_dir().join(format!(
+            "sb-sim-checkpoints-{}-{engine}",
+            std::process::id()
+        ));
+        CheckpointDir { every, dir }
+    }
+
+    fn checkpointing(&self) -> std::io::Result<Option<Checkpointing>> {
+        let Some(every) = self.every else {
+            return Ok(None);
+        };
+        let store = DirStore::open(&self.dir, 2)?;
+        Ok(Some(Checkpointing::new(store).every(every)))
+    }
+}
+
+impl Drop for CheckpointDir {
+    fn drop(&mut self) {
+        if self.every.is_some() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }

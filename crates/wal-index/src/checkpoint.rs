@@ -71,6 +71,7 @@ use chain_fold::{Event, ExecutionId, SpineOrder};
 use crate::WalIndex;
 use crate::config::IndexConfig;
 use crate::index::StateIndex;
+use crate::labels::RefusalLabel;
 
 pub use store::{DirStore, Restored};
 
@@ -287,6 +288,21 @@ impl Checkpoint {
     }
 }
 
+/// An index a drain can checkpoint ([`Drain::checkpoint_to`](crate::Drain::checkpoint_to)).
+/// The engine captures its published snapshots; the comparators keep today's behaviour, in
+/// which nothing survives a restart, and capture nothing.
+pub trait Checkpointable {
+    /// A checkpoint of this index at the source position `at`, or `None` if this index
+    /// does not checkpoint.
+    fn checkpoint(&self, at: SourcePosition) -> Option<Checkpoint>;
+}
+
+impl Checkpointable for WalIndex {
+    fn checkpoint(&self, at: SourcePosition) -> Option<Checkpoint> {
+        Some(Checkpoint::capture(self, at))
+    }
+}
+
 /// Why a checkpoint was not used. Nothing from a refused checkpoint is ever served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -358,18 +374,23 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// A short label for metrics (`checkpoint_refused_total{reason}`).
-    pub fn label(&self) -> &'static str {
+    /// Its reason, as `checkpoint_refused_total{reason}` labels it.
+    pub fn reason(&self) -> RefusalLabel {
         match self {
-            Refusal::NotACheckpoint => "not_a_checkpoint",
-            Refusal::FormatVersion { .. } => "format_version",
-            Refusal::Truncated { .. } => "truncated",
-            Refusal::Checksum { .. } => "checksum",
-            Refusal::Malformed { .. } | Refusal::Image { .. } => "malformed",
-            Refusal::Shape { .. } => "index_shape",
-            Refusal::OtherLog { .. } => "other_log",
-            Refusal::Fingerprint { .. } => "fingerprint",
-            Refusal::Io(_) => "io",
+            Refusal::NotACheckpoint => RefusalLabel::NotACheckpoint,
+            Refusal::FormatVersion { .. } => RefusalLabel::FormatVersion,
+            Refusal::Truncated { .. } => RefusalLabel::Truncated,
+            Refusal::Checksum { .. } => RefusalLabel::Checksum,
+            Refusal::Malformed { .. } | Refusal::Image { .. } => RefusalLabel::Malformed,
+            Refusal::Shape { .. } => RefusalLabel::IndexShape,
+            Refusal::OtherLog { .. } => RefusalLabel::OtherLog,
+            Refusal::Fingerprint { .. } => RefusalLabel::Fingerprint,
+            Refusal::Io(_) => RefusalLabel::Io,
         }
+    }
+
+    /// Its reason's label text.
+    pub fn label(&self) -> &'static str {
+        self.reason().label()
     }
 }

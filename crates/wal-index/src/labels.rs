@@ -106,3 +106,44 @@ label_enum! {
         MissingHop = "missing_hop",
     }
 }
+
+label_enum! {
+    /// What became of one checkpoint, as `checkpoints_total{outcome}` labels it.
+    CheckpointLabel {
+        /// Captured by the drain and written durably.
+        Written = "written",
+        /// Captured; its write failed (the previous checkpoints stay as they were).
+        Failed = "failed",
+        /// Due while the previous one was still being written: skipped.
+        SkippedBusy = "skipped_busy",
+        /// Due while the source could not say where it stands: skipped.
+        SkippedNoPosition = "skipped_no_position",
+        /// Restored into a new index at start.
+        Restored = "restored",
+    }
+}
+
+label_enum! {
+    /// Why a checkpoint was refused (the `reason` label of `checkpoint_refused_total`;
+    /// see [`Refusal`](crate::checkpoint::Refusal)).
+    RefusalLabel {
+        /// The magic number is missing.
+        NotACheckpoint = "not_a_checkpoint",
+        /// Another format version.
+        FormatVersion = "format_version",
+        /// The file ends inside a block or before its trailer.
+        Truncated = "truncated",
+        /// A block fails its checksum.
+        Checksum = "checksum",
+        /// A verified block does not say what the format says.
+        Malformed = "malformed",
+        /// Taken from an index of another shape.
+        IndexShape = "index_shape",
+        /// Taken of another log.
+        OtherLog = "other_log",
+        /// The log no longer holds the checkpoint's last record at its position.
+        Fingerprint = "fingerprint",
+        /// The file could not be read.
+        Io = "io",
+    }
+}

@@ -6,7 +6,9 @@ use std::time::Duration;
 use chain_fold::AdvanceOutcome;
 
 use crate::backfill::Backfill;
-use crate::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
+use crate::labels::{
+    CheckpointLabel, DriveLabel, EvictReason, RefusalLabel, RehydrateLabel, WaitLabel,
+};
 use crate::report::{Build, IndexStats};
 use crate::stall::StalledChain;
 
@@ -70,6 +72,15 @@ pub trait IndexObserver: Send + Sync + 'static {
     /// hole, from the thread that ran the check (the drain's), with no lock held.
     fn stalled_chain(&self, stalled: &StalledChain) {
         let _ = stalled;
+    }
+    /// What became of a checkpoint (the `checkpoints_total` counter): the drain reports
+    /// each it took, wrote, failed to write or skipped, and a restore each it used.
+    fn checkpoint(&self, outcome: CheckpointLabel) {
+        let _ = outcome;
+    }
+    /// A checkpoint was refused at restore (the `checkpoint_refused_total` counter).
+    fn checkpoint_refused(&self, reason: RefusalLabel) {
+        let _ = reason;
     }
 }
 
@@ -166,6 +177,14 @@ impl<A: IndexObserver, B: IndexObserver> IndexObserver for (A, B) {
         self.0.stalled_chain(stalled);
         self.1.stalled_chain(stalled);
     }
+    fn checkpoint(&self, outcome: CheckpointLabel) {
+        self.0.checkpoint(outcome);
+        self.1.checkpoint(outcome);
+    }
+    fn checkpoint_refused(&self, reason: RefusalLabel) {
+        self.0.checkpoint_refused(reason);
+        self.1.checkpoint_refused(reason);
+    }
 }
 
 /// A shared observer observes as the one it points to.
@@ -202,5 +221,11 @@ impl<T: IndexObserver + ?Sized> IndexObserver for std::sync::Arc<T> {
     }
     fn stalled_chain(&self, stalled: &StalledChain) {
         (**self).stalled_chain(stalled);
+    }
+    fn checkpoint(&self, outcome: CheckpointLabel) {
+        (**self).checkpoint(outcome);
+    }
+    fn checkpoint_refused(&self, reason: RefusalLabel) {
+        (**self).checkpoint_refused(reason);
     }
 }

@@ -217,6 +217,7 @@ fn wal_health(run: &EngineRun) -> WalHealth {
             .take(3)
             .map(ToString::to_string)
             .collect(),
+        checkpoints: (&run.drain.checkpoints).into(),
     }
 }
 

@@ -281,6 +281,41 @@ pub struct WalHealth {
     pub stalled_at_a_lost_event: u64,
     /// The first reports, as the drain's report words them.
     pub stalled_samples: Vec<String>,
+    /// What the drain's checkpoints did (`--checkpoint-secs`).
+    pub checkpoints: CheckpointFigures,
+}
+
+/// What the drain's checkpoints did (`wal_index::ingest::CheckpointReport`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CheckpointFigures {
+    /// Captured and handed to the writer.
+    pub captured: u64,
+    /// Written durably.
+    pub written: u64,
+    /// Whose write failed.
+    pub failed: u64,
+    /// Skipped while one was being written.
+    pub skipped_busy: u64,
+    /// Skipped without a source position.
+    pub skipped_no_position: u64,
+    /// The last one's size, bytes.
+    pub last_bytes: u64,
+    /// The last write error.
+    pub last_error: Option<String>,
+}
+
+impl From<&wal_index::ingest::CheckpointReport> for CheckpointFigures {
+    fn from(c: &wal_index::ingest::CheckpointReport) -> Self {
+        CheckpointFigures {
+            captured: c.captured,
+            written: c.written,
+            failed: c.failed,
+            skipped_busy: c.skipped_busy,
+            skipped_no_position: c.skipped_no_position,
+            last_bytes: c.last_bytes,
+            last_error: c.last_error.clone(),
+        }
+    }
 }
 
 /// The whole report.

@@ -200,6 +200,21 @@ fn wal_health(out: &mut String, e: &EngineReport) {
             h.stalled_samples.join(" | ")
         );
     }
+    let c = &h.checkpoints;
+    if c.captured + c.skipped_busy + c.skipped_no_position > 0 {
+        let _ = writeln!(
+            out,
+            "Checkpoints: {} written (the last {:.1} MB), {} failed, {} skipped while one was being written, {} skipped without a position{}",
+            c.written,
+            c.last_bytes as f64 / 1e6,
+            c.failed,
+            c.skipped_busy,
+            c.skipped_no_position,
+            c.last_error
+                .as_ref()
+                .map_or(String::new(), |e| format!("; last error: {e}"))
+        );
+    }
     if h.outages > 0 || h.source_errors > 0 {
         let _ = writeln!(
             out,

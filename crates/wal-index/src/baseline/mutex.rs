@@ -344,6 +344,17 @@ impl IndexHooks for MutexIndex {
     }
 }
 
+/// Today's design keeps nothing across a restart: it captures no checkpoint.
+impl crate::checkpoint::Checkpointable for MutexIndex {
+    fn checkpoint(
+        &self,
+        at: crate::checkpoint::SourcePosition,
+    ) -> Option<crate::checkpoint::Checkpoint> {
+        let _ = at;
+        None
+    }
+}
+
 impl StateIndex for MutexIndex {
     const NAME: &'static str = "mutex";
 

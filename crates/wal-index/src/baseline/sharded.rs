@@ -301,6 +301,17 @@ impl IndexHooks for ShardedMutexIndex {
     }
 }
 
+/// Today's design keeps nothing across a restart: it captures no checkpoint.
+impl crate::checkpoint::Checkpointable for ShardedMutexIndex {
+    fn checkpoint(
+        &self,
+        at: crate::checkpoint::SourcePosition,
+    ) -> Option<crate::checkpoint::Checkpoint> {
+        let _ = at;
+        None
+    }
+}
+
 impl StateIndex for ShardedMutexIndex {
     const NAME: &'static str = "sharded";
 

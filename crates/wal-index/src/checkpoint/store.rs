@@ -10,6 +10,7 @@ use super::{Checkpoint, LogIdentity, Position, Refusal};
 use crate::WalIndex;
 use crate::config::IndexConfig;
 use crate::index::StateIndex;
+use crate::labels::CheckpointLabel;
 
 /// A file name's prefix and suffix: `checkpoint-<ms>-<n>.sbix`, so names sort by age.
 const PREFIX: &str = "checkpoint-";
@@ -131,7 +132,8 @@ impl DirStore {
     /// An index with `config` seeded from the newest checkpoint that verifies and was taken
     /// of `log` with this index's shape, trying older ones after each refusal, and an empty
     /// index when none does (the drain then replays from the beginning). Every refusal is
-    /// returned with its reason and reported to nobody: the caller counts them.
+    /// returned with its reason and reported to the index's observer
+    /// (`checkpoint_refused_total{reason}`; the one used: `checkpoints_total{outcome="restored"}`).
     pub fn restore_newest(&self, config: IndexConfig, log: &LogIdentity) -> Restored {
         self.restore_newest_with(WalIndex::new(config), log)
     }
@@ -157,6 +159,7 @@ impl DirStore {
             match checked {
                 Ok((checkpoint, bytes)) => {
                     checkpoint.restore_into(&index);
+                    index.observer().checkpoint(CheckpointLabel::Restored);
                     return Restored {
                         index,
                         positions: Some(checkpoint.positions),
@@ -165,7 +168,10 @@ impl DirStore {
                         bytes,
                     };
                 }
-                Err(why) => refused.push((path, why)),
+                Err(why) => {
+                    index.observer().checkpoint_refused(why.reason());
+                    refused.push((path, why));
+                }
             }
         }
         Restored {

@@ -27,7 +27,6 @@ use std::time::Instant;
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::backfill::Backfill;
-use crate::checkpoint::{Checkpoint, SourcePosition};
 use crate::config::IndexConfig;
 use crate::index::{IndexHooks, StateIndex};
 use crate::observe::IndexObserver;
@@ -243,10 +242,6 @@ impl IndexHooks for WalIndex {
 
     fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send {
         std::future::ready(self.enforce_limits_at(now))
-    }
-
-    fn checkpoint(&self, at: SourcePosition) -> Option<Checkpoint> {
-        Some(Checkpoint::capture(self, at))
     }
 }
 

@@ -16,7 +16,6 @@ use std::time::Instant;
 use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::backfill::Backfill;
-use crate::checkpoint::{Checkpoint, SourcePosition};
 use crate::config::IndexConfig;
 use crate::observe::IndexObserver;
 use crate::report::{
@@ -77,14 +76,6 @@ pub trait IndexHooks {
     /// [`StateIndex::enforce_limits_at`], awaiting rather than blocking on the index's
     /// locks (the drain run as a task).
     fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send;
-
-    /// A checkpoint of this index at the source position `at`, captured between two
-    /// batches. The engine captures its published snapshots; the comparators keep today's
-    /// behaviour (nothing survives a restart): `None`.
-    fn checkpoint(&self, at: SourcePosition) -> Option<Checkpoint> {
-        let _ = at;
-        None
-    }
 }
 
 /// The state-builder index: apply the WAL, build spines, drive until a tip lands, evict.

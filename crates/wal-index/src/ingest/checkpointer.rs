@@ -18,9 +18,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::source::WalSource;
-use crate::checkpoint::{Checkpoint, DirStore};
+use crate::checkpoint::{Checkpoint, DirStore, SourcePosition};
 use crate::config::{ConfigError, Vars};
-use crate::index::StateIndex;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 
 /// Where and how often a [`Drain`](super::Drain) checkpoints its index.
@@ -150,9 +149,13 @@ struct Outcomes {
     last_error: Mutex<Option<String>>,
 }
 
+/// Captures the index at a source position (`None`: an index that does not checkpoint).
+pub(crate) type Capture = Box<dyn Fn(SourcePosition) -> Option<Checkpoint> + Send>;
+
 /// The drain's side: the cadence, and the hand-off to the writer.
 pub(crate) struct Checkpointer {
     config: Checkpointing,
+    capture: Capture,
     since: Instant,
     bytes: u64,
     /// True from a hand-off until the writer finished that checkpoint.
@@ -175,7 +178,7 @@ impl std::fmt::Debug for Checkpointer {
 }
 
 impl Checkpointer {
-    pub(crate) fn start(config: Checkpointing) -> io::Result<Checkpointer> {
+    pub(crate) fn start(config: Checkpointing, capture: Capture) -> io::Result<Checkpointer> {
         let (sender, receiver) = crossbeam_channel::bounded::<Checkpoint>(1);
         let busy = Arc::new(AtomicBool::new(false));
         let outcomes = Arc::new(Outcomes::default());
@@ -191,6 +194,7 @@ impl Checkpointer {
             })?;
         Ok(Checkpointer {
             config,
+            capture,
             since: Instant::now(),
             bytes: 0,
             busy,
@@ -205,12 +209,7 @@ impl Checkpointer {
 
     /// After a batch of `bytes` payload bytes was applied: captures and hands off a
     /// checkpoint if one is due and the writer is free.
-    pub(crate) fn after_batch<I: StateIndex, S: WalSource>(
-        &mut self,
-        index: &I,
-        source: &S,
-        bytes: u64,
-    ) {
+    pub(crate) fn after_batch<S: WalSource>(&mut self, source: &S, bytes: u64) {
         self.bytes = self.bytes.saturating_add(bytes);
         if self.since.elapsed() < self.config.every && self.bytes < self.config.every_bytes {
             return;
@@ -221,7 +220,7 @@ impl Checkpointer {
             self.skipped_busy += 1;
             return;
         }
-        let checkpoint = source.position().and_then(|at| index.checkpoint(at));
+        let checkpoint = source.position().and_then(|at| (self.capture)(at));
         self.since = Instant::now();
         self.bytes = 0;
         let Some(checkpoint) = checkpoint else {

@@ -12,6 +12,8 @@ use super::checkpointer::{CheckpointReport, Checkpointer, Checkpointing};
 use super::decode::{DecodeMode, decode_records};
 use super::source::{Backfill, Pull, RecordError, WalSource};
 use crate::StateIndex;
+use crate::checkpoint::Checkpointable;
+use crate::labels::CheckpointLabel;
 use crate::report::EvictionStats;
 use crate::stall::StalledChain;
 use crate::sync::{Waiting, run_to_completion};
@@ -250,17 +252,6 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         }
     }
 
-    /// This drain with checkpoints: between two batches, whenever one is due, it captures
-    /// the index and its source's position and hands them to a writer thread
-    /// ([`Checkpointing`] says when, [`crate::checkpoint`] what). A source that cannot say
-    /// where it stands ([`WalSource::position`]), or an index that does not checkpoint
-    /// (the comparators), gets none: they are counted as skipped. An error only if the
-    /// writer thread cannot be started.
-    pub fn checkpoint_to(mut self, checkpointing: Checkpointing) -> io::Result<Self> {
-        self.checkpointer = Some(Checkpointer::start(checkpointing)?);
-        Ok(self)
-    }
-
     /// One pull-apply-commit step (and a sweep if one is due), blocking the calling thread:
     /// the pull waits up to `idle_wait` for a first record. Returns false once the source is
     /// closed; an error only when the source failed and is not retried.
@@ -316,7 +307,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 // Between this batch and the next pull: the source's position and the
                 // index agree.
                 if let Some(checkpointer) = &mut self.checkpointer {
-                    checkpointer.after_batch(&*self.index, &self.source, bytes);
+                    checkpointer.after_batch(&self.source, bytes);
                 }
                 true
             }
@@ -327,8 +318,30 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         }
         self.check_stalls_if_due();
         if let Some(checkpointer) = &self.checkpointer {
-            // The writer's outcomes arrive on its thread: each step reports them as of now.
-            self.report.checkpoints = checkpointer.report();
+            // The writer's outcomes arrive on its thread: each step reports them as of now,
+            // and tells the observer what changed since the last step.
+            let now = checkpointer.report();
+            let before = std::mem::replace(&mut self.report.checkpoints, now);
+            let after = &self.report.checkpoints;
+            let observer = self.index.observer();
+            for (label, was, is) in [
+                (CheckpointLabel::Written, before.written, after.written),
+                (CheckpointLabel::Failed, before.failed, after.failed),
+                (
+                    CheckpointLabel::SkippedBusy,
+                    before.skipped_busy,
+                    after.skipped_busy,
+                ),
+                (
+                    CheckpointLabel::SkippedNoPosition,
+                    before.skipped_no_position,
+                    after.skipped_no_position,
+                ),
+            ] {
+                for _ in was..is {
+                    observer.checkpoint(label);
+                }
+            }
         }
         Ok(more)
     }
@@ -550,6 +563,22 @@ impl DrainHandle {
     pub fn stop(self) -> io::Result<DrainReport> {
         self.stop.store(true, Ordering::Relaxed);
         self.join()
+    }
+}
+
+impl<I: StateIndex + Checkpointable, S: WalSource> Drain<I, S> {
+    /// This drain with checkpoints: between two batches, whenever one is due, it captures
+    /// the index and its source's position and hands them to a writer thread
+    /// ([`Checkpointing`] says when, [`crate::checkpoint`] what). A source that cannot say
+    /// where it stands ([`WalSource::position`]), or an index that does not checkpoint
+    /// (the comparators keep today's behaviour, where nothing survives a restart), gets
+    /// none: they are counted as skipped. An error only if the writer thread cannot be
+    /// started.
+    pub fn checkpoint_to(mut self, checkpointing: Checkpointing) -> io::Result<Self> {
+        let index = Arc::clone(&self.index);
+        let capture = Box::new(move |at| index.checkpoint(at));
+        self.checkpointer = Some(Checkpointer::start(checkpointing, capture)?);
+        Ok(self)
     }
 }
 
