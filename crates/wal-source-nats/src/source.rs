@@ -8,6 +8,7 @@ use async_nats::connection::State;
 use async_nats::jetstream::{self, consumer};
 use futures_util::{FutureExt, StreamExt};
 use wal_index::WalSource;
+use wal_index::checkpoint::{Fingerprint, LogIdentity, Position, Refusal, SourcePosition};
 use wal_index::ingest::{Backfill, Pull, Record};
 
 use crate::config::{ConsumerMode, JetStreamConfig};
@@ -69,6 +70,12 @@ pub struct JetStreamSource {
     backfill: Option<BackfillState>,
     /// Durable mode: the messages returned and not yet acknowledged.
     unacked: Vec<jetstream::Message>,
+    /// The last record returned and the one before it (fingerprinted when a checkpoint
+    /// asks), or a resumed checkpoint's.
+    handed: [Option<Handed>; 2],
+    /// The stream's creation time (nanoseconds since the Unix epoch), once looked up: what
+    /// tells this stream from one deleted and re-created under its name.
+    created: Option<i128>,
     stats: JetStreamStats,
     /// Last, so the client and consumer are dropped while their runtime still exists.
     runtime: Runtime,
@@ -110,6 +117,8 @@ impl JetStreamSource {
             next_sequence: 1,
             backfill: None,
             unacked: Vec::new(),
+            handed: [None, None],
+            created: None,
             stats: JetStreamStats::default(),
             runtime,
         };
@@ -154,6 +163,7 @@ impl JetStreamSource {
             .await
             .map_err(|e| feed_error("cannot look up the stream", &config.stream, e))?;
         let head = stream.cached_info().state.last_sequence;
+        let created = stream.cached_info().created.unix_timestamp_nanos();
         let filter_subject = config.filter_subject.clone().unwrap_or_default();
         let consumer: consumer::PullConsumer = match &config.mode {
             ConsumerMode::ReplayOnBoot => stream
@@ -192,6 +202,7 @@ impl JetStreamSource {
                 .map_err(|e| feed_error("cannot create the consumer on", &config.stream, e))?,
         };
         let at_subscription = BackfillState {
+            created,
             head,
             pending: consumer.cached_info().num_pending,
             caught_up: consumer.cached_info().num_pending == 0,
@@ -234,10 +245,13 @@ impl JetStreamSource {
         if delivered > 1 {
             self.stats.redelivered += 1;
         }
-        batch.push(Record {
+        let record = Record {
             position,
             payload: message.payload.clone(),
-        });
+        };
+        let [last, before] = &mut self.handed;
+        *before = last.replace(Handed::Record(record.clone()));
+        batch.push(record);
         if matches!(self.config.mode, ConsumerMode::Durable { .. }) {
             self.unacked.push(message);
         }
@@ -247,6 +261,8 @@ impl JetStreamSource {
 /// The backfill as the first consumer saw it, and how far the source got.
 #[derive(Debug, Clone, Copy)]
 struct BackfillState {
+    /// The stream's creation time, nanoseconds since the Unix epoch.
+    created: i128,
     /// The stream's last sequence when the first consumer was created.
     head: u64,
     /// Messages the consumer still had to deliver, as of the last delivery.
@@ -256,6 +272,20 @@ struct BackfillState {
 }
 
 impl WalSource for JetStreamSource {
+    /// The last message returned (its stream sequence and a CRC-32C of its payload) and
+    /// the one before, once the first consumer told the stream's creation time.
+    fn position(&self) -> Option<SourcePosition> {
+        let [last, before] = &self.handed;
+        Some(SourcePosition {
+            log: self.identity(self.created?),
+            positions: vec![Position {
+                partition: self.partition(),
+                last: last.as_ref()?.fingerprint(),
+                before: before.as_ref().map(Handed::fingerprint),
+            }],
+        })
+    }
+
     /// Against the head the first consumer saw: the stream's last sequence then, and the
     /// consumer's own count of what it had to deliver (which honours a subject filter).
     /// Caught up once a delivered message reaches that sequence or leaves nothing pending,
@@ -296,6 +326,7 @@ impl WalSource for JetStreamSource {
                 Some(Ok((feed, at_subscription))) => {
                     // The head is learned once: a consumer re-created after an outage
                     // resumes the same backfill, it does not start a new one.
+                    self.created.get_or_insert(at_subscription.created);
                     self.backfill.get_or_insert(at_subscription);
                     self.feed = Some(feed);
                     self.stats.consumers_created += 1;
@@ -417,4 +448,113 @@ fn feed_error(what: &str, stream: &str, error: impl std::fmt::Display) -> io::Er
         io::ErrorKind::ConnectionAborted,
         format!("{what} stream {stream:?}: {error}"),
     )
+}
+
+/// A record returned, kept for the next checkpoint's position, or a resumed checkpoint's.
+#[derive(Debug, Clone)]
+enum Handed {
+    Record(Record),
+    Known(Fingerprint),
+}
+
+impl Handed {
+    fn fingerprint(&self) -> Fingerprint {
+        match self {
+            Handed::Record(record) => Fingerprint::of(record.position, &record.payload),
+            Handed::Known(fingerprint) => *fingerprint,
+        }
+    }
+}
+
+impl JetStreamSource {
+    /// The identity its checkpoints carry: the stream's name and its creation time, so a
+    /// stream deleted and re-created under the same name is another log. Looks the stream
+    /// up on the broker.
+    pub fn log_identity(&mut self) -> io::Result<LogIdentity> {
+        let created = match self.created {
+            Some(created) => created,
+            None => {
+                let created = self.stream_created()?;
+                *self.created.get_or_insert(created)
+            }
+        };
+        Ok(self.identity(created))
+    }
+
+    fn identity(&self, created: i128) -> LogIdentity {
+        LogIdentity::new(
+            "jetstream",
+            self.config.stream.clone(),
+            format!("created={created}"),
+        )
+    }
+
+    fn partition(&self) -> String {
+        self.config
+            .filter_subject
+            .clone()
+            .unwrap_or_else(|| "stream".to_owned())
+    }
+
+    fn stream_created(&self) -> io::Result<i128> {
+        let (context, name) = (self.context.clone(), self.config.stream.clone());
+        self.runtime
+            .block_on_for(self.config.api_timeout, async move {
+                let stream = context
+                    .get_stream(&name)
+                    .await
+                    .map_err(|e| feed_error("cannot look up the stream", &name, e))?;
+                Ok(stream.cached_info().created.unix_timestamp_nanos())
+            })
+            .unwrap_or_else(|| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("looking up stream {:?} timed out", self.config.stream),
+                ))
+            })
+    }
+
+    /// Resumes after a [checkpoint](wal_index::checkpoint)'s `position` (replay-on-boot;
+    /// a durable consumer resumes from its own acknowledgement floor instead): checks that
+    /// the stream still holds the checkpoint's last record at its sequence, with the same
+    /// payload, then starts the next consumer right after it. A stream that discarded that
+    /// sequence (its limits), or holds another record there, is refused with
+    /// [`Refusal::Fingerprint`]; the pool then replays from the beginning. A stream deleted
+    /// and re-created under the same name has another [`log_identity`](Self::log_identity),
+    /// which the restore already refuses.
+    pub fn resume(mut self, position: &Position) -> Result<Self, Refusal> {
+        if !matches!(self.config.mode, ConsumerMode::ReplayOnBoot) {
+            return Err(Refusal::Io(
+                "a durable consumer resumes from its acknowledgement floor, not a checkpoint"
+                    .to_owned(),
+            ));
+        }
+        let sequence = position.last.sequence;
+        let (context, name) = (self.context.clone(), self.config.stream.clone());
+        let held = self
+            .runtime
+            .block_on_for(self.config.api_timeout, async move {
+                let stream = context.get_stream(&name).await.map_err(|e| e.to_string())?;
+                let message = stream
+                    .get_raw_message(sequence)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(message.payload)
+            })
+            .unwrap_or_else(|| Err("the broker did not answer in time".to_owned()));
+        let payload = held.map_err(|why| Refusal::Fingerprint {
+            why: format!("the stream does not hold sequence {sequence}: {why}"),
+        })?;
+        if Fingerprint::of(sequence, &payload) != position.last {
+            return Err(Refusal::Fingerprint {
+                why: format!("the stream holds another record at sequence {sequence}"),
+            });
+        }
+        self.next_sequence = sequence + 1;
+        self.handed = [
+            Some(Handed::Known(position.last)),
+            position.before.map(Handed::Known),
+        ];
+        Ok(self)
+    }
 }

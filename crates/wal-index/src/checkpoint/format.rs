@@ -143,26 +143,25 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Checkpoint, Refusal> {
         });
     }
     let mut checkpoint = read_header(body, at)?;
-    let mut blocks = 1u32;
-    let mut events = 0u64;
+    // Every block's checksum first, in order; the executions' blocks are decoded once the
+    // trailer is found, side by side (each block stands alone).
+    let mut executions: Vec<(usize, &[u8])> = Vec::new();
     loop {
         let start = at;
         let (kind, body) = next_block(bytes, &mut at)?;
         match kind {
-            EXECUTIONS => {
-                events += read_executions(body, start, &mut checkpoint.executions)?;
-                blocks += 1;
-            }
+            EXECUTIONS => executions.push((start, body)),
             TRAILER => {
                 let mut r = Reader {
                     body,
                     at: 0,
                     base: start,
                 };
-                let (executions, counted, written) = (r.u64()?, r.u64()?, r.u32()?);
-                if executions != checkpoint.executions.len() as u64
+                let (count, counted, written) = (r.u64()?, r.u64()?, r.u32()?);
+                let (images, events) = read_blocks(&executions)?;
+                if count != images.len() as u64
                     || counted != events
-                    || written != blocks
+                    || written as usize != executions.len() + 1
                     || r.at != body.len()
                     || at != bytes.len()
                 {
@@ -171,6 +170,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Checkpoint, Refusal> {
                         what: "the trailer does not count what the file holds",
                     });
                 }
+                checkpoint.executions = images;
                 return Ok(checkpoint);
             }
             _ => {
@@ -181,6 +181,53 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Checkpoint, Refusal> {
             }
         }
     }
+}
+
+/// Decodes verified executions' blocks, on up to four threads (the restore's cost is the
+/// event images' copies, which parallelize); the executions in file order and the events
+/// counted, or the first block's refusal in file order.
+fn read_blocks(blocks: &[(usize, &[u8])]) -> Result<(Vec<ExecutionImage>, u64), Refusal> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4)
+        .min(blocks.len())
+        .max(1);
+    let per = blocks.len().div_ceil(threads).max(1);
+    let parts: Vec<Result<(Vec<ExecutionImage>, u64), Refusal>> = if threads == 1 {
+        vec![read_run(blocks)]
+    } else {
+        std::thread::scope(|scope| {
+            let running: Vec<_> = blocks
+                .chunks(per)
+                .map(|run| scope.spawn(move || read_run(run)))
+                .collect();
+            running
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
+    };
+    let mut images = Vec::new();
+    let mut events = 0;
+    for part in parts {
+        let (part, counted) = part?;
+        images.extend(part);
+        events += counted;
+    }
+    Ok((images, events))
+}
+
+/// Decodes consecutive blocks on one thread.
+fn read_run(blocks: &[(usize, &[u8])]) -> Result<(Vec<ExecutionImage>, u64), Refusal> {
+    let mut images = Vec::new();
+    let mut events = 0;
+    for &(start, body) in blocks {
+        events += read_executions(body, start, &mut images)?;
+    }
+    Ok((images, events))
 }
 
 /// The block at `*at`, its checksum verified; moves `*at` past it.

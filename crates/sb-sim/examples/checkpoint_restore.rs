@@ -1,0 +1,198 @@
+//! What checkpoints cost and what a restore takes, over a backlog of the simulator's
+//! production-sized envelopes, in process, side by side in each round:
+//!
+//! - the drain alone, without checkpoints and with them at the default cadence (every 60 s
+//!   or 512 MiB applied), each into a fresh engine storing slim events (production's
+//!   setting);
+//! - one checkpoint of the drained index: the capture on the drain's thread, the encoding,
+//!   the durable write;
+//! - the restore: reading the file's bytes, verifying and decoding them, seeding a new index;
+//!   and, beside it, reading the same bytes alone (the floor a restore is measured against).
+//!
+//! ```sh
+//! cargo run --release -p sb-sim --example checkpoint_restore -- 17803 3 /tmp/checkpoints
+//! ```
+//!
+//! Arguments: the backlog's events (default 17,803, production's retained volume), the
+//! rounds (default 3), and the directory the checkpoints are written to (default: one under
+//! the system's temporary directory, deleted afterwards; it must hold about twice the
+//! checkpoint's size). Prints each round and the medians.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sb_sim::run::SimConfig;
+use sb_sim::workload::{Generator, Item, Shape};
+use wal_index::checkpoint::{Checkpoint, DirStore, LogIdentity, SourcePosition};
+use wal_index::ingest::{Checkpointing, channel_wal};
+use wal_index::{Drain, DrainConfig, StateIndex, WalIndex};
+
+/// One drain of `items` into a fresh engine, with or without checkpoints; its seconds, the
+/// checkpoints it wrote, and the index.
+fn drain_once(items: &[Item], checkpoints: Option<&DirStore>) -> (f64, u64, Arc<WalIndex>) {
+    let index = Arc::new(WalIndex::new(SimConfig::production_index()));
+    let (wal, source) = channel_wal();
+    for item in items {
+        wal.append(item.payload.clone());
+    }
+    drop(wal);
+    let mut drain = Drain::new(Arc::clone(&index), source, DrainConfig::default());
+    if let Some(store) = checkpoints {
+        let store = DirStore::open(store.dir(), 2).expect("the checkpoint directory");
+        drain = drain
+            .checkpoint_to(Checkpointing::new(store))
+            .expect("a writer thread");
+    }
+    let started = Instant::now();
+    drain.run_until_closed().expect("in-process");
+    let secs = started.elapsed().as_secs_f64();
+    // Dropping the drain lets the write in flight finish (outside the timed drain).
+    let written = drain.report().checkpoints.captured;
+    drop(drain);
+    (secs, written, index)
+}
+
+/// The figures of one round, seconds unless named otherwise.
+#[derive(Default, Clone, Copy)]
+struct Round {
+    drain: f64,
+    drain_checkpointed: f64,
+    checkpoints_taken: u64,
+    capture: f64,
+    encode: f64,
+    write: f64,
+    read: f64,
+    decode: f64,
+    seed: f64,
+    restore: f64,
+    bytes: u64,
+    events: usize,
+}
+
+fn round(items: &[Item], store: &DirStore) -> Round {
+    let mut r = Round::default();
+    let (secs, _, _) = drain_once(items, None);
+    r.drain = secs;
+    let (secs, taken, index) = drain_once(items, Some(store));
+    (r.drain_checkpointed, r.checkpoints_taken) = (secs, taken);
+
+    let log = LogIdentity::new("channel", "in-process", "");
+    let at = SourcePosition {
+        log: log.clone(),
+        positions: Vec::new(),
+    };
+    let started = Instant::now();
+    let checkpoint = Checkpoint::capture(&index, at);
+    r.capture = started.elapsed().as_secs_f64();
+    r.events = checkpoint.events();
+    let started = Instant::now();
+    let bytes = checkpoint.encode();
+    r.encode = started.elapsed().as_secs_f64();
+    drop(checkpoint);
+    let started = Instant::now();
+    let path = store.write(&bytes).expect("written");
+    r.write = started.elapsed().as_secs_f64();
+    r.bytes = bytes.len() as u64;
+    drop(bytes);
+
+    // Reading the bytes alone, then the whole restore (which reads them again).
+    let started = Instant::now();
+    let read = std::fs::read(&path).expect("readable");
+    r.read = started.elapsed().as_secs_f64();
+    assert_eq!(read.len() as u64, r.bytes);
+    // The restore's two parts on those bytes: verify and decode, then seed an index.
+    let started = Instant::now();
+    let decoded = Checkpoint::decode(&read).expect("verifies");
+    r.decode = started.elapsed().as_secs_f64();
+    drop(read);
+    let started = Instant::now();
+    let seeded = WalIndex::new(SimConfig::production_index());
+    decoded.restore_into(&seeded);
+    r.seed = started.elapsed().as_secs_f64();
+    drop((decoded, seeded));
+    let started = Instant::now();
+    let restored = store.restore_newest(SimConfig::production_index(), &log);
+    r.restore = started.elapsed().as_secs_f64();
+    assert!(restored.refused.is_empty(), "{:?}", restored.refused);
+    assert_eq!(restored.index.stats().events, index.stats().events);
+    r
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let events: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(17_803);
+    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let (dir, temporary) = match args.next() {
+        Some(dir) => (std::path::PathBuf::from(dir), false),
+        None => (
+            std::env::temp_dir().join(format!("sb-sim-checkpoint-bench-{}", std::process::id())),
+            true,
+        ),
+    };
+    let store = DirStore::open(&dir, 2).expect("the checkpoint directory");
+    let items = Generator::new(Shape::default()).take(events);
+    let payload: usize = items.iter().map(|i| i.payload.len()).sum();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "{events} envelopes, {:.0} MB of payload, {cores} cores, checkpoints in {}",
+        payload as f64 / 1e6,
+        dir.display()
+    );
+    let mut all = Vec::new();
+    for k in 0..rounds {
+        let r = round(&items, &store);
+        println!(
+            "round {k}: drain {:.0} ms, with checkpoints {:.0} ms ({} taken); checkpoint of {} events, {:.0} MB: capture {:.1} ms, encode {:.0} ms, write {:.0} ms; read {:.0} ms, decode {:.0} ms, seed {:.0} ms, restore {:.0} ms",
+            r.drain * 1e3,
+            r.drain_checkpointed * 1e3,
+            r.checkpoints_taken,
+            r.events,
+            r.bytes as f64 / 1e6,
+            r.capture * 1e3,
+            r.encode * 1e3,
+            r.write * 1e3,
+            r.read * 1e3,
+            r.decode * 1e3,
+            r.seed * 1e3,
+            r.restore * 1e3
+        );
+        all.push(r);
+    }
+    let m = |f: fn(&Round) -> f64| median(all.iter().map(f));
+    let bytes = all[0].bytes as f64;
+    println!(
+        "median: drain {:.0} ms, with checkpoints at the default cadence {:.0} ms ({:+.1}%)",
+        m(|r| r.drain) * 1e3,
+        m(|r| r.drain_checkpointed) * 1e3,
+        (m(|r| r.drain_checkpointed) / m(|r| r.drain) - 1.0) * 100.0
+    );
+    println!(
+        "median: checkpoint {:.0} MB: capture {:.1} ms (the drain's thread), encode {:.0} ms and write {:.0} ms (the writer's)",
+        bytes / 1e6,
+        m(|r| r.capture) * 1e3,
+        m(|r| r.encode) * 1e3,
+        m(|r| r.write) * 1e3
+    );
+    println!(
+        "median: restore {:.0} ms = {:.2} GB/s; reading the bytes alone {:.0} ms = {:.2} GB/s; restore / read {:.2}x",
+        m(|r| r.restore) * 1e3,
+        bytes / 1e9 / m(|r| r.restore),
+        m(|r| r.read) * 1e3,
+        bytes / 1e9 / m(|r| r.read),
+        m(|r| r.restore) / m(|r| r.read)
+    );
+    println!(
+        "median: of the restore's parts, verify and decode {:.0} ms, seed the index {:.0} ms",
+        m(|r| r.decode) * 1e3,
+        m(|r| r.seed) * 1e3
+    );
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
