@@ -23,8 +23,10 @@
 //! # What a checkpoint does not carry
 //!
 //! - **The finished set** (executions evicted after their terminal event): a restored index
-//!   starts without it, as today's design always does; a late tail event of such an
-//!   execution re-creates a partial chain until it is swept.
+//!   starts without it, where a replay from the beginning would rebuild the newest ones.
+//!   A drive for an execution that finished shortly before the checkpoint waits out its
+//!   deadline instead of ending at once, and a late tail event of such an execution
+//!   re-creates a partial chain until it is swept.
 //! - **Sink-gate marks**: they belong to the pool's sink, which does not survive the
 //!   restart either; the pool marks again what it has not sunk.
 //! - **Stall records**: the restored drain is behind until it catches up, and stall clocks
@@ -36,7 +38,9 @@
 //! A checkpoint that is torn, truncated, fails a block's checksum, has another format
 //! version, was taken with another index shape (slim or whole, spine order) or of another
 //! log is [refused](Refusal) with its reason; nothing from it is served. A pool then tries
-//! the next older one, then replays from the beginning ([`DirStore::restore_newest`]).
+//! the next older one, then replays from the beginning ([`DirStore::restore_newest`]). A
+//! source whose log can be checked before anything is served (EHDB) is resumed first and
+//! the index seeded after its word ([`DirStore::load`], then [`Checkpoint::restore_into`]).
 //! The format is specified in docs/checkpoint-format.md.
 //!
 //! ```

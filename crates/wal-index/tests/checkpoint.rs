@@ -449,3 +449,63 @@ fn a_checkpoint_that_cannot_be_written_is_reported_and_the_drain_keeps_applying(
     assert!(report.checkpoints.last_error.is_some());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The child of `a_writer_killed_at_any_point_leaves_only_whole_checkpoints`: writes
+/// checkpoints of `index_with(default)` into `SBIX_KILL_DIR` until it is killed. A no-op
+/// when run on its own.
+#[test]
+fn checkpoint_writer_child() {
+    let Ok(dir) = std::env::var("SBIX_KILL_DIR") else {
+        return;
+    };
+    let store = DirStore::open(&dir, 2).unwrap();
+    let bytes = Checkpoint::capture(&index_with(IndexConfig::default()), position()).encode();
+    loop {
+        store.write(&bytes).unwrap();
+    }
+}
+
+#[test]
+fn a_writer_killed_at_any_point_leaves_only_whole_checkpoints() {
+    let dir = temp_dir("killed");
+    let expected = served(&index_with(IndexConfig::default()));
+    let exe = std::env::current_exe().unwrap();
+    let mut restored_some = 0;
+    for round in 0..12u64 {
+        let mut child = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "checkpoint_writer_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("SBIX_KILL_DIR", &dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Kill it somewhere in its loop: before its first checkpoint, mid-write, between.
+        std::thread::sleep(std::time::Duration::from_millis(5 + round * 7 % 60));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let store = DirStore::open(&dir, 2).unwrap();
+        let restored = store.restore_newest(IndexConfig::default(), &log());
+        assert!(
+            restored.refused.is_empty(),
+            "round {round}: {:?}",
+            restored.refused
+        );
+        if restored.used.is_some() {
+            restored_some += 1;
+            assert_eq!(served(&restored.index), expected, "round {round}");
+        } else {
+            assert!(restored.index.execution_ids().is_empty());
+        }
+    }
+    assert!(
+        restored_some > 0,
+        "some child lived long enough to write one"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

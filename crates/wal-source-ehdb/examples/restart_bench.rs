@@ -11,8 +11,9 @@
 //!   the writer's N records; then it picks 20 resident executions and their tips (the
 //!   probes, written to DIR/probes.txt) and ends without a last checkpoint, as a rolled pod
 //!   does.
-//! - `resume`: a new process restores the newest checkpoint in DIR and resumes the feed
-//!   after its position (`EhdbConfig::resume_from`).
+//! - `resume`: a new process loads the newest checkpoint in DIR, resumes the feed after
+//!   its position (`EhdbConfig::resume_from`), waits for the feed to confirm the
+//!   checkpoint's records (`EhdbSource::wait_resumed`), then seeds its index.
 //! - `replay`: a new process starts empty and replays the feed from the beginning, as a
 //!   pool without checkpoints does.
 //!
@@ -151,32 +152,28 @@ fn restart(args: &Args, resume: bool) {
         .collect();
     let consumed = Arc::new(Consumed::default());
     let observer = Arc::clone(&consumed) as Arc<dyn IndexObserver>;
-    let mut source_config = EhdbConfig::new(&args.feed);
-    let (index, restored_events, restore_s, bytes) = if resume {
+    let source_config = EhdbConfig::new(&args.feed);
+    let index = Arc::new(WalIndex::with_observer(config(), observer));
+    // A resumed pool: the newest checkpoint, loaded; the source resumed after it and its
+    // word that the log still holds the checkpoint's records; only then the index seeded,
+    // so nothing of a checkpoint the log refuses is ever served.
+    let (mut restore_s, mut bytes, mut restored_events) = (None, 0, 0);
+    let source = if resume {
         let store = DirStore::open(&args.dir, 2).expect("the checkpoint directory");
-        let restored = store.restore_newest_with(
-            WalIndex::with_observer(config(), observer),
-            &source_config.log_identity(),
-        );
-        assert!(restored.refused.is_empty(), "{:?}", restored.refused);
-        let positions = restored.positions.expect("a checkpoint was used");
-        source_config = source_config.resume_from(positions);
-        let events = restored.index.stats().events;
-        (
-            Arc::new(restored.index),
-            events,
-            Some(started.elapsed().as_secs_f64()),
-            restored.bytes,
-        )
+        let newest = store.newest_first().expect("listed")[0].clone();
+        let (checkpoint, size) = store
+            .load(&newest, &config(), &source_config.log_identity())
+            .expect("the newest checkpoint verifies");
+        let source = EhdbSource::connect(source_config.resume_from(checkpoint.positions.clone()))
+            .expect("the source starts");
+        assert_eq!(source.wait_resumed(Duration::from_secs(120)), Ok(true));
+        checkpoint.restore_into(&index);
+        (restore_s, bytes) = (Some(started.elapsed().as_secs_f64()), size);
+        restored_events = index.stats().events;
+        source
     } else {
-        (
-            Arc::new(WalIndex::with_observer(config(), observer)),
-            0,
-            None,
-            0,
-        )
+        EhdbSource::connect(source_config).expect("the source starts")
     };
-    let source = EhdbSource::connect(source_config).expect("the source starts");
     let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
     let (mut first_probe, mut all_probes, mut first_event, mut caught_up) =
         (None, None, None, None);

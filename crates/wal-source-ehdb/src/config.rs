@@ -81,14 +81,17 @@ impl EhdbConfig {
 
     /// Resumes after a [checkpoint](wal_index::checkpoint)'s positions (the ones an
     /// [`EhdbSource`](crate::EhdbSource) reported, partitions named `shard N`): each such
-    /// shard subscribes from the record before its last applied one, and its reader checks
-    /// that the first record delivered is the fingerprinted one (its sequence and the
-    /// CRC-32C of its canonical bytes) before it hands on anything, and drops it (the index
-    /// holds it). A writer whose log no longer holds that record (it lost its tail, or wrote
-    /// other records under the same numbers) ends the shard's reader with a refusal
-    /// ([`EhdbSource::refusal`](crate::EhdbSource::refusal)): the pool then starts over
-    /// from an empty index and cursor 0. Shards without a position start at
-    /// [`cursor`](Self::cursor).
+    /// shard subscribes from just below the record before its last applied one, and its
+    /// reader checks that the first two good records delivered are the fingerprinted ones
+    /// (their sequences and the CRC-32C of their slim canonical bytes) before it hands on
+    /// anything, and drops them (the index holds them). A writer whose log no longer holds
+    /// them (it lost its tail, or wrote other records under the same numbers) ends the
+    /// shard's reader with a refusal ([`EhdbSource::refusal`](crate::EhdbSource::refusal)).
+    /// A pool seeds its index from the checkpoint only once
+    /// [`EhdbSource::wait_resumed`](crate::EhdbSource::wait_resumed) says every shard
+    /// matched, so nothing of a refused checkpoint is served; after a refusal it tries an
+    /// older checkpoint, then an empty index from cursor 0. Shards without a position start
+    /// at [`cursor`](Self::cursor).
     pub fn resume_from(mut self, positions: impl IntoIterator<Item = Position>) -> EhdbConfig {
         self.resume = positions.into_iter().collect();
         self

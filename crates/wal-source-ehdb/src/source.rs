@@ -1,8 +1,9 @@
 //! [`EhdbSource`]: a [`WalSource`] over the writer's feed, one connection per shard.
 
+use std::collections::VecDeque;
 use std::io::{self, BufReader, Read};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -115,9 +116,19 @@ struct Shared {
     shards: Mutex<Vec<ShardState>>,
     /// Why a resumed shard's log did not hold its checkpoint's last record, if one did not.
     refusal: Mutex<Option<String>>,
+    /// Resumed shards whose checkpoint records have not been delivered and checked yet.
+    /// Release on the decrement (`resumed`) pairs with the Acquire load in
+    /// `EhdbSource::wait_resumed`.
+    unverified: AtomicUsize,
 }
 
 impl Shared {
+    /// One resumed shard's checkpoint records were delivered and matched.
+    fn resumed(&self) {
+        // Release: pairs with the Acquire load in `wait_resumed`.
+        self.unverified.fetch_sub(1, Ordering::Release);
+    }
+
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -304,6 +315,13 @@ impl EhdbSource {
             counters: Counters::default(),
             shards: Mutex::new(vec![ShardState::default(); config.shards.len()]),
             refusal: Mutex::new(None),
+            unverified: AtomicUsize::new(
+                config
+                    .shards
+                    .iter()
+                    .filter(|&&shard| config.resume_of(shard).is_some())
+                    .count(),
+            ),
         });
         let mut source = EhdbSource {
             config: config.clone(),
@@ -322,18 +340,19 @@ impl EhdbSource {
         };
         for (slot, &shard) in config.shards.iter().enumerate() {
             let resume = config.resume_of(shard);
-            // From the record before the last applied one, so the first record delivered
-            // is that one, checked and dropped.
+            // From just below the record before the last applied one, so the first two
+            // good records delivered are those two, checked and dropped.
             let cursor = resume.map_or(config.cursor, |p| {
-                p.before
-                    .map_or(p.last.sequence.saturating_sub(1), |before| before.sequence)
+                p.before.unwrap_or(p.last).sequence.saturating_sub(1)
             });
             let reader = ShardReader {
                 config: config.clone(),
                 shard,
                 slot,
                 cursor,
-                expect: resume.map(|p| p.last),
+                expect: resume
+                    .map(|p| p.before.into_iter().chain([p.last]).collect())
+                    .unwrap_or_default(),
                 sender: sender.clone(),
                 shared: Arc::clone(&shared),
             };
@@ -362,9 +381,37 @@ impl EhdbSource {
     /// Notes how far the drain got in the record's shard, and hands the record over.
     fn handed_over(&mut self, (slot, record): (usize, Decoded)) -> Decoded {
         self.pulled[slot] = self.pulled[slot].max(record.position);
-        let [last, before] = &mut self.handed[slot];
-        *before = last.replace(Handed::Record(record.clone()));
+        // A position names good records: a bad one's position can move (one without a
+        // readable sequence takes its neighbour's), so it is never fingerprinted.
+        if record.event.is_ok() {
+            let [last, before] = &mut self.handed[slot];
+            *before = last.replace(Handed::Record(record.clone()));
+        }
         record
+    }
+
+    /// Waits up to `limit` until every resumed shard's log delivered the checkpoint's
+    /// records and they matched (`Ok(true)`), or a shard refused them (the refusal). A pool
+    /// seeds its index from the checkpoint only after this says yes, so nothing of a
+    /// checkpoint the log no longer holds is ever served. `Ok(false)` at the limit: the
+    /// writer has not answered yet (it may be down); wait again, or give up on the
+    /// checkpoint. Records of shards already checked queue meanwhile, as far as the queue
+    /// holds them.
+    pub fn wait_resumed(&self, limit: Duration) -> Result<bool, Refusal> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(refused) = self.refusal() {
+                return Err(refused);
+            }
+            // Acquire: pairs with `Shared::resumed`.
+            if self.shared.unverified.load(Ordering::Acquire) == 0 {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// Why this source refused the checkpoint it resumed from: a resumed shard's log no
@@ -491,8 +538,9 @@ struct ShardReader {
     slot: usize,
     /// The highest `global_sequence` queued: where the next subscription starts.
     cursor: u64,
-    /// A resumed shard's checkpoint record, until the first record delivered matched it.
-    expect: Option<Fingerprint>,
+    /// A resumed shard's checkpoint records (the one before the last applied, and the
+    /// last), until the first good records delivered matched them.
+    expect: VecDeque<Fingerprint>,
     sender: Sender<(usize, Decoded)>,
     shared: Arc<Shared>,
 }
@@ -629,16 +677,23 @@ impl ShardReader {
                     return;
                 }
                 let position = record.position;
-                if let Some(expected) = expect.take() {
-                    let found = fingerprint_of(&record);
-                    if found != expected {
-                        refused = Some(format!(
-                            "the first record after the cursor is {found:?}, not the checkpoint's {expected:?}"
-                        ));
-                        gone = true;
-                        return;
+                if let Some(&expected) = expect.front() {
+                    // Bad records were counted when first delivered; a position names good
+                    // ones. Either way the index holds what this record gave: dropped.
+                    if record.event.is_ok() {
+                        let found = fingerprint_of(&record);
+                        if found != expected {
+                            refused = Some(format!(
+                                "the log holds {found:?} where the checkpoint's {expected:?} was"
+                            ));
+                            gone = true;
+                            return;
+                        }
+                        expect.pop_front();
+                        if expect.is_empty() {
+                            shared.resumed();
+                        }
                     }
-                    // The index holds it: dropped, and not asked for again.
                     *cursor = (*cursor).max(position);
                     return;
                 }
@@ -661,7 +716,7 @@ impl ShardReader {
                 Ok(Some(summary)) => {
                     progressed = true;
                     let ended = backlog.frame(&summary);
-                    if ended && let Some(expected) = self.expect {
+                    if ended && let Some(expected) = self.expect.front() {
                         return SessionEnd::Refused(format!(
                             "the log ends before the checkpoint's last record {expected:?} (the writer lost its tail)"
                         ));

@@ -76,9 +76,10 @@ fn a_resumed_shard_starts_after_the_checkpoints_record_and_drops_it() {
     );
     assert_eq!(
         writer.cursors(),
-        vec![50],
-        "subscribed from the record before"
+        vec![49],
+        "subscribed from below the record before"
     );
+    assert_eq!(source.wait_resumed(Duration::from_secs(1)), Ok(true));
     assert!(source.refusal().is_none());
 }
 
@@ -94,6 +95,18 @@ fn a_log_refilled_under_the_checkpoints_numbers_is_refused() {
     assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
     let refusal = source.refusal().expect("refused");
     assert_eq!(refusal.label(), "fingerprint", "{refusal}");
+}
+
+#[test]
+fn a_log_that_lost_the_record_before_is_refused_before_anything_is_served() {
+    let position = position_after(chain(10), 6);
+    // The record before the checkpoint's last one (50) was replaced; 60 is the same.
+    let mut refilled = chain(10);
+    refilled[4] = LogRecord::event(50, 8, 5, None);
+    let writer = FakeWriter::start(refilled, vec![Behaviour::Serve]);
+    let source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
+    let refused = source.wait_resumed(Duration::from_secs(10)).unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
 }
 
 #[test]

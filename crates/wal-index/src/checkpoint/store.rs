@@ -1,7 +1,7 @@
 //! [`DirStore`]: checkpoints in a local directory (a node's disk or a persistent volume),
 //! written durably, the newest few kept.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Mutex;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -22,13 +22,18 @@ const SUFFIX: &str = ".sbix";
 ///
 /// A crash mid-write leaves at most a temporary file (`.tmp`), which is never read and is
 /// deleted by the next write. A write that fails (a full disk) leaves the previous
-/// checkpoints as they were.
+/// checkpoints as they were. Names sort by age even across a restart whose clock went
+/// back: a store carries on from the newest name it finds.
+///
+/// One process writes to a directory: a second one's pruning would delete the first's
+/// checkpoints and temporary files (whole checkpoints are never damaged, but they are
+/// lost). Give each pool its own directory.
 #[derive(Debug)]
 pub struct DirStore {
     dir: PathBuf,
     keep: usize,
-    /// Tells apart two checkpoints written in the same millisecond.
-    written: AtomicU64,
+    /// The newest name's (milliseconds, count): the next name sorts above it.
+    newest: Mutex<(u128, u64)>,
 }
 
 /// What [`DirStore::restore_newest`] found.
@@ -53,11 +58,20 @@ impl DirStore {
     pub fn open(dir: impl AsRef<Path>, keep: usize) -> io::Result<DirStore> {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir)?;
-        Ok(DirStore {
+        let store = DirStore {
             dir,
             keep: keep.max(1),
-            written: AtomicU64::new(0),
-        })
+            newest: Mutex::new((0, 0)),
+        };
+        let newest = store
+            .newest_first()?
+            .first()
+            .and_then(|path| parse_name(path))
+            .unwrap_or((0, 0));
+        *store.newest.lock() = newest;
+        // A process that died mid-write left its temporary file: never read, gone now.
+        store.remove_temporaries()?;
+        Ok(store)
     }
 
     /// The directory.
@@ -69,16 +83,27 @@ impl DirStore {
     /// of the directory; then deletes checkpoints past the newest `keep` and stale
     /// temporary files. Returns the checkpoint's path.
     pub fn write(&self, bytes: &[u8]) -> io::Result<PathBuf> {
-        let millis = std::time::SystemTime::now()
+        let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        // Relaxed: a counter that only makes names unique; it orders nothing.
-        let n = self.written.fetch_add(1, Ordering::Relaxed);
+        let (millis, n) = {
+            let mut newest = self.newest.lock();
+            // Above the newest name whatever the clock says.
+            *newest = if now > newest.0 {
+                (now, 0)
+            } else {
+                (newest.0, newest.1 + 1)
+            };
+            *newest
+        };
         let name = format!("{PREFIX}{millis:020}-{n:06}{SUFFIX}");
         let path = self.dir.join(&name);
         let temporary = self.dir.join(format!("{name}.tmp"));
         let written = (|| {
-            let mut file = File::create(&temporary)?;
+            let mut file = File::options()
+                .write(true)
+                .create_new(true)
+                .open(&temporary)?;
             file.write_all(bytes)?;
             file.sync_all()?;
             drop(file);
@@ -89,7 +114,8 @@ impl DirStore {
             let _ = fs::remove_file(&temporary);
             return Err(error);
         }
-        self.prune()?;
+        // The checkpoint is durable: a failed prune leaves an extra file, not a failed write.
+        let _ = self.prune();
         Ok(path)
     }
 
@@ -114,6 +140,12 @@ impl DirStore {
         for old in self.newest_first()?.into_iter().skip(self.keep) {
             fs::remove_file(old)?;
         }
+        self.remove_temporaries()
+    }
+
+    /// Deletes temporary files: writes are serialized (one in flight), so one present
+    /// between writes is a dead process's.
+    fn remove_temporaries(&self) -> io::Result<()> {
         for entry in fs::read_dir(&self.dir)?.filter_map(Result::ok) {
             let path = entry.path();
             let stale = path
@@ -127,6 +159,23 @@ impl DirStore {
             }
         }
         Ok(())
+    }
+
+    /// Reads and verifies the checkpoint at `path` and checks it was taken of `log` from an
+    /// index of `config`'s shape; seeds nothing. A pool whose source checks the log before
+    /// anything is served (EHDB's `EhdbSource::wait_resumed`) loads, resumes its source,
+    /// waits for its word, and only then seeds its index ([`Checkpoint::restore_into`]);
+    /// on a refusal it loads the next older one. Returns the checkpoint and its size.
+    pub fn load(
+        &self,
+        path: &Path,
+        config: &IndexConfig,
+        log: &LogIdentity,
+    ) -> Result<(Checkpoint, u64), Refusal> {
+        let bytes = fs::read(path).map_err(|e| Refusal::Io(e.to_string()))?;
+        let checkpoint = Checkpoint::decode(&bytes)?;
+        checkpoint.check(config, log)?;
+        Ok((checkpoint, bytes.len() as u64))
     }
 
     /// An index with `config` seeded from the newest checkpoint that verifies and was taken
@@ -150,13 +199,7 @@ impl DirStore {
             }
         };
         for path in candidates {
-            let read = fs::read(&path).map_err(|e| Refusal::Io(e.to_string()));
-            let checked = read.and_then(|bytes| {
-                let checkpoint = Checkpoint::decode(&bytes)?;
-                checkpoint.check(index.config(), log)?;
-                Ok((checkpoint, bytes.len() as u64))
-            });
-            match checked {
+            match self.load(&path, index.config(), log) {
                 Ok((checkpoint, bytes)) => {
                     checkpoint.restore_into(&index);
                     index.observer().checkpoint(CheckpointLabel::Restored);
@@ -182,4 +225,12 @@ impl DirStore {
             bytes: 0,
         }
     }
+}
+
+/// A checkpoint name's (milliseconds, count).
+fn parse_name(path: &Path) -> Option<(u128, u64)> {
+    let name = path.file_name()?.to_str()?;
+    let stem = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    let (millis, n) = stem.split_once('-')?;
+    Some((millis.parse().ok()?, n.parse().ok()?))
 }

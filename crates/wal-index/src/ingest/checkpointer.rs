@@ -230,12 +230,15 @@ impl Checkpointer {
         // Relaxed: the channel hands the checkpoint over and orders this store before the
         // writer's receive; only the drain sets the flag, only the writer clears it.
         self.busy.store(true, Ordering::Relaxed);
+        self.captured += 1;
         if let Some(sender) = &self.sender
             && sender.try_send(checkpoint).is_ok()
         {
-            self.captured += 1;
             return;
         }
+        // The writer is gone (it cannot be full: it was not busy): a failed write.
+        self.outcomes.failed.fetch_add(1, Ordering::Relaxed);
+        *self.outcomes.last_error.lock() = Some("the checkpoint writer thread ended".to_owned());
         self.busy.store(false, Ordering::Relaxed);
     }
 
@@ -273,6 +276,9 @@ fn write_loop(
     outcomes: &Outcomes,
 ) {
     for checkpoint in receiver {
+        // Clears `busy` however this checkpoint ends, a panic included, so a panicking
+        // write costs that checkpoint, not every later one.
+        let _done = Done(busy);
         let bytes = checkpoint.encode();
         drop(checkpoint);
         // Relaxed counters: see `Checkpointer::report`.
@@ -288,7 +294,16 @@ fn write_loop(
                 *outcomes.last_error.lock() = Some(error.to_string());
             }
         }
-        // Release pairs with the drain's Acquire load in `after_batch`.
-        busy.store(false, Ordering::Release);
+    }
+}
+
+/// Clears the writer's `busy` flag when dropped.
+struct Done<'a>(&'a AtomicBool);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        // Release pairs with the drain's Acquire load in `after_batch`: the outcome counted
+        // above is seen by a drain that sees the writer free.
+        self.0.store(false, Ordering::Release);
     }
 }

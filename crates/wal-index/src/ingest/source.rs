@@ -357,11 +357,18 @@ impl<R: BufRead + Send> WalSource for JsonLinesSource<R> {
             if buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            self.before = self.last.replace(Fingerprint::of(self.line, &buf));
             batch.push(Record {
                 position: self.line,
                 payload: Bytes::from(buf),
             });
+        }
+        // The position moves only with lines this pull returns: a read error above loses
+        // the lines it had read for this process, but no checkpoint names them, so a
+        // process resumed from a checkpoint reads them again.
+        for record in batch.iter().rev().take(2).rev() {
+            self.before = self
+                .last
+                .replace(Fingerprint::of(record.position, &record.payload));
         }
         Ok(if batch.is_empty() {
             Pull::Closed
