@@ -3,7 +3,7 @@
 //!
 //! - the drain alone, without checkpoints and with them at the default cadence (every 60 s
 //!   or 512 MiB applied), each into a fresh engine storing slim events (production's
-//!   setting);
+//!   setting), the two alternating which runs first;
 //! - one checkpoint of the drained index: the capture on the drain's thread, the encoding,
 //!   the durable write;
 //! - the restore: reading the file's bytes, verifying and decoding them, seeding a new index;
@@ -69,12 +69,20 @@ struct Round {
     events: usize,
 }
 
-fn round(items: &[Item], store: &DirStore) -> Round {
+fn round(items: &[Item], store: &DirStore, checkpointed_first: bool) -> Round {
     let mut r = Round::default();
-    let (secs, _, _) = drain_once(items, None);
-    r.drain = secs;
-    let (secs, taken, index) = drain_once(items, Some(store));
-    (r.drain_checkpointed, r.checkpoints_taken) = (secs, taken);
+    // The two drains alternate which runs first from round to round.
+    let index = if checkpointed_first {
+        let (secs, taken, index) = drain_once(items, Some(store));
+        (r.drain_checkpointed, r.checkpoints_taken) = (secs, taken);
+        r.drain = drain_once(items, None).0;
+        index
+    } else {
+        r.drain = drain_once(items, None).0;
+        let (secs, taken, index) = drain_once(items, Some(store));
+        (r.drain_checkpointed, r.checkpoints_taken) = (secs, taken);
+        index
+    };
 
     let log = LogIdentity::new("channel", "in-process", "");
     let at = SourcePosition {
@@ -146,7 +154,7 @@ fn main() {
     );
     let mut all = Vec::new();
     for k in 0..rounds {
-        let r = round(&items, &store);
+        let r = round(&items, &store, k % 2 == 1);
         println!(
             "round {k}: drain {:.0} ms, with checkpoints {:.0} ms ({} taken); checkpoint of {} events, {:.0} MB: capture {:.1} ms, encode {:.0} ms, write {:.0} ms; read {:.0} ms, decode {:.0} ms, seed {:.0} ms, restore {:.0} ms",
             r.drain * 1e3,
