@@ -63,6 +63,19 @@ impl Counters {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counts a frame read whole (a heartbeat if it held no record, and whether its array
+    /// broke part-way).
+    fn frame(&self, summary: &crate::frame::FrameSummary) {
+        if summary.records == 0 && !summary.abandoned {
+            Self::add(&self.heartbeats, 1);
+        }
+        Self::add(&self.frames, 1);
+        Self::add(&self.bytes, summary.bytes);
+        if summary.abandoned {
+            Self::add(&self.frames_abandoned, 1);
+        }
+    }
+
     fn get(&self) -> EhdbStats {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         EhdbStats {
@@ -677,25 +690,19 @@ impl ShardReader {
                     return;
                 }
                 let position = record.position;
-                if let Some(&expected) = expect.front() {
-                    // Bad records were counted when first delivered; a position names good
-                    // ones. Either way the index holds what this record gave: dropped.
-                    if record.event.is_ok() {
-                        let found = fingerprint_of(&record);
-                        if found != expected {
-                            refused = Some(format!(
-                                "the log holds {found:?} where the checkpoint's {expected:?} was"
-                            ));
-                            gone = true;
-                            return;
-                        }
-                        expect.pop_front();
-                        if expect.is_empty() {
-                            shared.resumed();
-                        }
+                match check_resumed(expect, &record, shared) {
+                    Err(why) => {
+                        refused = Some(why);
+                        gone = true;
+                        return;
                     }
-                    *cursor = (*cursor).max(position);
-                    return;
+                    // One of the checkpoint's records, or a bad record before them: the
+                    // index holds what it gave. Dropped, and not asked for again.
+                    Ok(true) => {
+                        *cursor = (*cursor).max(position);
+                        return;
+                    }
+                    Ok(false) => {}
                 }
                 if send(sender, shared, (slot, record)) {
                     progressed = true;
@@ -724,14 +731,7 @@ impl ShardReader {
                     if ended {
                         self.shared.backlog_ended(self.slot, self.cursor);
                     }
-                    if summary.records == 0 && !summary.abandoned {
-                        Counters::add(&counters.heartbeats, 1);
-                    }
-                    Counters::add(&counters.frames, 1);
-                    Counters::add(&counters.bytes, summary.bytes);
-                    if summary.abandoned {
-                        Counters::add(&counters.frames_abandoned, 1);
-                    }
+                    counters.frame(&summary);
                 }
                 Ok(None) => {
                     let closed = io::Error::new(
@@ -910,4 +910,32 @@ fn fingerprint_of(record: &Decoded) -> Fingerprint {
         Ok(event) => Fingerprint::of(record.position, event.to_slim().payload()),
         Err(why) => Fingerprint::of(record.position, why.to_string().as_bytes()),
     }
+}
+
+/// A resumed shard's check of one delivered record against the checkpoint's records still
+/// expected: `Ok(true)` when the record is one of them, or a bad record before them (bad
+/// records were counted when first delivered; a position names good ones), so it is
+/// dropped; `Ok(false)` once nothing is expected (hand it on); the refusal when the log
+/// holds another record where the checkpoint's was.
+fn check_resumed(
+    expect: &mut VecDeque<Fingerprint>,
+    record: &Decoded,
+    shared: &Shared,
+) -> Result<bool, String> {
+    let Some(&expected) = expect.front() else {
+        return Ok(false);
+    };
+    if record.event.is_ok() {
+        let found = fingerprint_of(record);
+        if found != expected {
+            return Err(format!(
+                "the log holds {found:?} where the checkpoint's {expected:?} was"
+            ));
+        }
+        expect.pop_front();
+        if expect.is_empty() {
+            shared.resumed();
+        }
+    }
+    Ok(true)
 }
