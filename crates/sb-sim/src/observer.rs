@@ -301,6 +301,16 @@ impl IndexObserver for SimObserver {
         self.forward.iter().for_each(|f| f.stalled_chain(stalled));
     }
 
+    fn checkpoint(&self, outcome: wal_index::labels::CheckpointLabel) {
+        self.forward.iter().for_each(|f| f.checkpoint(outcome));
+    }
+
+    fn checkpoint_refused(&self, reason: wal_index::labels::RefusalLabel) {
+        self.forward
+            .iter()
+            .for_each(|f| f.checkpoint_refused(reason));
+    }
+
     fn backfill(&self, state: wal_index::ingest::Backfill) {
         self.forward.iter().for_each(|f| f.backfill(state));
     }
