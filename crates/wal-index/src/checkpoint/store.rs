@@ -28,12 +28,20 @@ const SUFFIX: &str = ".sbix";
 /// One process writes to a directory: a second one's pruning would delete the first's
 /// checkpoints and temporary files (whole checkpoints are never damaged, but they are
 /// lost). Give each pool its own directory.
-#[derive(Debug)]
 pub struct DirStore {
     dir: PathBuf,
     keep: usize,
     /// The newest name's (milliseconds, count): the next name sorts above it.
     newest: Mutex<(u128, u64)>,
+}
+
+impl std::fmt::Debug for DirStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirStore")
+            .field("dir", &self.dir)
+            .field("keep", &self.keep)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What [`DirStore::restore_newest`] found.
