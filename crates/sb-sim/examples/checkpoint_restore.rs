@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use sb_sim::run::SimConfig;
 use sb_sim::workload::{Generator, Item, Shape};
-use wal_index::checkpoint::{Checkpoint, DirStore, LogIdentity, SourcePosition};
+use wal_index::checkpoint::{Checkpoint, CheckpointStore, DirStore, LogIdentity, SourcePosition};
 use wal_index::ingest::{Checkpointing, channel_wal};
 use wal_index::{Drain, DrainConfig, StateIndex, WalIndex};
 
@@ -98,14 +98,14 @@ fn round(items: &[Item], store: &DirStore, checkpointed_first: bool) -> Round {
     r.encode = started.elapsed().as_secs_f64();
     drop(checkpoint);
     let started = Instant::now();
-    let path = store.write(&bytes).expect("written");
+    let name = store.write(&bytes).expect("written");
     r.write = started.elapsed().as_secs_f64();
     r.bytes = bytes.len() as u64;
     drop(bytes);
 
     // Reading the bytes alone, then the whole restore (which reads them again).
     let started = Instant::now();
-    let read = std::fs::read(&path).expect("readable");
+    let read = std::fs::read(store.path_of(&name)).expect("readable");
     r.read = started.elapsed().as_secs_f64();
     assert_eq!(read.len() as u64, r.bytes);
     // The restore's two parts on those bytes: verify and decode, then seed an index.

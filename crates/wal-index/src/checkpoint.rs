@@ -38,13 +38,13 @@
 //! A checkpoint that is torn, truncated, fails a block's checksum, has another format
 //! version, was taken with another index shape (slim or whole, spine order) or of another
 //! log is [refused](Refusal) with its reason; nothing from it is served. A pool then tries
-//! the next older one, then replays from the beginning ([`DirStore::restore_newest`]). A
+//! the next older one, then replays from the beginning ([`CheckpointStore::restore_newest`]). A
 //! source whose log can be checked before anything is served (EHDB) is resumed first and
-//! the index seeded after its word ([`DirStore::load`], then [`Checkpoint::restore_into`]).
+//! the index seeded after its word ([`CheckpointStore::load`], then [`Checkpoint::restore_into`]).
 //! The format is specified in docs/checkpoint-format.md.
 //!
 //! ```
-//! use wal_index::checkpoint::{Checkpoint, DirStore, LogIdentity, SourcePosition};
+//! use wal_index::checkpoint::{Checkpoint, CheckpointStore, DirStore, LogIdentity, SourcePosition};
 //! use wal_index::{Event, IndexConfig, StateIndex, WalIndex};
 //!
 //! let index = WalIndex::default();
@@ -65,6 +65,9 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+#[cfg(feature = "object-store")]
+mod bucket_store;
+mod dir_store;
 mod format;
 mod store;
 
@@ -77,7 +80,10 @@ use crate::config::IndexConfig;
 use crate::index::StateIndex;
 use crate::labels::RefusalLabel;
 
-pub use store::{DirStore, Restored};
+#[cfg(feature = "object-store")]
+pub use bucket_store::BucketStore;
+pub use dir_store::DirStore;
+pub use store::{CheckpointStore, Restored};
 
 /// A record of the log, named so that a record written later under the same sequence
 /// number is told apart from it.

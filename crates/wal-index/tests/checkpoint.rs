@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use wal_index::checkpoint::{
-    Checkpoint, DirStore, Fingerprint, LogIdentity, Position, Refusal, SourcePosition,
+    Checkpoint, CheckpointStore, DirStore, Fingerprint, LogIdentity, Position, Refusal,
+    SourcePosition,
 };
 use wal_index::{Event, IndexConfig, SpineOrder, StateIndex, WalIndex};
 
@@ -234,10 +235,11 @@ fn the_store_keeps_the_newest_and_falls_back_past_a_damaged_one() {
 
     // The newest is damaged (a flipped bit), and a dead writer left a temporary file: the
     // next newest is used, the damaged one reported, the temporary file never read.
-    let mut damaged = std::fs::read(&kept[0]).unwrap();
+    let paths: Vec<PathBuf> = kept.iter().map(|name| store.path_of(name)).collect();
+    let mut damaged = std::fs::read(&paths[0]).unwrap();
     let middle = damaged.len() / 2;
     damaged[middle] ^= 0x10;
-    std::fs::write(&kept[0], &damaged).unwrap();
+    std::fs::write(&paths[0], &damaged).unwrap();
     std::fs::write(
         dir.join("checkpoint-99999999999999999999-000000.sbix.tmp"),
         b"half",
@@ -251,7 +253,7 @@ fn the_store_keeps_the_newest_and_falls_back_past_a_damaged_one() {
     assert_eq!(served(&restored.index), served(&newer_index));
 
     // Every checkpoint refused: an empty index, and no position (replay from 0).
-    std::fs::write(&kept[1], &damaged[..100]).unwrap();
+    std::fs::write(&paths[1], &damaged[..100]).unwrap();
     let restored = store.restore_newest(config, &log());
     assert_eq!(restored.used, None);
     assert_eq!(restored.positions, None);
@@ -450,6 +452,80 @@ fn a_checkpoint_that_cannot_be_written_is_reported_and_the_drain_keeps_applying(
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A full disk, for real: `SBIX_SMALL_TMPFS` names an empty directory on a small tmpfs
+/// (CI mounts one of 256 KiB where it may; without it the test says so and passes, or with
+/// `SB_REQUIRE_TMPFS` set, fails).
+#[test]
+fn a_full_disk_fails_the_write_and_the_previous_checkpoint_is_used() {
+    use std::sync::Arc;
+    use wal_index::Drain;
+    use wal_index::ingest::{Checkpointing, JsonLinesSource};
+
+    let Some(small) = std::env::var_os("SBIX_SMALL_TMPFS").map(PathBuf::from) else {
+        assert!(
+            std::env::var_os("SB_REQUIRE_TMPFS").is_none(),
+            "SB_REQUIRE_TMPFS is set but SBIX_SMALL_TMPFS is not"
+        );
+        eprintln!("SKIP: no small tmpfs (SBIX_SMALL_TMPFS)");
+        return;
+    };
+    let dir = temp_dir("disk-full");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wal = wal_file(&dir, 20, 30); // 600 records, ~180 KB of payload
+    let checkpoints_dir = small.join(format!("checkpoints-{}", std::process::id()));
+    let store = DirStore::open(&checkpoints_dir, 3).unwrap();
+    let checkpoints = Checkpointing::new(DirStore::open(&checkpoints_dir, 3).unwrap())
+        .every(std::time::Duration::ZERO);
+    let source = JsonLinesSource::open(&wal).unwrap();
+    let log = source.log().clone();
+    let config = IndexConfig::default();
+    let index = Arc::new(WalIndex::new(config));
+    let mut drain = Drain::new(Arc::clone(&index), source, drain_config())
+        .checkpoint_to(checkpoints)
+        .unwrap();
+    // A batch every 5 ms, so the writer keeps up: the checkpoints grow with the index
+    // until two no longer fit beside each other.
+    loop {
+        let more = drain.step().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        if !more
+            && drain.report().checkpoints.captured
+                == drain.report().checkpoints.written + drain.report().checkpoints.failed
+        {
+            break;
+        }
+    }
+    let report = drain.report().clone();
+    assert_eq!(report.events, 600, "every record applied");
+    assert!(report.checkpoints.written > 0, "{:?}", report.checkpoints);
+    assert!(report.checkpoints.failed > 0, "{:?}", report.checkpoints);
+    let error = report.checkpoints.last_error.clone().unwrap_or_default();
+    assert!(error.contains("No space left"), "{error}");
+    drop(drain);
+    // No temporary file is left taking the space; the newest whole checkpoint is used.
+    let leftovers: Vec<_> = std::fs::read_dir(&checkpoints_dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let restored = store.restore_newest(config, &log);
+    assert!(restored.refused.is_empty(), "{:?}", restored.refused);
+    let positions = restored.positions.expect("a checkpoint was used");
+    assert!(positions[0].last.sequence < 600, "the last one did not fit");
+    let second = Arc::new(restored.index);
+    let resumed = JsonLinesSource::open(&wal)
+        .unwrap()
+        .resume(&positions[0])
+        .unwrap();
+    Drain::new(Arc::clone(&second), resumed, drain_config())
+        .run_until_closed()
+        .unwrap();
+    assert_eq!(served(&second), served(&index));
+    std::fs::remove_dir_all(&checkpoints_dir).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The child of `a_writer_killed_at_any_point_leaves_only_whole_checkpoints`: writes
 /// checkpoints of `index_with(default)` into `SBIX_KILL_DIR` until it is killed. A no-op
 /// when run on its own.
@@ -508,4 +584,273 @@ fn a_writer_killed_at_any_point_leaves_only_whole_checkpoints() {
         "some child lived long enough to write one"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Checkpoints in a bucket: against `object_store`'s in-memory store (conditional puts under
+/// contention) and against a real S3-protocol server on loopback (`s3s-fs`, started by the
+/// test: `S3S_FS` names its binary; with `SB_REQUIRE_S3` set a missing one is a failure).
+#[cfg(feature = "object-store-aws")]
+mod bucket {
+    use super::*;
+    use object_store::ObjectStore;
+    use std::net::TcpListener;
+    use std::process::{Child, Command, Stdio};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use wal_index::checkpoint::BucketStore;
+
+    /// An `s3s-fs` server on a loopback port, serving `root` (one directory per bucket).
+    struct S3Server {
+        binary: PathBuf,
+        root: PathBuf,
+        port: u16,
+        child: Option<Child>,
+    }
+
+    impl S3Server {
+        /// Starts one serving bucket `sbix`, or `None` (skipped) where there is no binary.
+        fn start(name: &str) -> Option<S3Server> {
+            let binary = std::env::var_os("S3S_FS").map(PathBuf::from).or_else(|| {
+                let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../target/s3s-fs/bin/s3s-fs");
+                built.exists().then_some(built)
+            });
+            let Some(binary) = binary else {
+                assert!(
+                    std::env::var_os("SB_REQUIRE_S3").is_none(),
+                    "SB_REQUIRE_S3 is set but s3s-fs was not found (set S3S_FS or run scripts/install-s3s.sh)"
+                );
+                eprintln!("SKIP: no s3s-fs (set S3S_FS, or run scripts/install-s3s.sh)");
+                return None;
+            };
+            let root = temp_dir(name);
+            std::fs::create_dir_all(root.join("sbix")).unwrap();
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut server = S3Server {
+                binary,
+                root,
+                port,
+                child: None,
+            };
+            server.restart();
+            Some(server)
+        }
+
+        /// Starts the process (again, on the same port and directory) and waits until it
+        /// accepts connections.
+        fn restart(&mut self) {
+            let child = Command::new(&self.binary)
+                .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+                .args(["--access-key", "sbix", "--secret-key", "sbix-secret"])
+                .arg(&self.root)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            self.child = Some(child);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+                assert!(Instant::now() < deadline, "s3s-fs did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+
+        /// SIGKILLs the process.
+        fn kill(&mut self) {
+            if let Some(mut child) = self.child.take() {
+                child.kill().unwrap();
+                child.wait().unwrap();
+            }
+        }
+
+        /// A client for bucket `sbix` that gives up on a request after a second (so a
+        /// stopped server fails writes quickly).
+        fn client(&self) -> Arc<dyn ObjectStore> {
+            let store = object_store::aws::AmazonS3Builder::new()
+                .with_endpoint(format!("http://127.0.0.1:{}", self.port))
+                .with_allow_http(true)
+                .with_bucket_name("sbix")
+                .with_region("us-east-1")
+                .with_access_key_id("sbix")
+                .with_secret_access_key("sbix-secret")
+                .with_retry(object_store::RetryConfig {
+                    max_retries: 1,
+                    retry_timeout: Duration::from_secs(1),
+                    ..object_store::RetryConfig::default()
+                })
+                .build()
+                .unwrap();
+            Arc::new(store)
+        }
+
+        /// The file the server keeps an object's bytes in.
+        fn object_file(&self, key: &str) -> PathBuf {
+            self.root.join("sbix").join(key)
+        }
+    }
+
+    impl Drop for S3Server {
+        fn drop(&mut self) {
+            self.kill();
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    #[test]
+    fn a_bucket_keeps_the_newest_and_restores_past_a_damaged_one() {
+        let Some(server) = S3Server::start("s3-fallback") else {
+            return;
+        };
+        let store = BucketStore::new(server.client(), "pool-a", 2).unwrap();
+        let config = IndexConfig::default();
+        let older = WalIndex::new(config);
+        older.apply(Event::minimal(1, 7, None, "playbook_started"));
+        store
+            .write(&Checkpoint::capture(&older, position()).encode())
+            .unwrap();
+        let newer = index_with(config);
+        for _ in 0..3 {
+            store
+                .write(&Checkpoint::capture(&newer, position()).encode())
+                .unwrap();
+        }
+        let kept = store.newest_first().unwrap();
+        assert_eq!(kept.len(), 2, "the pointer names the newest two");
+        let bodies = std::fs::read_dir(server.object_file("pool-a"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".sbix"))
+            .count();
+        assert_eq!(
+            bodies, 2,
+            "the bodies pushed out of the pointer are deleted"
+        );
+
+        // The newest body rots on the server: the next newest is used, the newest refused.
+        let file = server.object_file(&format!("pool-a/{}", kept[0]));
+        let mut damaged = std::fs::read(&file).unwrap();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 0x10;
+        std::fs::write(&file, &damaged).unwrap();
+        let restored = store.restore_newest(config, &log());
+        assert_eq!(restored.used.as_ref(), Some(&kept[1]));
+        assert!(matches!(restored.refused[0].1, Refusal::Checksum { .. }));
+        assert_eq!(served(&restored.index), served(&newer));
+
+        // A pool on another node (a new client, a new store) finds the same.
+        let elsewhere = BucketStore::new(server.client(), "pool-a", 2).unwrap();
+        assert_eq!(elsewhere.newest_first().unwrap(), kept);
+        // Another pool's prefix holds nothing: a replay from the beginning.
+        let other = BucketStore::new(server.client(), "pool-b", 2).unwrap();
+        let restored = other.restore_newest(config, &log());
+        assert_eq!(restored.used, None);
+        assert!(restored.refused.is_empty());
+    }
+
+    #[test]
+    fn a_server_stopped_mid_upload_keeps_the_previous_checkpoint_and_the_drain_applying() {
+        use wal_index::Drain;
+        use wal_index::ingest::{Checkpointing, JsonLinesSource};
+
+        let Some(mut server) = S3Server::start("s3-outage") else {
+            return;
+        };
+        let dir = temp_dir("s3-outage-wal");
+        std::fs::create_dir_all(&dir).unwrap();
+        let wal = wal_file(&dir, 40, 60); // 2,400 records of ~300 bytes
+        let config = IndexConfig::default();
+        let store = BucketStore::new(server.client(), "pool", 3).unwrap();
+        let checkpoints = Checkpointing::new(BucketStore::new(server.client(), "pool", 3).unwrap())
+            .every(Duration::ZERO);
+        let source = JsonLinesSource::open(&wal).unwrap();
+        let log = source.log().clone();
+        let index = Arc::new(WalIndex::new(config));
+        let mut drain = Drain::new(Arc::clone(&index), source, drain_config())
+            .checkpoint_to(checkpoints)
+            .unwrap();
+        // Some checkpoints land; then the server dies under whatever upload is in flight.
+        // (A batch every 10 ms: the 48 batches outlast the first writes.)
+        while drain.report().checkpoints.written < 2 {
+            drain.step().unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server.kill();
+        let before = drain.report().clone();
+        assert!(before.events < 2_000, "{before:?}");
+        for _ in 0..10 {
+            drain.step().unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let report = drain.report().clone();
+        assert!(report.checkpoints.failed > 0, "{:?}", report.checkpoints);
+        assert!(report.checkpoints.last_error.is_some());
+        assert!(
+            report.events >= before.events + 500,
+            "the drain kept applying"
+        );
+        // At most the write in flight at the kill landed.
+        assert!(report.checkpoints.written <= before.checkpoints.written + 1);
+
+        // The server comes back on the same port and directory: checkpoints land again, and
+        // a restarted pool restores the newest and serves what a replay from zero serves.
+        server.restart();
+        let written_during = drain.report().checkpoints.written;
+        drain.run_until_closed().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while drain.report().checkpoints.written <= written_during {
+            assert!(
+                Instant::now() < deadline,
+                "{:?}",
+                drain.report().checkpoints
+            );
+            std::thread::sleep(Duration::from_millis(20));
+            drain.step().unwrap();
+        }
+        drop(drain);
+        let restored = store.restore_newest(config, &log);
+        assert!(restored.refused.is_empty(), "{:?}", restored.refused);
+        let positions = restored.positions.expect("a checkpoint was used");
+        let second = Arc::new(restored.index);
+        let resumed = JsonLinesSource::open(&wal)
+            .unwrap()
+            .resume(&positions[0])
+            .unwrap();
+        Drain::new(Arc::clone(&second), resumed, drain_config())
+            .run_until_closed()
+            .unwrap();
+        assert_eq!(served(&second), served(&index));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn writers_publishing_at_once_never_lose_each_others_checkpoint() {
+        // object_store's in-memory store applies conditional puts atomically, so it shows
+        // the pointer's retry under real contention (s3s-fs checks its conditions and
+        // writes in two steps, so two puts racing can both pass).
+        let memory: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = BucketStore::new(Arc::clone(&memory), "pool", 1000).unwrap();
+                std::thread::spawn(move || {
+                    (0..25)
+                        .map(|i| store.write(format!("body {i}").as_bytes()).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut written: Vec<String> = writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        let store = BucketStore::new(memory, "pool", 1000).unwrap();
+        let mut named = store.newest_first().unwrap();
+        assert_eq!(named.len(), 100, "every write is in the pointer");
+        written.sort();
+        named.sort();
+        assert_eq!(named, written);
+    }
 }

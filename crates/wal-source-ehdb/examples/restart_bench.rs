@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use wal_index::checkpoint::DirStore;
+use wal_index::checkpoint::{CheckpointStore, DirStore};
 use wal_index::ingest::{Backfill, Checkpointing};
 use wal_index::{Drain, DrainConfig, IndexConfig, IndexObserver, StateIndex, WalIndex};
 use wal_source_ehdb::{EhdbConfig, EhdbSource};

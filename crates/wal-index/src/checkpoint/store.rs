@@ -1,10 +1,7 @@
-//! [`DirStore`]: checkpoints in a local directory (a node's disk or a persistent volume),
-//! written durably, the newest few kept.
+//! [`CheckpointStore`]: where checkpoints are kept, and the restore that every store shares
+//! (the newest that verifies, then older ones, then nothing).
 
-use crate::sync::Mutex;
-use std::fs::{self, File};
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::io;
 
 use super::{Checkpoint, LogIdentity, Position, Refusal};
 use crate::WalIndex;
@@ -12,175 +9,45 @@ use crate::config::IndexConfig;
 use crate::index::StateIndex;
 use crate::labels::CheckpointLabel;
 
-/// A file name's prefix and suffix: `checkpoint-<ms>-<n>.sbix`, so names sort by age.
-const PREFIX: &str = "checkpoint-";
-const SUFFIX: &str = ".sbix";
-
-/// Checkpoints in one directory: each written under a temporary name, synced, renamed into
-/// place and the directory synced, so a checkpoint that has a name is whole; the newest
-/// `keep` are kept and older ones deleted after each write.
+/// Where a pool keeps its checkpoints: a local directory ([`DirStore`](super::DirStore)),
+/// or, with the `object-store` feature, a bucket (`BucketStore`).
 ///
-/// A crash mid-write leaves at most a temporary file (`.tmp`), which is never read and is
-/// deleted by the next write. A write that fails (a full disk) leaves the previous
-/// checkpoints as they were. Names sort by age even across a restart whose clock went
-/// back: a store carries on from the newest name it finds.
+/// A store names each checkpoint it writes with a name it never reuses, and lists them
+/// newest first. It promises that a checkpoint it lists is whole: a write that fails or
+/// is cut short leaves the checkpoints listed before it as they were. It does not promise
+/// the bytes are intact (a disk can rot, an operator can copy the wrong file): every read
+/// is verified ([`Checkpoint::decode`]) before anything is served.
 ///
-/// One process writes to a directory: a second one's pruning would delete the first's
-/// checkpoints and temporary files (whole checkpoints are never damaged, but they are
-/// lost). Give each pool its own directory.
-pub struct DirStore {
-    dir: PathBuf,
-    keep: usize,
-    /// The newest name's (milliseconds, count): the next name sorts above it.
-    newest: Mutex<(u128, u64)>,
-}
-
-impl std::fmt::Debug for DirStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DirStore")
-            .field("dir", &self.dir)
-            .field("keep", &self.keep)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What [`DirStore::restore_newest`] found.
-#[derive(Debug)]
-pub struct Restored {
-    /// The index: seeded from the newest checkpoint that verified, or empty.
-    pub index: WalIndex,
-    /// Where the drain resumes: the used checkpoint's positions (`None`: no checkpoint was
-    /// used, so the drain replays the log from its beginning).
-    pub positions: Option<Vec<Position>>,
-    /// The checkpoint used, if any.
-    pub used: Option<PathBuf>,
-    /// The checkpoints tried and refused, newest first, each with its reason.
-    pub refused: Vec<(PathBuf, Refusal)>,
-    /// Bytes read from the used checkpoint.
-    pub bytes: u64,
-}
-
-impl DirStore {
-    /// The store in `dir` (created if missing), keeping the newest `keep` checkpoints (at
-    /// least 1).
-    pub fn open(dir: impl AsRef<Path>, keep: usize) -> io::Result<DirStore> {
-        let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)?;
-        let store = DirStore {
-            dir,
-            keep: keep.max(1),
-            newest: Mutex::new((0, 0)),
-        };
-        let newest = store
-            .newest_first()?
-            .first()
-            .and_then(|path| parse_name(path))
-            .unwrap_or((0, 0));
-        *store.newest.lock() = newest;
-        // A process that died mid-write left its temporary file: never read, gone now.
-        store.remove_temporaries()?;
-        Ok(store)
-    }
-
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Writes one checkpoint's bytes durably: a temporary file, `fsync`, rename, `fsync`
-    /// of the directory; then deletes checkpoints past the newest `keep` and stale
-    /// temporary files. Returns the checkpoint's path.
-    pub fn write(&self, bytes: &[u8]) -> io::Result<PathBuf> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        let (millis, n) = {
-            let mut newest = self.newest.lock();
-            // Above the newest name whatever the clock says.
-            *newest = if now > newest.0 {
-                (now, 0)
-            } else {
-                (newest.0, newest.1 + 1)
-            };
-            *newest
-        };
-        let name = format!("{PREFIX}{millis:020}-{n:06}{SUFFIX}");
-        let path = self.dir.join(&name);
-        let temporary = self.dir.join(format!("{name}.tmp"));
-        let written = (|| {
-            let mut file = File::options()
-                .write(true)
-                .create_new(true)
-                .open(&temporary)?;
-            file.write_all(bytes)?;
-            file.sync_all()?;
-            drop(file);
-            fs::rename(&temporary, &path)?;
-            File::open(&self.dir)?.sync_all()
-        })();
-        if let Err(error) = written {
-            let _ = fs::remove_file(&temporary);
-            return Err(error);
-        }
-        // The checkpoint is durable: a failed prune leaves an extra file, not a failed write.
-        let _ = self.prune();
-        Ok(path)
-    }
+/// The methods block: a pool calls them at start and from the drain's checkpoint writer,
+/// a thread of its own. From async code, call [`restore_newest`](Self::restore_newest)
+/// through the runtime's blocking pool (`tokio::task::spawn_blocking`).
+pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
+    /// Writes one checkpoint's bytes so that, once this returns `Ok`, the checkpoint is
+    /// listed and survives a crash of this process (and, for a bucket, of this node);
+    /// then forgets checkpoints past the newest the store keeps. Returns the new name.
+    fn write(&self, bytes: &[u8]) -> io::Result<String>;
 
     /// The checkpoints present, newest first.
-    pub fn newest_first(&self) -> io::Result<Vec<PathBuf>> {
-        let mut found: Vec<PathBuf> = fs::read_dir(&self.dir)?
-            .filter_map(Result::ok)
-            .map(|entry| entry.path())
-            .filter(|path| {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(SUFFIX))
-            })
-            .collect();
-        found.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(found)
-    }
+    fn newest_first(&self) -> io::Result<Vec<String>>;
 
-    /// Deletes checkpoints past the newest `keep`, and temporary files no write of this
-    /// store has open (those of a process that died mid-write).
-    fn prune(&self) -> io::Result<()> {
-        for old in self.newest_first()?.into_iter().skip(self.keep) {
-            fs::remove_file(old)?;
-        }
-        self.remove_temporaries()
-    }
+    /// One checkpoint's bytes, as written (or as damaged since).
+    fn read(&self, name: &str) -> io::Result<Vec<u8>>;
 
-    /// Deletes temporary files: writes are serialized (one in flight), so one present
-    /// between writes is a dead process's.
-    fn remove_temporaries(&self) -> io::Result<()> {
-        for entry in fs::read_dir(&self.dir)?.filter_map(Result::ok) {
-            let path = entry.path();
-            let stale = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(".tmp"));
-            // Writes are serialized by the drain (one in flight), so a temporary file
-            // present now is a dead process's.
-            if stale {
-                let _ = fs::remove_file(path);
-            }
-        }
-        Ok(())
-    }
+    /// Where the store is, for reports and errors (a directory, a bucket's URL).
+    fn location(&self) -> String;
 
-    /// Reads and verifies the checkpoint at `path` and checks it was taken of `log` from an
+    /// Reads and verifies the checkpoint `name` and checks it was taken of `log` from an
     /// index of `config`'s shape; seeds nothing. A pool whose source checks the log before
     /// anything is served (EHDB's `EhdbSource::wait_resumed`) loads, resumes its source,
     /// waits for its word, and only then seeds its index ([`Checkpoint::restore_into`]);
     /// on a refusal it loads the next older one. Returns the checkpoint and its size.
-    pub fn load(
+    fn load(
         &self,
-        path: &Path,
+        name: &str,
         config: &IndexConfig,
         log: &LogIdentity,
     ) -> Result<(Checkpoint, u64), Refusal> {
-        let bytes = fs::read(path).map_err(|e| Refusal::Io(e.to_string()))?;
+        let bytes = self.read(name).map_err(|e| Refusal::Io(e.to_string()))?;
         let checkpoint = Checkpoint::decode(&bytes)?;
         checkpoint.check(config, log)?;
         Ok((checkpoint, bytes.len() as u64))
@@ -191,37 +58,37 @@ impl DirStore {
     /// index when none does (the drain then replays from the beginning). Every refusal is
     /// returned with its reason and reported to the index's observer
     /// (`checkpoint_refused_total{reason}`; the one used: `checkpoints_total{outcome="restored"}`).
-    pub fn restore_newest(&self, config: IndexConfig, log: &LogIdentity) -> Restored {
+    fn restore_newest(&self, config: IndexConfig, log: &LogIdentity) -> Restored {
         self.restore_newest_with(WalIndex::new(config), log)
     }
 
-    /// [`restore_newest`](DirStore::restore_newest) into `index` (empty; its configuration
-    /// and observer are kept).
-    pub fn restore_newest_with(&self, index: WalIndex, log: &LogIdentity) -> Restored {
+    /// [`restore_newest`](Self::restore_newest) into `index` (empty; its configuration and
+    /// observer are kept).
+    fn restore_newest_with(&self, index: WalIndex, log: &LogIdentity) -> Restored {
         let mut refused = Vec::new();
         let candidates = match self.newest_first() {
             Ok(found) => found,
             Err(error) => {
-                refused.push((self.dir.clone(), Refusal::Io(error.to_string())));
+                refused.push((self.location(), Refusal::Io(error.to_string())));
                 Vec::new()
             }
         };
-        for path in candidates {
-            match self.load(&path, index.config(), log) {
+        for name in candidates {
+            match self.load(&name, index.config(), log) {
                 Ok((checkpoint, bytes)) => {
                     checkpoint.restore_into(&index);
                     index.observer().checkpoint(CheckpointLabel::Restored);
                     return Restored {
                         index,
                         positions: Some(checkpoint.positions),
-                        used: Some(path),
+                        used: Some(name),
                         refused,
                         bytes,
                     };
                 }
                 Err(why) => {
                     index.observer().checkpoint_refused(why.reason());
-                    refused.push((path, why));
+                    refused.push((name, why));
                 }
             }
         }
@@ -235,10 +102,19 @@ impl DirStore {
     }
 }
 
-/// A checkpoint name's (milliseconds, count).
-fn parse_name(path: &Path) -> Option<(u128, u64)> {
-    let name = path.file_name()?.to_str()?;
-    let stem = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
-    let (millis, n) = stem.split_once('-')?;
-    Some((millis.parse().ok()?, n.parse().ok()?))
+/// What [`CheckpointStore::restore_newest`] found.
+#[derive(Debug)]
+pub struct Restored {
+    /// The index: seeded from the newest checkpoint that verified, or empty.
+    pub index: WalIndex,
+    /// Where the drain resumes: the used checkpoint's positions (`None`: no checkpoint was
+    /// used, so the drain replays the log from its beginning).
+    pub positions: Option<Vec<Position>>,
+    /// The name of the checkpoint used, if any.
+    pub used: Option<String>,
+    /// The checkpoints tried and refused, newest first, each with its reason (a store that
+    /// could not be listed appears under its [`location`](CheckpointStore::location)).
+    pub refused: Vec<(String, Refusal)>,
+    /// Bytes read from the used checkpoint.
+    pub bytes: u64,
 }

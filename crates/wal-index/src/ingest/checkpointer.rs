@@ -8,7 +8,9 @@
 //! loads each resident execution's published snapshot: the drain's thread pays a pointer
 //! load and a vector of handles per execution, never the encoding or the write, which a
 //! writer thread does. One write is in flight at most: a checkpoint due while the previous
-//! one is still being written is skipped, not queued, and taken at the next batch.
+//! one is still being written is skipped, not queued, and taken at the next batch, or at
+//! the next step that pulls nothing (a quiet log) if that comes first. With nothing applied
+//! since the last capture, none is taken.
 
 use std::io;
 use std::path::PathBuf;
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::source::WalSource;
-use crate::checkpoint::{Checkpoint, DirStore, SourcePosition};
+use crate::checkpoint::{Checkpoint, CheckpointStore, DirStore, SourcePosition};
 use crate::config::{ConfigError, Vars};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 
@@ -38,7 +40,7 @@ use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 #[derive(Debug, Clone)]
 pub struct Checkpointing {
     /// Where they are written.
-    pub store: std::sync::Arc<DirStore>,
+    pub store: std::sync::Arc<dyn CheckpointStore>,
     /// A checkpoint is due this long after the last one (default 60 s).
     pub every: Duration,
     /// ... or after this many payload bytes were applied since (default 512 MiB).
@@ -54,7 +56,7 @@ impl Checkpointing {
     pub const DEFAULT_KEEP: usize = 3;
 
     /// Checkpoints to `store` at the default cadence.
-    pub fn new(store: DirStore) -> Checkpointing {
+    pub fn new(store: impl CheckpointStore + 'static) -> Checkpointing {
         Checkpointing {
             store: std::sync::Arc::new(store),
             every: Self::DEFAULT_EVERY,
@@ -74,22 +76,29 @@ impl Checkpointing {
         self
     }
 
-    /// From `NOETL_STATE_INDEX_CHECKPOINT_DIR` (unset or empty: no checkpoints),
-    /// `NOETL_STATE_INDEX_CHECKPOINT_SECS` (60), `NOETL_STATE_INDEX_CHECKPOINT_MB` (512)
-    /// and `NOETL_STATE_INDEX_CHECKPOINT_KEEP` (3). A malformed value is an error naming
-    /// its variable; a directory that cannot be created is an I/O error.
+    /// From the environment: `NOETL_STATE_INDEX_CHECKPOINT_DIR` (a directory) or, with the
+    /// `object-store` feature, `NOETL_STATE_INDEX_CHECKPOINT_URL` (`s3://bucket/prefix`, its
+    /// client configured from the `AWS_*`, `GOOGLE_*` or `AZURE_*` variables); neither set
+    /// (or empty): no checkpoints. `NOETL_STATE_INDEX_CHECKPOINT_SECS` (60),
+    /// `NOETL_STATE_INDEX_CHECKPOINT_MB` (512) and `NOETL_STATE_INDEX_CHECKPOINT_KEEP` (3)
+    /// set the cadence and how many are kept. A malformed value, or both places set, is an
+    /// error naming its variable; a directory that cannot be created is an I/O error.
     pub fn from_env() -> Result<Option<Checkpointing>, io::Error> {
         Self::from_lookup(|var| std::env::var(var).ok())
     }
 
-    /// [`from_env`](Checkpointing::from_env) over any lookup.
+    /// [`from_env`](Checkpointing::from_env) over any lookup (a bucket's client is still
+    /// configured from the process environment).
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<Checkpointing>, io::Error> {
         let vars = Vars(lookup);
-        let Some(dir) = vars.get("NOETL_STATE_INDEX_CHECKPOINT_DIR") else {
+        let invalid = |e: ConfigError| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let dir = vars.get("NOETL_STATE_INDEX_CHECKPOINT_DIR");
+        let url = vars.get("NOETL_STATE_INDEX_CHECKPOINT_URL");
+        if dir.is_none() && url.is_none() {
             return Ok(None);
-        };
+        }
         let number = |var: &'static str, default: u64| -> Result<u64, ConfigError> {
             match vars.get(var) {
                 None => Ok(default),
@@ -103,20 +112,46 @@ impl Checkpointing {
                 },
             }
         };
-        let invalid = |e: ConfigError| io::Error::new(io::ErrorKind::InvalidInput, e);
         let secs = number("NOETL_STATE_INDEX_CHECKPOINT_SECS", 60).map_err(invalid)?;
         let mb = number("NOETL_STATE_INDEX_CHECKPOINT_MB", 512).map_err(invalid)?;
         let keep = number("NOETL_STATE_INDEX_CHECKPOINT_KEEP", 3).map_err(invalid)?;
-        let store = DirStore::open(
-            PathBuf::from(dir),
-            usize::try_from(keep).unwrap_or(usize::MAX),
-        )?;
+        let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+        let store: Checkpointing = match (dir, url) {
+            (Some(dir), None) => Checkpointing::new(DirStore::open(PathBuf::from(dir), keep)?),
+            (None, Some(url)) => bucket_from_url(url, keep)?,
+            (Some(_), Some(url)) => {
+                return Err(invalid(ConfigError {
+                    var: "NOETL_STATE_INDEX_CHECKPOINT_URL",
+                    value: url,
+                    expected: "unset while NOETL_STATE_INDEX_CHECKPOINT_DIR is set (one place)",
+                }));
+            }
+            (None, None) => unreachable!("returned above"),
+        };
         Ok(Some(
-            Checkpointing::new(store)
+            store
                 .every(Duration::from_secs(secs))
                 .every_bytes(mb.saturating_mul(1 << 20)),
         ))
     }
+}
+
+/// Checkpoints to the bucket `NOETL_STATE_INDEX_CHECKPOINT_URL` names.
+#[cfg(feature = "object-store")]
+fn bucket_from_url(url: String, keep: usize) -> io::Result<Checkpointing> {
+    let store = crate::checkpoint::BucketStore::from_url(&url, std::env::vars(), keep)?;
+    Ok(Checkpointing::new(store))
+}
+
+/// Without the `object-store` feature, a bucket URL is a configuration error.
+#[cfg(not(feature = "object-store"))]
+fn bucket_from_url(url: String, _keep: usize) -> io::Result<Checkpointing> {
+    let error = ConfigError {
+        var: "NOETL_STATE_INDEX_CHECKPOINT_URL",
+        value: url,
+        expected: "unset: this build has no object-store feature",
+    };
+    Err(io::Error::new(io::ErrorKind::InvalidInput, error))
 }
 
 /// What the drain's checkpoints did.
@@ -190,7 +225,7 @@ impl Checkpointer {
                     Arc::clone(&busy),
                     Arc::clone(&outcomes),
                 );
-                move || write_loop(&store, &receiver, &busy, &outcomes)
+                move || write_loop(&*store, &receiver, &busy, &outcomes)
             })?;
         Ok(Checkpointer {
             config,
@@ -209,8 +244,14 @@ impl Checkpointer {
 
     /// After a batch of `bytes` payload bytes was applied: captures and hands off a
     /// checkpoint if one is due and the writer is free.
+    /// Called with 0 bytes at rest (nothing pulled), where it takes a checkpoint still due
+    /// for what was applied since the last capture; with nothing applied since, there is
+    /// nothing new to keep.
     pub(crate) fn after_batch<S: WalSource>(&mut self, source: &S, bytes: u64) {
         self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes == 0 {
+            return;
+        }
         if self.since.elapsed() < self.config.every && self.bytes < self.config.every_bytes {
             return;
         }
@@ -270,7 +311,7 @@ impl Drop for Checkpointer {
 
 /// The writer thread: encodes and writes each checkpoint handed over, until the drain goes.
 fn write_loop(
-    store: &DirStore,
+    store: &dyn CheckpointStore,
     receiver: &Receiver<Checkpoint>,
     busy: &AtomicBool,
     outcomes: &Outcomes,

@@ -269,6 +269,15 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         self.step_waiting(Waiting::Timer).await
     }
 
+    /// Nothing pulled: the index and the source's position agree, so a checkpoint that came
+    /// due while the writer was busy is taken now rather than at the next batch, which on a
+    /// quiet log may be long in coming.
+    fn checkpoint_at_rest(&mut self) {
+        if let Some(checkpointer) = &mut self.checkpointer {
+            checkpointer.after_batch(&self.source, 0);
+        }
+    }
+
     /// The one body of a step. `waiting` decides only how a pause passes and where an idle
     /// source's wait happens: inside the pull for a parked thread, on a timer after it for a
     /// task.
@@ -288,8 +297,12 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         }
         let more = match self.decode(pulled) {
             Err(error) => return self.source_failed(error),
-            Ok(Step::Closed) => false,
+            Ok(Step::Closed) => {
+                self.checkpoint_at_rest();
+                false
+            }
             Ok(Step::Idle) => {
+                self.checkpoint_at_rest();
                 if waiting == Waiting::Timer {
                     waiting.sleep(self.config.idle_wait).await;
                 }
