@@ -8,6 +8,7 @@
 pub mod html;
 pub mod observer;
 pub mod report;
+pub mod roll;
 pub mod run;
 pub mod wal;
 pub mod workload;

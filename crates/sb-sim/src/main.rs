@@ -217,6 +217,12 @@ struct Simulate {
     /// phase continues these executions); 0 disables.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(0..=50_000_000))]
     cold_start: u32,
+    /// Roll the pool SECS into the live phase: it is dropped without a goodbye and a new
+    /// one starts while the producer keeps publishing. Runs three rolls side by side (the
+    /// engine from its checkpoint, taken every `--checkpoint-secs`, default 5; the engine
+    /// replaying from 0; today's design replaying from 0) instead of the engines' report.
+    #[arg(long, value_name = "SECS", value_parser = number_in(0.001, 86_400.0))]
+    roll_at: Option<f64>,
     /// Live events the WAL loses from the middle of their chains (acknowledged, never
     /// delivered, in no retained history or tail), spread over the live phase: the engine
     /// reports each hole `--stall-secs` after its first check saw it.
@@ -329,7 +335,26 @@ fn simulate(sim: Simulate) -> Result<(), Box<dyn std::error::Error>> {
         shape.seed,
         wal = config.wal.describe(),
     );
+    if let Some(at) = sim.roll_at {
+        return roll(&plan, &config, at, workload);
+    }
     finish(&plan, &config, &sim.run, workload)
+}
+
+/// `simulate --roll-at`: the three rolls' report.
+fn roll(
+    plan: &Plan,
+    config: &SimConfig,
+    at: f64,
+    workload: String,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let roll = sb_sim::roll::Roll {
+        at: Duration::from_secs_f64(at),
+        every: config.checkpoint_every.unwrap_or(Duration::from_secs(5)),
+    };
+    let report = sb_sim::roll::run_rolls(plan, config, roll, workload)?;
+    print!("{}", report.to_text());
+    Ok(())
 }
 
 /// `sb-sim replay`: a JSON-lines WAL file or a JetStream stream, as the live phase.

@@ -125,6 +125,8 @@ pub struct SimObserver {
     wal_events: AtomicU64,
     /// Nanoseconds since start when `wal_events` first reached `backlog`; 0 until then.
     backlog_done_ns: AtomicU64,
+    /// When the drain first said it was caught up (0: not yet).
+    caught_up_ns: AtomicU64,
     backlog: u64,
     forward: Vec<Arc<dyn IndexObserver>>,
     /// The drain's health: when it went down (while down), time spent down, outages.
@@ -175,6 +177,7 @@ impl SimObserver {
             timeline: (0..4 * 600).map(|_| Default::default()).collect(),
             wal_events: AtomicU64::new(0),
             backlog_done_ns: AtomicU64::new(0),
+            caught_up_ns: AtomicU64::new(0),
             backlog,
             forward,
             health: std::sync::Mutex::new(Health::default()),
@@ -221,6 +224,15 @@ impl SimObserver {
     /// How long after the start the drain had consumed the whole backlog.
     pub fn backlog_drained_after(&self) -> Option<Duration> {
         match self.backlog_done_ns.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// How long after the start the drain first said it had caught up with the log's head
+    /// as it stood when its source subscribed.
+    pub fn caught_up_after(&self) -> Option<Duration> {
+        match self.caught_up_ns.load(Ordering::Acquire) {
             0 => None,
             ns => Some(Duration::from_nanos(ns)),
         }
@@ -312,6 +324,13 @@ impl IndexObserver for SimObserver {
     }
 
     fn backfill(&self, state: wal_index::ingest::Backfill) {
+        if state == wal_index::ingest::Backfill::CaughtUp {
+            let ns = self.started.elapsed().as_nanos().max(1) as u64;
+            // Release pairs with the Acquire in `caught_up_after`; the first one is kept.
+            let _ = self
+                .caught_up_ns
+                .compare_exchange(0, ns, Ordering::Release, Ordering::Relaxed);
+        }
         self.forward.iter().for_each(|f| f.backfill(state));
     }
 }

@@ -270,18 +270,14 @@ pub fn run_engine<I: StateIndex + Checkpointable>(
     if let Some(checkpointing) = checkpoints.checkpointing()? {
         drain = drain.checkpoint_to(checkpointing)?;
     }
-    let drain = DrainRun::start(&runtime, drain, config);
-    let drives = Arc::new(DriveContext {
-        index: Arc::clone(&index),
-        records: Mutex::new(Vec::with_capacity(plan.drives())),
-        permits: tokio::sync::Semaphore::new(config.drive_concurrency.max(1)),
+    let drain = DrainRun::start(runtime.handle(), drain, config);
+    let drives = Arc::new(DriveContext::new(
+        Arc::clone(&index),
+        config,
         retained,
         reads,
-        gate: RehydrateGate::new(config.rehydrate_concurrency),
-        budget: config.budget,
-        drives_on: config.drives_on,
         started,
-    });
+    ));
     let tasks = publish_live(plan, config, &mut wal, &drives, &runtime, progress)?;
     runtime.block_on(async {
         for task in tasks {
@@ -291,12 +287,7 @@ pub fn run_engine<I: StateIndex + Checkpointable>(
     wal.flush()?;
     let (drain, publisher) = finish_drain::<I>(plan, wal, drain, &observer, &runtime)?;
     let wall = started.elapsed();
-    let drives = std::mem::take(
-        &mut *drives
-            .records
-            .lock()
-            .map_err(|_| std::io::Error::other("poisoned"))?,
-    );
+    let drives = drives.take_records();
     let health = observer.health();
     Ok(EngineRun {
         observer,
@@ -336,19 +327,8 @@ fn publish_live<I: StateIndex>(
         wal.append(item)?;
         drives.retained.record(item);
         progress.inc(1);
-        let (Some((execution_id, event_id)), true) = (item.ids, item.triggers) else {
+        let Some(dispatch) = Dispatch::of(item, config.tails) else {
             continue;
-        };
-        let dispatch = Dispatch {
-            execution_id,
-            event_id,
-            tail: if config.tails {
-                item.tail.clone()
-            } else {
-                Vec::new()
-            },
-            repeat: item.repeat,
-            at: Instant::now(),
         };
         tasks.push(runtime.spawn(Arc::clone(drives).serve(dispatch)));
     }
@@ -356,12 +336,12 @@ fn publish_live<I: StateIndex>(
 }
 
 /// What every drive of a run shares: the index, the fallbacks, the limits, the records.
-struct DriveContext<I> {
+pub(crate) struct DriveContext<I> {
     index: Arc<I>,
     records: Mutex<Vec<DriveRecord>>,
     /// Drives in flight at once.
     permits: tokio::sync::Semaphore,
-    retained: Arc<RetainedWal>,
+    pub(crate) retained: Arc<RetainedWal>,
     /// The per-execution read on a miss (the broker by subject, or `retained`).
     reads: Arc<dyn DriveFallbacks>,
     gate: RehydrateGate,
@@ -372,18 +352,63 @@ struct DriveContext<I> {
 }
 
 /// One dispatch: the tip, its tail, and when it entered the WAL.
-struct Dispatch {
-    execution_id: ExecutionId,
-    event_id: i64,
-    tail: Vec<Bytes>,
-    repeat: bool,
-    at: Instant,
+pub(crate) struct Dispatch {
+    pub(crate) execution_id: ExecutionId,
+    pub(crate) event_id: i64,
+    pub(crate) tail: Vec<Bytes>,
+    pub(crate) repeat: bool,
+    pub(crate) at: Instant,
+}
+
+impl Dispatch {
+    /// The dispatch `item` triggers, if it triggers one.
+    pub(crate) fn of(item: &Item, tails: bool) -> Option<Dispatch> {
+        let (Some((execution_id, event_id)), true) = (item.ids, item.triggers) else {
+            return None;
+        };
+        Some(Dispatch {
+            execution_id,
+            event_id,
+            tail: if tails { item.tail.clone() } else { Vec::new() },
+            repeat: item.repeat,
+            at: Instant::now(),
+        })
+    }
 }
 
 impl<I: StateIndex> DriveContext<I> {
+    /// The drives of one pool on `index`, timed from `started`.
+    pub(crate) fn new(
+        index: Arc<I>,
+        config: &SimConfig,
+        retained: Arc<RetainedWal>,
+        reads: Arc<dyn DriveFallbacks>,
+        started: Instant,
+    ) -> DriveContext<I> {
+        DriveContext {
+            index,
+            records: Mutex::new(Vec::new()),
+            permits: tokio::sync::Semaphore::new(config.drive_concurrency.max(1)),
+            retained,
+            reads,
+            gate: RehydrateGate::new(config.rehydrate_concurrency),
+            budget: config.budget,
+            drives_on: config.drives_on,
+            started,
+        }
+    }
+
+    /// The drives recorded so far, taken.
+    pub(crate) fn take_records(&self) -> Vec<DriveRecord> {
+        self.records
+            .lock()
+            .map(|mut records| std::mem::take(&mut *records))
+            .unwrap_or_default()
+    }
+
     /// Runs the dispatch's drive (twice for a repeated dispatch) within the concurrency
     /// limit, and records each.
-    async fn serve(self: Arc<Self>, dispatch: Dispatch) {
+    pub(crate) async fn serve(self: Arc<Self>, dispatch: Dispatch) {
         let Ok(_permit) = self.permits.acquire().await else {
             return;
         };
@@ -460,7 +485,7 @@ fn finish_drain<I: StateIndex>(
 ) -> std::io::Result<(DrainReport, Option<crate::wal::PublisherFigures>)> {
     if wal.closes_on_drop() {
         drop(wal);
-        return Ok((drain.join(runtime)?, None));
+        return Ok((drain.join(runtime.handle())?, None));
     }
     let stored = wal.publisher_figures().map_or(0, |p| p.stored);
     let total = match wal {
@@ -483,7 +508,7 @@ fn finish_drain<I: StateIndex>(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let report = drain.stop(runtime)?;
+    let report = drain.stop(runtime.handle())?;
     let publisher = wal
         .publisher_figures()
         .map(|p| crate::wal::PublisherFigures { stored, ..p });
@@ -492,7 +517,7 @@ fn finish_drain<I: StateIndex>(
 }
 
 /// The drain of a run: a task on the runtime, or a thread.
-enum DrainRun {
+pub(crate) enum DrainRun {
     Task {
         task: tokio::task::JoinHandle<std::io::Result<DrainReport>>,
         stop: Arc<AtomicBool>,
@@ -503,8 +528,8 @@ enum DrainRun {
 impl DrainRun {
     /// Starts `drain` where the configuration says: a task over an in-process WAL, its own
     /// thread otherwise (a broker source blocks while it waits).
-    fn start<I: StateIndex>(
-        runtime: &tokio::runtime::Runtime,
+    pub(crate) fn start<I: StateIndex>(
+        runtime: &tokio::runtime::Handle,
         mut drain: Drain<I, Box<dyn wal_index::WalSource>>,
         config: &SimConfig,
     ) -> DrainRun {
@@ -521,7 +546,7 @@ impl DrainRun {
     }
 
     /// Waits for the source to close.
-    fn join(self, runtime: &tokio::runtime::Runtime) -> std::io::Result<DrainReport> {
+    pub(crate) fn join(self, runtime: &tokio::runtime::Handle) -> std::io::Result<DrainReport> {
         match self {
             DrainRun::Task { task, .. } => runtime
                 .block_on(task)
@@ -539,7 +564,7 @@ impl DrainRun {
     }
 
     /// Stops after the current step.
-    fn stop(self, runtime: &tokio::runtime::Runtime) -> std::io::Result<DrainReport> {
+    pub(crate) fn stop(self, runtime: &tokio::runtime::Handle) -> std::io::Result<DrainReport> {
         match self {
             DrainRun::Task { task, stop } => {
                 // Relaxed: the flag carries no data (as in `Drain::run_until`).
@@ -562,13 +587,13 @@ impl std::fmt::Debug for EngineRun {
 }
 
 /// The directory a run's checkpoints go to, deleted when the run ends.
-struct CheckpointDir {
+pub(crate) struct CheckpointDir {
     every: Option<Duration>,
     dir: std::path::PathBuf,
 }
 
 impl CheckpointDir {
-    fn new(every: Option<Duration>, engine: &str) -> CheckpointDir {
+    pub(crate) fn new(every: Option<Duration>, engine: &str) -> CheckpointDir {
         let dir = std::env::temp_dir().join(format!(
             "sb-sim-checkpoints-{}-{engine}",
             std::process::id()
@@ -576,7 +601,12 @@ impl CheckpointDir {
         CheckpointDir { every, dir }
     }
 
-    fn checkpointing(&self) -> std::io::Result<Option<Checkpointing>> {
+    /// The directory.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    pub(crate) fn checkpointing(&self) -> std::io::Result<Option<Checkpointing>> {
         let Some(every) = self.every else {
             return Ok(None);
         };

@@ -288,10 +288,11 @@ impl Checkpoint {
         Ok(())
     }
 
-    /// An index with `config` (and `index`'s observer) seeded with this checkpoint's
-    /// executions, after [`check`](Checkpoint::check). Each execution is one replay: one
-    /// published snapshot, no eviction, its events as the image holds them.
-    pub fn restore_into(&self, index: &WalIndex) {
+    /// Seeds `index` (empty) with this checkpoint's executions, after
+    /// [`check`](Checkpoint::check). Each execution is one replay
+    /// ([`StateIndex::rehydrate`]): on the engine one published snapshot, no eviction, its
+    /// events as the image holds them. Any index takes it; only the engine captures one.
+    pub fn restore_into<I: StateIndex>(&self, index: &I) {
         for execution in &self.executions {
             index.rehydrate(execution.execution_id, execution.events.iter().cloned());
         }

@@ -167,7 +167,7 @@ fn restart(args: &Args, resume: bool) {
         let source = EhdbSource::connect(source_config.resume_from(checkpoint.positions.clone()))
             .expect("the source starts");
         assert_eq!(source.wait_resumed(Duration::from_secs(120)), Ok(true));
-        checkpoint.restore_into(&index);
+        checkpoint.restore_into(&*index);
         (restore_s, bytes) = (Some(started.elapsed().as_secs_f64()), size);
         restored_events = index.stats().events;
         source

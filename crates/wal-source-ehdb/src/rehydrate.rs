@@ -44,6 +44,7 @@ use crate::shard::shard_of;
 pub struct EhdbRehydrate {
     addr: String,
     shards: u32,
+    cursor: u64,
     bounds: ReadBounds,
     limits: Limits,
 }
@@ -55,6 +56,7 @@ impl EhdbRehydrate {
         EhdbRehydrate {
             addr: addr.into(),
             shards: shards.max(1),
+            cursor: 0,
             bounds: ReadBounds::DEFAULT,
             limits: Limits::default(),
         }
@@ -64,6 +66,13 @@ impl EhdbRehydrate {
     /// reads, of any execution.
     pub fn bounds(mut self, bounds: ReadBounds) -> EhdbRehydrate {
         self.bounds = bounds;
+        self
+    }
+
+    /// Reads only the records after `cursor` (default 0: the whole log), for a pool whose
+    /// executions all start above it (the simulator's runs, each numbered above the last).
+    pub fn cursor(mut self, cursor: u64) -> EhdbRehydrate {
+        self.cursor = cursor;
         self
     }
 
@@ -77,7 +86,7 @@ impl EhdbRehydrate {
     pub fn read(&self, execution_id: ExecutionId) -> io::Result<Vec<Event>> {
         let until = Instant::now() + self.bounds.deadline();
         let shard = shard_of(execution_id, self.shards);
-        let mut input = subscribe(&self.addr, shard, 0, until)?;
+        let mut input = subscribe(&self.addr, shard, self.cursor, until)?;
         let mut events = Vec::new();
         let mut reader = FrameReader::new(self.limits);
         let read = reader.read_frame_of(

@@ -124,6 +124,13 @@ impl EhdbFeed {
         }
     }
 
+    /// The per-execution read a pool on this writer has: its feed, every shard, from the
+    /// run's base.
+    pub fn rehydrate(&self) -> wal_source_ehdb::EhdbRehydrate {
+        wal_source_ehdb::EhdbRehydrate::new(self.target.feed.clone(), self.target.shards)
+            .cursor(self.base)
+    }
+
     /// The drain's source: every shard, from the run's base.
     pub fn source(&self) -> io::Result<EhdbSource> {
         EhdbSource::connect(

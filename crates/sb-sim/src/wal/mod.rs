@@ -78,8 +78,9 @@ impl WalTarget {
 
 /// The producing end of a run's WAL (also what the `worker_pool` example publishes with).
 pub enum Feed {
-    /// The in-process channel, and its reading end until the drain takes it.
-    Channel(WalWriter, Option<ChannelSource>),
+    /// The in-process channel, its reading end until the drain takes it, and every payload
+    /// appended (the log a pool that rolls replays, [`Feed::replay_channel`]).
+    Channel(WalWriter, Option<ChannelSource>, Vec<Bytes>),
     /// A JetStream stream made for the run.
     Nats {
         /// The producer.
@@ -165,7 +166,7 @@ impl Feed {
         match target {
             WalTarget::InProcess => {
                 let (writer, source) = channel_wal();
-                Ok(Feed::Channel(writer, Some(source)))
+                Ok(Feed::Channel(writer, Some(source), Vec::new()))
             }
             WalTarget::Ehdb(target) => Ok(Feed::Ehdb(Box::new(EhdbFeed::open(target)?))),
             WalTarget::Nats(url) => {
@@ -202,12 +203,14 @@ impl Feed {
         }
     }
 
-    /// The per-execution read a drive uses when waiting cannot serve it: on a broker, the
-    /// run's stream read by the execution's subject ([`JetStreamRehydrate`]); elsewhere
-    /// `retained`, the records the producer published, by execution. (An EHDB writer's
-    /// feed has no read by execution: a filtered rehydrate waits for the writer to prepare
-    /// the shard's whole log, 17-22 s at production volume, so it cannot serve a drive.)
-    /// Call it before [`Feed::source`] takes the broker's configuration.
+    /// The per-execution read a drive uses when waiting cannot serve it, through the
+    /// transport a pool would use: on a broker, the run's stream read by the execution's
+    /// subject ([`JetStreamRehydrate`]); on an EHDB writer, its feed read from the run's
+    /// first record ([`EhdbRehydrate`](wal_source_ehdb::EhdbRehydrate): the feed has no read by execution, so it waits for
+    /// the writer to prepare the shard's log, 17-22 s at production's volume, and ends at
+    /// its 3 s deadline with what it found); on the in-process channel, `retained`, the
+    /// records the producer published, by execution. Call it before [`Feed::source`] takes
+    /// the broker's configuration.
     pub fn per_execution_reads(
         &self,
         retained: Arc<RetainedWal>,
@@ -223,6 +226,7 @@ impl Feed {
                         .map_err(io::Error::other)?;
                 Ok(Arc::new(reads))
             }
+            Feed::Ehdb(feed) => Ok(Arc::new(feed.rehydrate())),
             _ => Ok(retained),
         }
     }
@@ -252,7 +256,7 @@ impl Feed {
     pub fn source(&mut self) -> io::Result<Box<dyn WalSource>> {
         let taken = || io::Error::other("the run's source was already taken");
         match self {
-            Feed::Channel(_, source) => Ok(Box::new(source.take().ok_or_else(taken)?)),
+            Feed::Channel(_, source, _) => Ok(Box::new(source.take().ok_or_else(taken)?)),
             Feed::Nats { config, .. } => {
                 let config = config.take().ok_or_else(taken)?;
                 Ok(Box::new(
@@ -263,11 +267,27 @@ impl Feed {
         }
     }
 
+    /// The in-process log for a new pool: a new channel holding every record appended so
+    /// far, under the same positions, that later appends go to (the old pool's channel
+    /// closes). `None` for a broker or a writer, whose log a new pool reads itself.
+    pub fn replay_channel(&mut self) -> Option<ChannelSource> {
+        let Feed::Channel(writer, _, log) = self else {
+            return None;
+        };
+        let (replay, source) = channel_wal();
+        for payload in log.iter() {
+            replay.append(payload.clone());
+        }
+        *writer = replay;
+        Some(source)
+    }
+
     /// Publishes one record.
     pub fn append(&mut self, item: &Item) -> io::Result<()> {
         match self {
-            Feed::Channel(writer, _) => {
+            Feed::Channel(writer, _, log) => {
                 writer.append(item.payload.clone());
+                log.push(item.payload.clone());
                 Ok(())
             }
             Feed::Ehdb(feed) => feed.append(item),

@@ -192,6 +192,58 @@ pub struct ChannelSource {
     handed: [Option<Record>; 2],
 }
 
+impl ChannelSource {
+    /// Resumes after a [checkpoint](crate::checkpoint)'s `position`: takes the records up
+    /// to it off the channel, checking that the one at the position and the one before it
+    /// are the fingerprinted ones, so the next pull starts right after it. The records up
+    /// to the position must already be queued (a process's log replayed into a fresh
+    /// channel, as the simulator's roll does); a channel that ends before it, or holds
+    /// other records there, is refused with [`Refusal::Fingerprint`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wal_index::ingest::{Pull, channel_wal};
+    /// use wal_index::WalSource;
+    ///
+    /// let (writer, mut first) = channel_wal();
+    /// let payloads: Vec<String> = (1..=4).map(|id| format!(r#"{{"event_id":{id},"execution_id":1}}"#)).collect();
+    /// for p in &payloads[..2] { writer.append(p.clone()); }
+    /// first.pull(10, Duration::ZERO)?;
+    /// let position = first.position().unwrap().positions.remove(0);
+    ///
+    /// // The same log replayed into a new channel: the resumed source starts after it.
+    /// let (writer, source) = channel_wal();
+    /// for p in &payloads { writer.append(p.clone()); }
+    /// let mut resumed = source.resume(&position).unwrap();
+    /// let Pull::Records(rest) = resumed.pull(10, Duration::ZERO)? else { panic!() };
+    /// assert_eq!(rest.len(), 2);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn resume(mut self, position: &Position) -> Result<ChannelSource, Refusal> {
+        let target = position.last.sequence;
+        let refused = |why: String| Refusal::Fingerprint { why };
+        let mut previous: Option<Record> = None;
+        loop {
+            let record = self.rx.try_recv().map_err(|_| {
+                refused(format!("the channel holds no record at position {target}"))
+            })?;
+            if record.position < target {
+                previous = Some(record);
+                continue;
+            }
+            let fingerprint = |r: &Record| Fingerprint::of(r.position, &r.payload);
+            if record.position != target || fingerprint(&record) != position.last {
+                return Err(refused(format!("another record at position {target}")));
+            }
+            if previous.as_ref().map(fingerprint) != position.before {
+                return Err(refused(format!("another record before position {target}")));
+            }
+            self.handed = [Some(record), previous];
+            return Ok(self);
+        }
+    }
+}
+
 impl WalSource for ChannelSource {
     fn backfill(&self) -> Backfill {
         match self.backlog {
