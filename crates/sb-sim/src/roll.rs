@@ -1,6 +1,7 @@
-//! A worker roll mid-run (`simulate --roll-at SECS`): the pool is dropped without a goodbye
-//! (no last checkpoint, its drives in flight abandoned) and a new pool starts while the
-//! producer keeps publishing. Three rolls of the same plan, side by side: the engine
+//! A worker roll mid-run (`simulate --roll-at SECS`): a pool that has caught up with the
+//! backlog runs the live phase, and SECS into it is dropped without a goodbye (no last
+//! checkpoint, its drives in flight abandoned); a new pool starts while the producer keeps
+//! publishing. Three rolls of the same plan, side by side: the engine
 //! restoring its newest checkpoint and resuming the WAL after it, the engine replaying the
 //! WAL from its start, and today's design replaying it.
 //!
@@ -185,14 +186,13 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         dir: checkpoints.path().to_path_buf(),
     };
     let source = wal.source()?;
-    let index = Arc::new(I::with_observer(
-        config.index,
-        Arc::new(SimObserver::new(0, Vec::new())),
-    ));
+    let observer = Arc::new(SimObserver::new(0, Vec::new()));
+    let index = Arc::new(I::with_observer(config.index, observer.clone()));
     let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
     if let Some(checkpointing) = checkpoints.checkpointing()? {
         drain = drain.checkpoint_to(checkpointing)?;
     }
+    let old_observer = Arc::clone(&observer);
     let old = OldPool {
         drives: Arc::new(DriveContext::new(
             index,
@@ -204,6 +204,11 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         drain: DrainRun::start(runtime.handle(), drain, config),
         tasks: Vec::new(),
     };
+    // The roll comes in a steady state: the old pool has caught up with the backlog.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while old_observer.caught_up_after().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (ready, tasks, mut rolled) =
         live_phase(plan, config, roll, &runtime, &mut wal, old, new_start)?;
     let new = rolled

@@ -33,6 +33,16 @@
 //!   start when it is caught up, as after any restart.
 //! - **Recency**: every restored execution is as recent as the restore.
 //!
+//! # Where they are kept
+//!
+//! A [`CheckpointStore`] names each checkpoint with a name it never reuses and lists them
+//! newest first; every read is verified before anything is served. [`DirStore`] keeps them
+//! in a local directory (a temporary name, `fsync`, rename, `fsync` of the directory), for a
+//! node's disk or a persistent volume. `BucketStore` (feature `object-store`, with
+//! `object-store-aws`, `-gcp` or `-azure` for the clouds' clients) keeps them in an object
+//! store, which follows a pool that a roll reschedules onto another node: each body under a
+//! key never reused, then a small pointer replaced by a conditional put.
+//!
 //! # Refusals
 //!
 //! A checkpoint that is torn, truncated, fails a block's checksum, has another format

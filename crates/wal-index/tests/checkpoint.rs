@@ -752,6 +752,23 @@ mod bucket {
     }
 
     #[test]
+    fn a_body_above_the_part_size_goes_up_in_parts_and_reads_back_whole() {
+        let Some(server) = S3Server::start("s3-parts") else {
+            return;
+        };
+        let store = BucketStore::new(server.client(), "pool", 2).unwrap();
+        // 70 MiB: three parts of 32 MiB, the last one short.
+        let body: Vec<u8> = (0..70u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        let name = store.write(&body).unwrap();
+        assert!(
+            store.read(&name).unwrap() == body,
+            "the body reads back byte for byte"
+        );
+    }
+
+    #[test]
     fn a_server_stopped_mid_upload_keeps_the_previous_checkpoint_and_the_drain_applying() {
         use wal_index::Drain;
         use wal_index::ingest::{Checkpointing, JsonLinesSource};
@@ -774,13 +791,19 @@ mod bucket {
             .unwrap();
         // Some checkpoints land; then the server dies under whatever upload is in flight.
         // (A batch every 10 ms: the 48 batches outlast the first writes.)
+        let deadline = Instant::now() + Duration::from_secs(60);
         while drain.report().checkpoints.written < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{:?}",
+                drain.report().checkpoints
+            );
             drain.step().unwrap();
             std::thread::sleep(Duration::from_millis(10));
         }
         server.kill();
         let before = drain.report().clone();
-        assert!(before.events < 2_000, "{before:?}");
+        assert!(before.events <= 1_500, "{before:?}");
         for _ in 0..10 {
             drain.step().unwrap();
             std::thread::sleep(Duration::from_millis(100));
@@ -789,7 +812,7 @@ mod bucket {
         assert!(report.checkpoints.failed > 0, "{:?}", report.checkpoints);
         assert!(report.checkpoints.last_error.is_some());
         assert!(
-            report.events >= before.events + 500,
+            report.events >= before.events + 400,
             "the drain kept applying"
         );
         // At most the write in flight at the kill landed.
@@ -832,9 +855,42 @@ mod bucket {
         // the pointer's retry under real contention (s3s-fs checks its conditions and
         // writes in two steps, so two puts racing can both pass).
         let memory: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let written = write_at_once(&memory, 1000);
+        let store = BucketStore::new(memory, "pool", 1000).unwrap();
+        let mut named = store.newest_first().unwrap();
+        assert_eq!(named.len(), 100, "every write is in the pointer");
+        named.sort();
+        assert_eq!(named, written);
+    }
+
+    #[test]
+    fn writers_publishing_at_once_leave_exactly_the_newest_they_keep() {
+        // A lost pointer update would leave a body that no pointer names and no write
+        // pushed out: one more body than the pointer keeps.
+        let memory: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        write_at_once(&memory, 2);
+        let store = BucketStore::new(Arc::clone(&memory), "pool", 2).unwrap();
+        let named = store.newest_first().unwrap();
+        assert_eq!(named.len(), 2);
+        for name in &named {
+            assert!(store.read(name).is_ok(), "{name} is named and readable");
+        }
+        let prefix = object_store::path::Path::from("pool");
+        let listed =
+            futures_lite::future::block_on(memory.list_with_delimiter(Some(&prefix))).unwrap();
+        let bodies = listed
+            .objects
+            .iter()
+            .filter(|o| o.location.as_ref().ends_with(".sbix"))
+            .count();
+        assert_eq!(bodies, 2, "the bodies pushed out are deleted, none leaked");
+    }
+
+    /// Four stores on one prefix, 25 writes each at once; the names written, sorted.
+    fn write_at_once(memory: &Arc<dyn ObjectStore>, keep: usize) -> Vec<String> {
         let writers: Vec<_> = (0..4)
             .map(|_| {
-                let store = BucketStore::new(Arc::clone(&memory), "pool", 1000).unwrap();
+                let store = BucketStore::new(Arc::clone(memory), "pool", keep).unwrap();
                 std::thread::spawn(move || {
                     (0..25)
                         .map(|i| store.write(format!("body {i}").as_bytes()).unwrap())
@@ -846,11 +902,38 @@ mod bucket {
             .into_iter()
             .flat_map(|w| w.join().unwrap())
             .collect();
-        let store = BucketStore::new(memory, "pool", 1000).unwrap();
-        let mut named = store.newest_first().unwrap();
-        assert_eq!(named.len(), 100, "every write is in the pointer");
         written.sort();
-        named.sort();
-        assert_eq!(named, written);
+        written
+    }
+
+    #[test]
+    fn a_store_dropped_inside_async_code_does_not_panic() {
+        let memory: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = BucketStore::new(memory, "pool", 2).unwrap();
+            store.write(b"body").unwrap();
+            drop(store);
+        });
+    }
+
+    #[test]
+    fn a_pointer_that_does_not_parse_is_replaced_and_listing_serves_meanwhile() {
+        use object_store::ObjectStoreExt;
+        let memory: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let store = BucketStore::new(Arc::clone(&memory), "pool", 3).unwrap();
+        let first = store.write(b"one").unwrap();
+        let pointer = object_store::path::Path::from("pool/NEWEST");
+        let garbage = object_store::PutPayload::from_static(b"sbix-newest 99\nwhat");
+        futures_lite::future::block_on(memory.put(&pointer, garbage)).unwrap();
+        assert_eq!(store.newest_first().unwrap(), vec![first], "listed");
+        let second = store.write(b"two").unwrap();
+        assert_eq!(
+            store.newest_first().unwrap()[0],
+            second,
+            "the pointer replaced"
+        );
     }
 }

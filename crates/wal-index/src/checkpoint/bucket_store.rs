@@ -7,7 +7,6 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_lite::StreamExt;
 use object_store::path::Path;
 use object_store::{
     ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
@@ -24,6 +23,8 @@ const PREFIX: &str = "checkpoint-";
 const SUFFIX: &str = ".sbix";
 /// Bodies above this size are uploaded in parts of this size.
 const PART_BYTES: usize = 32 << 20;
+/// Parts of one body uploaded at once.
+const PARTS_IN_FLIGHT: usize = 4;
 /// Conditional updates of the pointer tried before a write gives up (each failure means
 /// another writer published in between).
 const POINTER_ATTEMPTS: usize = 16;
@@ -58,8 +59,16 @@ const ORPHAN_AGE: Duration = Duration::from_secs(3600);
 /// S3-protocol servers that honour `If-Match`/`If-None-Match`), GCS and Azure have them.
 /// Requests run on a one-thread Tokio runtime the store owns, so the blocking methods can
 /// be called from any thread (not from inside an async task without `spawn_blocking`:
-/// they block it). Timeouts and retries are the `object_store` client's (configure them
-/// on its builder).
+/// they block it). Give each store its own `ObjectStore` client: a client's pooled
+/// connections belong to the runtime that opened them. Timeouts and retries are the
+/// `object_store` client's (configure them on its builder); a pointer put whose answer
+/// is lost is not retried by it (it is not idempotent), and the write reports an error
+/// although the pointer may name the new checkpoint, which is then used as any other.
+///
+/// Ages for the orphan sweep are the server's (each object's last-modified time against
+/// the pointer's); an upload in parts is dated by some servers from its start, so a body
+/// uploading for more than an hour could be swept before it is published: keep
+/// checkpoints well under that.
 ///
 /// ```no_run
 /// # fn main() -> std::io::Result<()> {
@@ -78,7 +87,8 @@ pub struct BucketStore {
     writer: u64,
     /// Bodies this store wrote, and the newest name's milliseconds.
     written: Mutex<(u64, u128)>,
-    runtime: tokio::runtime::Runtime,
+    /// `Some` until dropped.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl fmt::Debug for BucketStore {
@@ -94,14 +104,11 @@ impl fmt::Debug for BucketStore {
 impl Drop for BucketStore {
     fn drop(&mut self) {
         // Requests end with their callers (they block on them); nothing is left to finish.
-        // Dropping a runtime in place panics inside an async context; this never does.
-        let runtime = std::mem::replace(
-            &mut self.runtime,
-            tokio::runtime::Builder::new_current_thread()
-                .build()
-                .expect("an empty current-thread runtime needs no resources"),
-        );
-        runtime.shutdown_background();
+        // A runtime dropped in place panics inside an async context (a drain run as a task
+        // drops its store there); shutting it down in the background never does.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -124,7 +131,7 @@ impl BucketStore {
             keep: keep.max(1),
             writer: writer_tag(),
             written: Mutex::new((0, 0)),
-            runtime,
+            runtime: Some(runtime),
         })
     }
 
@@ -159,7 +166,11 @@ impl BucketStore {
         &self,
         work: impl Future<Output = object_store::Result<T>> + Send + 'static,
     ) -> io::Result<T> {
-        let handle = self.runtime.spawn(work);
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| io::Error::other("dropped"))?;
+        let handle = runtime.spawn(work);
         match futures_lite::future::block_on(handle) {
             Ok(result) => result.map_err(into_io),
             Err(join) => Err(io::Error::other(format!(
@@ -184,8 +195,8 @@ impl BucketStore {
 
 impl CheckpointStore for BucketStore {
     /// Uploads the body, then publishes it in the pointer (conditional put, retried while
-    /// other writers publish in between), then deletes the bodies it pushed out. A failed
-    /// publish deletes the body it uploaded and leaves the pointer as it was.
+    /// other writers publish in between), then deletes the bodies it pushed out. After a
+    /// failed publish the body stays until a later write finds no pointer naming it.
     fn write(&self, bytes: &[u8]) -> io::Result<String> {
         let name = self.next_name();
         let (store, prefix, keep) = (Arc::clone(&self.store), self.prefix.clone(), self.keep);
@@ -194,16 +205,12 @@ impl CheckpointStore for BucketStore {
         self.block_on(async move {
             let key = prefix.clone().join(published.as_str());
             upload(&*store, &key, body).await?;
-            match publish(&*store, &prefix, &published, keep).await {
-                Ok(dropped) => {
-                    prune(&*store, &prefix, &published, dropped).await;
-                    Ok(())
-                }
-                Err(error) => {
-                    let _ = store.delete(&key).await;
-                    Err(error)
-                }
-            }
+            // A failed publish leaves the body: the put may have been applied before its
+            // answer was lost, so the pointer may name it. A later write deletes it once no
+            // pointer names it and it is old (the orphan sweep).
+            let dropped = publish(&*store, &prefix, &published, keep).await?;
+            prune(&*store, &prefix, &published, dropped).await;
+            Ok(())
         })?;
         Ok(name)
     }
@@ -211,7 +218,9 @@ impl CheckpointStore for BucketStore {
     fn newest_first(&self) -> io::Result<Vec<String>> {
         let (store, prefix) = (Arc::clone(&self.store), self.prefix.clone());
         self.block_on(async move {
-            if let Some((names, _)) = read_pointer(&*store, &prefix).await? {
+            if let Some(pointer) = read_pointer(&*store, &prefix).await?
+                && let Some(names) = pointer.names.filter(|names| !names.is_empty())
+            {
                 return Ok(names);
             }
             let mut names = list_bodies(&*store, &prefix)
@@ -234,8 +243,8 @@ impl CheckpointStore for BucketStore {
     }
 }
 
-/// Uploads a body: one put, or parts above [`PART_BYTES`] (aborted on a failure, so no
-/// part outlives it).
+/// Uploads a body: one put, or parts of [`PART_BYTES`] above it, at most
+/// [`PARTS_IN_FLIGHT`] at once, the upload aborted on a failure so no part outlives it.
 async fn upload(store: &dyn ObjectStore, key: &Path, body: Vec<u8>) -> object_store::Result<()> {
     if body.len() <= PART_BYTES {
         store.put(key, PutPayload::from(body)).await?;
@@ -243,16 +252,43 @@ async fn upload(store: &dyn ObjectStore, key: &Path, body: Vec<u8>) -> object_st
     }
     let mut parts =
         WriteMultipart::new_with_chunk_size(store.put_multipart(key).await?, PART_BYTES);
-    parts.write(&body);
-    drop(body);
-    parts.finish().await.map(drop)
+    let mut sent = Ok(());
+    for chunk in body.chunks(PART_BYTES) {
+        sent = parts.wait_for_capacity(PARTS_IN_FLIGHT).await;
+        if sent.is_err() {
+            break;
+        }
+        parts.write(chunk);
+    }
+    if sent.is_ok() {
+        sent = parts.wait_for_capacity(0).await;
+    }
+    match sent {
+        Ok(()) => parts.finish().await.map(drop),
+        Err(error) => {
+            let _ = parts.abort().await;
+            Err(error)
+        }
+    }
 }
 
-/// The pointer's names and version; `None` where there is no pointer or it does not parse.
+/// The pointer as read.
+struct Pointer {
+    /// Its names, newest first; `None` where it does not parse (a newer format, a torn
+    /// write on a server without atomic puts, an edit).
+    names: Option<Vec<String>>,
+    /// Its version, for the conditional put that replaces it.
+    version: UpdateVersion,
+    /// When the server last wrote it (Unix seconds): the server's clock, for the orphan
+    /// sweep's ages.
+    written: i64,
+}
+
+/// The pointer, or `None` where there is none.
 async fn read_pointer(
     store: &dyn ObjectStore,
     prefix: &Path,
-) -> object_store::Result<Option<(Vec<String>, UpdateVersion)>> {
+) -> object_store::Result<Option<Pointer>> {
     let got = match store.get(&prefix.clone().join(POINTER)).await {
         Ok(got) => got,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -262,8 +298,13 @@ async fn read_pointer(
         e_tag: got.meta.e_tag.clone(),
         version: got.meta.version.clone(),
     };
+    let written = got.meta.last_modified.timestamp();
     let bytes = got.bytes().await?;
-    Ok(parse_pointer(&bytes).map(|names| (names, version)))
+    Ok(Some(Pointer {
+        names: parse_pointer(&bytes),
+        version,
+        written,
+    }))
 }
 
 /// A pointer's names, if it is one.
@@ -291,8 +332,12 @@ async fn publish(
 ) -> object_store::Result<Vec<String>> {
     let key = prefix.clone().join(POINTER);
     for _ in 0..POINTER_ATTEMPTS {
+        // A pointer that does not parse is replaced (readers list the prefix meanwhile).
         let (mut names, mode) = match read_pointer(store, prefix).await? {
-            Some((names, version)) => (names, PutMode::Update(version)),
+            Some(pointer) => (
+                pointer.names.unwrap_or_default(),
+                PutMode::Update(pointer.version),
+            ),
             None => (Vec::new(), PutMode::Create),
         };
         names.retain(|n| n != name);
@@ -324,13 +369,15 @@ async fn prune(store: &dyn ObjectStore, prefix: &Path, published: &str, dropped:
     for name in &dropped {
         let _ = store.delete(&prefix.clone().join(name.as_str())).await;
     }
-    let Ok(Some((named, _))) = read_pointer(store, prefix).await else {
+    let Ok(Some(pointer)) = read_pointer(store, prefix).await else {
+        return;
+    };
+    let (Some(named), now) = (pointer.names, pointer.written) else {
         return;
     };
     let Ok(bodies) = list_bodies(store, prefix).await else {
         return;
     };
-    let now = unix_secs();
     for (name, modified) in bodies {
         let old = now.saturating_sub(modified) > ORPHAN_AGE.as_secs() as i64;
         if old && name != published && !named.contains(&name) {
@@ -339,15 +386,15 @@ async fn prune(store: &dyn ObjectStore, prefix: &Path, published: &str, dropped:
     }
 }
 
-/// The bodies under the prefix, with when each was written (Unix seconds).
+/// The bodies directly under the prefix (not under deeper prefixes), with when each was
+/// written (Unix seconds, the server's clock).
 async fn list_bodies(
     store: &dyn ObjectStore,
     prefix: &Path,
 ) -> object_store::Result<Vec<(String, i64)>> {
-    let mut listed = store.list(Some(prefix));
+    let listed = store.list_with_delimiter(Some(prefix)).await?;
     let mut bodies = Vec::new();
-    while let Some(meta) = listed.next().await {
-        let meta = meta?;
+    for meta in listed.objects {
         if let Some(name) = meta.location.filename()
             && name.starts_with(PREFIX)
             && name.ends_with(SUFFIX)
@@ -356,12 +403,6 @@ async fn list_bodies(
         }
     }
     Ok(bodies)
-}
-
-fn unix_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// A random tag per store, so two stores (two pools, or one restarted) never write a key

@@ -63,33 +63,44 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     }
 
     /// [`restore_newest`](Self::restore_newest) into `index` (empty; its configuration and
-    /// observer are kept).
+    /// observer are kept). Where a checkpoint could not be read (another pool's write, in a
+    /// shared bucket, deleted it after it was listed), the store is listed once more and
+    /// the checkpoints not yet tried are tried.
     fn restore_newest_with(&self, index: WalIndex, log: &LogIdentity) -> Restored {
-        let mut refused = Vec::new();
-        let candidates = match self.newest_first() {
-            Ok(found) => found,
-            Err(error) => {
-                refused.push((self.location(), Refusal::Io(error.to_string())));
-                Vec::new()
+        let mut refused: Vec<(String, Refusal)> = Vec::new();
+        for attempt in 0..2 {
+            let candidates = match self.newest_first() {
+                Ok(found) => found,
+                Err(error) => {
+                    refused.push((self.location(), Refusal::Io(error.to_string())));
+                    break;
+                }
+            };
+            for name in candidates {
+                if refused.iter().any(|(tried, _)| *tried == name) {
+                    continue;
+                }
+                match self.load(&name, index.config(), log) {
+                    Ok((checkpoint, bytes)) => {
+                        checkpoint.restore_into(&index);
+                        index.observer().checkpoint(CheckpointLabel::Restored);
+                        return Restored {
+                            index,
+                            positions: Some(checkpoint.positions),
+                            used: Some(name),
+                            refused,
+                            bytes,
+                        };
+                    }
+                    Err(why) => {
+                        index.observer().checkpoint_refused(why.reason());
+                        refused.push((name, why));
+                    }
+                }
             }
-        };
-        for name in candidates {
-            match self.load(&name, index.config(), log) {
-                Ok((checkpoint, bytes)) => {
-                    checkpoint.restore_into(&index);
-                    index.observer().checkpoint(CheckpointLabel::Restored);
-                    return Restored {
-                        index,
-                        positions: Some(checkpoint.positions),
-                        used: Some(name),
-                        refused,
-                        bytes,
-                    };
-                }
-                Err(why) => {
-                    index.observer().checkpoint_refused(why.reason());
-                    refused.push((name, why));
-                }
+            let unreadable = refused.iter().any(|(_, why)| matches!(why, Refusal::Io(_)));
+            if attempt == 0 && !unreadable {
+                break;
             }
         }
         Restored {

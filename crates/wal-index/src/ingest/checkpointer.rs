@@ -9,8 +9,9 @@
 //! load and a vector of handles per execution, never the encoding or the write, which a
 //! writer thread does. One write is in flight at most: a checkpoint due while the previous
 //! one is still being written is skipped, not queued, and taken at the next batch, or at
-//! the next step that pulls nothing (a quiet log) if that comes first. With nothing applied
-//! since the last capture, none is taken.
+//! the next step that pulls nothing (a quiet log) if that comes first; at the log's end
+//! the drain waits for the write in flight and takes it. With nothing applied since the
+//! last capture, none is taken.
 
 use std::io;
 use std::path::PathBuf;
@@ -139,7 +140,10 @@ impl Checkpointing {
 /// Checkpoints to the bucket `NOETL_STATE_INDEX_CHECKPOINT_URL` names.
 #[cfg(feature = "object-store")]
 fn bucket_from_url(url: String, keep: usize) -> io::Result<Checkpointing> {
-    let store = crate::checkpoint::BucketStore::from_url(&url, std::env::vars(), keep)?;
+    // The variables that are not Unicode are not a client's: skipped, not a panic.
+    let vars = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let store = crate::checkpoint::BucketStore::from_url(&url, vars, keep)?;
     Ok(Checkpointing::new(store))
 }
 
@@ -193,6 +197,8 @@ pub(crate) struct Checkpointer {
     capture: Capture,
     since: Instant,
     bytes: u64,
+    /// Due whatever the cadence says (the log ended).
+    due_now: bool,
     /// True from a hand-off until the writer finished that checkpoint.
     busy: Arc<AtomicBool>,
     outcomes: Arc<Outcomes>,
@@ -232,6 +238,7 @@ impl Checkpointer {
             capture,
             since: Instant::now(),
             bytes: 0,
+            due_now: false,
             busy,
             outcomes,
             sender: Some(sender),
@@ -252,17 +259,24 @@ impl Checkpointer {
         if self.bytes == 0 {
             return;
         }
-        if self.since.elapsed() < self.config.every && self.bytes < self.config.every_bytes {
+        let due = self.due_now
+            || self.since.elapsed() >= self.config.every
+            || self.bytes >= self.config.every_bytes;
+        if !due {
             return;
         }
         // Acquire pairs with the writer's Release store when it finishes a checkpoint: a
         // drain that sees it free sees that write's outcome counted.
         if self.busy.load(Ordering::Acquire) {
-            self.skipped_busy += 1;
+            // Counted once per batch that found it busy, not at every idle step after.
+            if bytes > 0 {
+                self.skipped_busy += 1;
+            }
             return;
         }
         let checkpoint = source.position().and_then(|at| (self.capture)(at));
         self.since = Instant::now();
+        self.due_now = false;
         self.bytes = 0;
         let Some(checkpoint) = checkpoint else {
             self.skipped_no_position += 1;
@@ -281,6 +295,23 @@ impl Checkpointer {
         self.outcomes.failed.fetch_add(1, Ordering::Relaxed);
         *self.outcomes.last_error.lock() = Some("the checkpoint writer thread ended".to_owned());
         self.busy.store(false, Ordering::Relaxed);
+    }
+
+    /// At the log's end: waits for the write in flight, if one is, then takes the checkpoint
+    /// still due for what was applied since the last capture, so a log that ends is
+    /// checkpointed up to its last record.
+    pub(crate) fn at_close<S: WalSource>(&mut self, source: &S) {
+        if self.bytes == 0 {
+            return;
+        }
+        // Acquire: as in `after_batch`. The writer clears the flag however its write ends.
+        while self.busy.load(Ordering::Acquire)
+            && self.thread.as_ref().is_some_and(|t| !t.is_finished())
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.due_now = true;
+        self.after_batch(source, 0);
     }
 
     /// What the checkpoints did so far.

@@ -298,7 +298,9 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         let more = match self.decode(pulled) {
             Err(error) => return self.source_failed(error),
             Ok(Step::Closed) => {
-                self.checkpoint_at_rest();
+                if let Some(checkpointer) = &mut self.checkpointer {
+                    checkpointer.at_close(&self.source);
+                }
                 false
             }
             Ok(Step::Idle) => {
@@ -320,7 +322,8 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 // Between this batch and the next pull: the source's position and the
                 // index agree.
                 if let Some(checkpointer) = &mut self.checkpointer {
-                    checkpointer.after_batch(&self.source, bytes);
+                    // A batch of bad records only still moved the position.
+                    checkpointer.after_batch(&self.source, bytes.max(1));
                 }
                 true
             }
