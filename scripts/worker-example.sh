@@ -17,6 +17,12 @@ run() { cargo run --locked -q -p sb-sim --example worker_pool -- --metrics-addr 
 echo "worker_pool on its default (in-process WAL):"
 run
 
+echo "worker_pool checkpointing every second (NOETL_STATE_INDEX_CHECKPOINT_DIR):"
+cdir=$(mktemp -d)
+NOETL_STATE_INDEX_CHECKPOINT_DIR="$cdir" NOETL_STATE_INDEX_CHECKPOINT_SECS=1 run --duration 5
+ls "$cdir"/checkpoint-*.sbix >/dev/null || { echo "no checkpoint was written to $cdir"; exit 1; }
+rm -rf "$cdir"
+
 through_writer() {
   if [ -z "${EHDB_WRITER:-}" ]; then
     echo "SKIP worker_pool through the EHDB writer: EHDB_WRITER is not set"

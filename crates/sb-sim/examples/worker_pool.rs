@@ -6,6 +6,8 @@
 //!   deadline loop, rehydrate from the retained WAL on a miss, then fallback), at most two
 //!   at a time, as a worker runs two commands;
 //! - the `noetl_worker_state_builder_*` series on `/metrics` (Prometheus);
+//! - checkpoints of the index where `NOETL_STATE_INDEX_CHECKPOINT_DIR` says (every 60 s by
+//!   default, `NOETL_STATE_INDEX_CHECKPOINT_SECS`);
 //! - a clean shutdown on Ctrl-C, or after `--duration` seconds: dispatching stops, the
 //!   drives in flight finish, the drain drains, and the run prints what it served.
 //!
@@ -40,7 +42,7 @@ use clap::Parser;
 use sb_metrics::{StateBuilderMetrics, exporter, series::DEFAULT_PREFIX};
 use sb_sim::wal::{Feed, PoolWal, RetainedWal, WalTarget};
 use sb_sim::workload::{Generator, Shape};
-use wal_index::ingest::DrainReport;
+use wal_index::ingest::{Checkpointing, DrainReport};
 use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{
@@ -125,7 +127,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let retained = Arc::new(RetainedWal::default());
     let (source, reads) = pool_side(&mut wal, Arc::clone(&retained))?;
     let stop_drain = Arc::new(AtomicBool::new(false));
-    let drain = Drain::new(Arc::clone(&index), source, DrainConfig::from_env()?);
+    let mut drain = Drain::new(Arc::clone(&index), source, DrainConfig::from_env()?);
+    // Checkpoints where `NOETL_STATE_INDEX_CHECKPOINT_DIR` (or, with wal-index's
+    // `object-store-aws` feature, `_URL`) says; a pool restarted on the same WAL restores
+    // the newest (`CheckpointStore::restore_newest`, docs/deployment.md). This example's WAL
+    // is made for the run, so it only writes them.
+    if let Some(checkpointing) = Checkpointing::from_env()? {
+        eprintln!(
+            "worker pool: checkpoints to {} every {:?}",
+            checkpointing.store.location(),
+            checkpointing.every
+        );
+        drain = drain.checkpoint_to(checkpointing)?;
+    }
     let drain_task = start_drain(&runtime, &target, drain, &stop_drain);
     let interrupted = watch_ctrl_c(&runtime);
     eprintln!(

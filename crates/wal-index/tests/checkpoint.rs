@@ -214,22 +214,29 @@ fn another_version_shape_or_log_is_refused_with_its_reason() {
     assert_eq!(refused.label(), "other_log");
 }
 
+/// Writes a checkpoint of a one-event index, then three of `index_with(config)`, which it
+/// returns.
+fn one_older_then_three_newer(store: &dyn CheckpointStore, config: IndexConfig) -> WalIndex {
+    let older = WalIndex::new(config);
+    older.apply(Event::minimal(1, 7, None, "playbook_started"));
+    store
+        .write(&Checkpoint::capture(&older, position()).encode())
+        .unwrap();
+    let newer = index_with(config);
+    for _ in 0..3 {
+        store
+            .write(&Checkpoint::capture(&newer, position()).encode())
+            .unwrap();
+    }
+    newer
+}
+
 #[test]
 fn the_store_keeps_the_newest_and_falls_back_past_a_damaged_one() {
     let dir = temp_dir("fallback");
     let store = DirStore::open(&dir, 2).unwrap();
     let config = IndexConfig::default();
-    let older_index = WalIndex::new(config);
-    older_index.apply(Event::minimal(1, 7, None, "playbook_started"));
-    store
-        .write(&Checkpoint::capture(&older_index, position()).encode())
-        .unwrap();
-    let newer_index = index_with(config);
-    for _ in 0..3 {
-        store
-            .write(&Checkpoint::capture(&newer_index, position()).encode())
-            .unwrap();
-    }
+    let newer_index = one_older_then_three_newer(&store, config);
     let kept = store.newest_first().unwrap();
     assert_eq!(kept.len(), 2, "the newest two are kept");
 
@@ -707,17 +714,7 @@ mod bucket {
         };
         let store = BucketStore::new(server.client(), "pool-a", 2).unwrap();
         let config = IndexConfig::default();
-        let older = WalIndex::new(config);
-        older.apply(Event::minimal(1, 7, None, "playbook_started"));
-        store
-            .write(&Checkpoint::capture(&older, position()).encode())
-            .unwrap();
-        let newer = index_with(config);
-        for _ in 0..3 {
-            store
-                .write(&Checkpoint::capture(&newer, position()).encode())
-                .unwrap();
-        }
+        let newer = one_older_then_three_newer(&store, config);
         let kept = store.newest_first().unwrap();
         assert_eq!(kept.len(), 2, "the pointer names the newest two");
         let bodies = std::fs::read_dir(server.object_file("pool-a"))
