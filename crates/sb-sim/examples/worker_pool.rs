@@ -127,19 +127,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let retained = Arc::new(RetainedWal::default());
     let (source, reads) = pool_side(&mut wal, Arc::clone(&retained))?;
     let stop_drain = Arc::new(AtomicBool::new(false));
-    let mut drain = Drain::new(Arc::clone(&index), source, DrainConfig::from_env()?);
-    // Checkpoints where `NOETL_STATE_INDEX_CHECKPOINT_DIR` (or, with wal-index's
-    // `object-store-aws` feature, `_URL`) says; a pool restarted on the same WAL restores
-    // the newest (`CheckpointStore::restore_newest`, docs/deployment.md). This example's WAL
-    // is made for the run, so it only writes them.
-    if let Some(checkpointing) = Checkpointing::from_env()? {
-        eprintln!(
-            "worker pool: checkpoints to {} every {:?}",
-            checkpointing.store.location(),
-            checkpointing.every
-        );
-        drain = drain.checkpoint_to(checkpointing)?;
-    }
+    let drain = checkpointed(Drain::new(
+        Arc::clone(&index),
+        source,
+        DrainConfig::from_env()?,
+    ))?;
     let drain_task = start_drain(&runtime, &target, drain, &stop_drain);
     let interrupted = watch_ctrl_c(&runtime);
     eprintln!(
@@ -185,6 +177,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("no drive was dispatched".into());
     }
     Ok(())
+}
+
+/// The drain, checkpointing where `NOETL_STATE_INDEX_CHECKPOINT_DIR` (or, with wal-index's
+/// `object-store-aws` feature, `_URL`) says. A pool restarted on the same WAL restores the
+/// newest (`CheckpointStore::restore_newest`, docs/deployment.md); this example's WAL is
+/// made for the run, so it only writes them.
+fn checkpointed(
+    drain: Drain<Index, Box<dyn WalSource>>,
+) -> std::io::Result<Drain<Index, Box<dyn WalSource>>> {
+    let Some(checkpointing) = Checkpointing::from_env()? else {
+        return Ok(drain);
+    };
+    eprintln!(
+        "worker pool: checkpoints to {} every {:?}",
+        checkpointing.store.location(),
+        checkpointing.every
+    );
+    drain.checkpoint_to(checkpointing)
 }
 
 /// The pool's side of the WAL: the drain's source and the drives' per-execution read, each
