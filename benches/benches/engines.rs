@@ -1,5 +1,11 @@
-//! The engine against the two lock-based designs, side by side in one criterion group per
-//! path: `lockfree` (`WalIndex`), `sharded` (`ShardedMutexIndex`), `mutex` (`MutexIndex`).
+//! The engine against the design a user would build instead and the two lock-based designs,
+//! side by side in one criterion group per path: `lockfree` (`WalIndex`), `papaya`
+//! (`PapayaIndex`), `sharded` (`ShardedMutexIndex`), `mutex` (`MutexIndex`).
+//!
+//! Two groups measure scaling, for a larger machine to report with the same command:
+//! `drain_scaling` (the drain while 1, 2, 4, 8 and 16 threads build) and `build_scaling`
+//! (cache-hit builds on 1 thread and on as many as the machine has). The run prints the
+//! machine's core count first.
 //!
 //! `cargo bench -p sb-benches --bench engines` (add `-- <filter>` for one group).
 //!
@@ -10,7 +16,7 @@
 //! a `HashMap` hit handing out a shared value (the cache-hit build during a backfill).
 //! `docs/benchmarks.md` reports each engine's ratio to its group's floor. A `part` row
 //! times one piece of a path that every design pays (the incomplete build's two clock
-//! reads, the directory read's epoch pin), to say how much of the gap to the floor it explains.
+//! reads, the directory read's guard pin), to say how much of the gap to the floor it explains.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -20,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use chain_fold::Event;
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sb_benches::{interleaved, linear, payload};
-use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::{IndexConfig, StateIndex, WalIndex};
 
 /// A thread applying `wal` in 200-event batches, over and over, until dropped.
@@ -240,12 +246,122 @@ fn build_during_backfill<I: StateIndex>(c: &mut Criterion, backfill: &[Event]) {
     group.finish();
 }
 
+/// Bench 7. Creating executions: 100,000 executions the index has never seen, one event
+/// each (a `playbook_started`, 64-byte payload), applied in 200-event batches to an empty
+/// index. Each apply creates the execution's slot, so this is the directory's insert path
+/// plus one append per execution; the index is dropped outside the timed part.
+fn create_executions<I: StateIndex>(c: &mut Criterion) {
+    const EXECUTIONS: i64 = 100_000;
+    let body = payload(64);
+    let wal: Vec<Event> = (0..EXECUTIONS)
+        .map(|exec| Event::from_parts(exec + 1, exec, None, "playbook_started", body.clone()))
+        .collect();
+    let mut group = c.benchmark_group("create_executions");
+    group.throughput(Throughput::Elements(EXECUTIONS as u64));
+    group.sample_size(10);
+    group.bench_function(BenchmarkId::new(I::NAME, EXECUTIONS), |b| {
+        b.iter_batched(
+            || (I::with_config(IndexConfig::default()), wal.clone()),
+            |(index, wal)| {
+                for batch in wal.chunks(200) {
+                    index.apply_batch(batch.to_vec());
+                }
+                index
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+/// Bench 8. The drain of bench 5 (20,000 slim events in 200-event batches) while 1, 2, 4, 8
+/// and 16 threads build an indexed 27-event execution continuously. On a machine with
+/// fewer cores than threads, the readers take turns with the drain for the cores: the row
+/// says how well each design's drain holds up when it does.
+fn drain_scaling<I: StateIndex>(c: &mut Criterion) {
+    let slim = payload(64);
+    let wal = interleaved(740, 27, 50, &slim);
+    let mut group = c.benchmark_group("drain_scaling");
+    group.throughput(Throughput::Elements(wal.len() as u64));
+    group.sample_size(10);
+    for readers in [1usize, 2, 4, 8, 16] {
+        let index = Arc::new(I::with_config(IndexConfig::default()));
+        index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..readers)
+            .map(|_| {
+                let (index, stop) = (Arc::clone(&index), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        black_box(index.build(-1, Some(27)));
+                    }
+                })
+            })
+            .collect();
+        group.bench_function(
+            BenchmarkId::new(I::NAME, format!("{readers}_readers")),
+            |b| {
+                b.iter(|| {
+                    for batch in wal.chunks(200) {
+                        index.apply_batch(batch.to_vec());
+                    }
+                })
+            },
+        );
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+    group.finish();
+}
+
+/// Bench 9. Cache-hit builds of an indexed 27-event execution (1 KiB payloads) on 1 thread
+/// and on as many threads as the machine has, all building at once; throughput is builds
+/// per second summed over the threads.
+fn build_scaling<I: StateIndex>(c: &mut Criterion) {
+    let index = I::with_config(IndexConfig::default());
+    index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
+    index.build(-1, Some(27));
+    let mut group = c.benchmark_group("build_scaling");
+    for threads in [1, cores()] {
+        group.throughput(Throughput::Elements(threads as u64));
+        group.bench_function(
+            BenchmarkId::new(I::NAME, format!("{threads}_threads")),
+            |b| {
+                b.iter_custom(|iters| {
+                    let started = Instant::now();
+                    std::thread::scope(|s| {
+                        for _ in 0..threads {
+                            s.spawn(|| {
+                                for _ in 0..iters {
+                                    black_box(index.build(-1, Some(27)));
+                                }
+                            });
+                        }
+                    });
+                    started.elapsed()
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+/// The cores this process may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 fn all<I: StateIndex>(c: &mut Criterion, backfill: &[Event]) {
     incomplete_build_under_busy_drain::<I>(c);
     incremental_build::<I>(c);
     cold_rebuild::<I>(c);
     drain_throughput::<I>(c);
     build_during_backfill::<I>(c, backfill);
+    create_executions::<I>(c);
+    drain_scaling::<I>(c);
+    build_scaling::<I>(c);
 }
 
 /// The floor rows, each in its engines' group.
@@ -268,9 +384,11 @@ fn floors(c: &mut Criterion, backfill: &[Event]) {
         group.bench_function(BenchmarkId::new("part", "two_clock_reads"), |b| {
             b.iter(|| black_box(Instant::now()).elapsed())
         });
-        // The engine reads its directory under a crossbeam-epoch guard: one pin and unpin.
-        group.bench_function(BenchmarkId::new("part", "epoch_pin"), |b| {
-            b.iter(|| drop(black_box(crossbeam_epoch::pin())))
+        // The engine reads its directory (a papaya map) under the map's reclamation guard:
+        // one pin and unpin.
+        let directory = papaya::HashMap::<i64, u64>::new();
+        group.bench_function(BenchmarkId::new("part", "guard_pin"), |b| {
+            b.iter(|| drop(black_box(directory.guard())))
         });
         group.finish();
     }
@@ -350,8 +468,10 @@ fn floors(c: &mut Criterion, backfill: &[Event]) {
 }
 
 fn engines(c: &mut Criterion) {
+    println!("engines: {} cores available to this process", cores());
     let backfill = interleaved(37_037, 27, 500, &Bytes::from_static(br#"{"slim":true}"#));
     all::<WalIndex>(c, &backfill);
+    all::<PapayaIndex>(c, &backfill);
     all::<ShardedMutexIndex>(c, &backfill);
     all::<MutexIndex>(c, &backfill);
     floors(c, &backfill);

@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use chain_fold::Event;
-use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::{IndexConfig, StateIndex, WalIndex};
 
 struct Counting;
@@ -192,6 +192,7 @@ fn main() {
     );
     for (size, slim) in [(256usize, false), (256, true), (1024, false), (1024, true)] {
         measure::<WalIndex>(size, slim, 2_000);
+        measure::<PapayaIndex>(size, slim, 2_000);
         measure::<ShardedMutexIndex>(size, slim, 2_000);
         measure::<MutexIndex>(size, slim, 2_000);
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{AdvanceOutcome, Event};
 use sb_benches::{linear, payload};
-use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::labels::WaitLabel;
 use wal_index::{DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex, WalIndex};
 
@@ -247,6 +247,7 @@ fn main() {
         let task = floor_task(parked, rounds);
         let rows = [
             run::<WalIndex>(parked, rounds),
+            run::<PapayaIndex>(parked, rounds),
             run::<ShardedMutexIndex>(parked, rounds),
             run::<MutexIndex>(parked, rounds),
             floor_thread(parked, rounds),

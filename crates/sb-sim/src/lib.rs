@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sb_metrics::StateBuilderMetrics;
-use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::{StateIndex, WalIndex};
 
 pub use report::Report;
@@ -33,9 +33,11 @@ pub enum Engines {
     Mutex,
     /// `ShardedMutexIndex` only.
     Sharded,
+    /// `PapayaIndex` only.
+    Papaya,
     /// `WalIndex` and `MutexIndex`.
     Both,
-    /// All three, engine first, on the same plan.
+    /// All four, engine first, on the same plan.
     All,
 }
 
@@ -46,8 +48,14 @@ impl Engines {
             Engines::Lockfree => vec![Engine::Lockfree],
             Engines::Mutex => vec![Engine::Mutex],
             Engines::Sharded => vec![Engine::Sharded],
+            Engines::Papaya => vec![Engine::Papaya],
             Engines::Both => vec![Engine::Lockfree, Engine::Mutex],
-            Engines::All => vec![Engine::Lockfree, Engine::Sharded, Engine::Mutex],
+            Engines::All => vec![
+                Engine::Lockfree,
+                Engine::Papaya,
+                Engine::Sharded,
+                Engine::Mutex,
+            ],
         }
     }
 }
@@ -58,6 +66,8 @@ impl Engines {
 pub enum Engine {
     /// `WalIndex`, this project's engine.
     Lockfree,
+    /// `PapayaIndex`, the design a user would build instead.
+    Papaya,
     /// `ShardedMutexIndex`, one lock per execution.
     Sharded,
     /// `MutexIndex`, today's design.
@@ -69,6 +79,7 @@ impl Engine {
     pub const fn name(self) -> &'static str {
         match self {
             Engine::Lockfree => WalIndex::NAME,
+            Engine::Papaya => PapayaIndex::NAME,
             Engine::Sharded => ShardedMutexIndex::NAME,
             Engine::Mutex => MutexIndex::NAME,
         }
@@ -78,6 +89,7 @@ impl Engine {
     pub const fn title(self) -> &'static str {
         match self {
             Engine::Lockfree => "lockfree (WalIndex, this project)",
+            Engine::Papaya => "papaya (PapayaIndex, the design a user would build instead)",
             Engine::Sharded => "sharded (ShardedMutexIndex, one lock per execution)",
             Engine::Mutex => "mutex (MutexIndex, today's design)",
         }
@@ -105,6 +117,8 @@ pub struct GlobalMetrics {
     pub mutex: Arc<StateBuilderMetrics>,
     /// For the per-execution-lock comparator.
     pub sharded: Arc<StateBuilderMetrics>,
+    /// For the papaya comparator.
+    pub papaya: Arc<StateBuilderMetrics>,
 }
 
 impl GlobalMetrics {
@@ -117,6 +131,7 @@ impl GlobalMetrics {
             lockfree: register(Engine::Lockfree),
             mutex: register(Engine::Mutex),
             sharded: register(Engine::Sharded),
+            papaya: register(Engine::Papaya),
         }
     }
 
@@ -125,6 +140,7 @@ impl GlobalMetrics {
         Arc::clone(match engine {
             Engine::Lockfree => &self.lockfree,
             Engine::Sharded => &self.sharded,
+            Engine::Papaya => &self.papaya,
             Engine::Mutex => &self.mutex,
         })
     }
@@ -147,6 +163,7 @@ pub fn run(
         let global = global.map(|g| g.of(engine));
         let run = match engine {
             Engine::Lockfree => run::run_engine::<WalIndex>(plan, config, global, &progress)?,
+            Engine::Papaya => run::run_engine::<PapayaIndex>(plan, config, global, &progress)?,
             Engine::Sharded => {
                 run::run_engine::<ShardedMutexIndex>(plan, config, global, &progress)?
             }

@@ -569,6 +569,7 @@ fn title(r: &RollFigures) -> String {
     };
     let engine = match r.engine {
         Engine::Lockfree => "engine",
+        Engine::Papaya => "the papaya design",
         Engine::Sharded => "per-execution locks",
         Engine::Mutex => "today's design",
     };

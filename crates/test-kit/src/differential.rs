@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chain_fold::{
     AdvanceOutcome, Chain, Event, ExecutionId, Incomplete, Spine, SpineCache, SpineOrder,
 };
-use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::config::EvictionPolicy;
 use wal_index::report::IndexStats;
 use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
@@ -169,6 +169,8 @@ pub(crate) enum CachePolicy {
     Today,
     /// The engine's: an ancestor of the cached head keeps the longer spine cached.
     KeepsLongest,
+    /// The engine's cache with today's ledger, which charges chains only (`PapayaIndex`).
+    KeepsLongestChargesChains,
 }
 
 /// The sequential model: a map of chains and caches, nothing concurrent, stats recounted.
@@ -225,7 +227,7 @@ impl Model {
         let Some(target) = head.or_else(|| entry.chain.max_id()) else {
             return (AdvanceOutcome::Incomplete(Incomplete::NoEvents), None);
         };
-        if self.policy == CachePolicy::KeepsLongest {
+        if self.policy != CachePolicy::Today {
             let result = chain_fold::advance(&entry.chain, entry.engine_cache.as_ref(), target);
             let json = result
                 .spine
@@ -514,6 +516,7 @@ pub(crate) fn check_all(
             let (expected, stats) = match policy {
                 CachePolicy::Today => (&expected_today, today.stats()),
                 CachePolicy::KeepsLongest => (&expected_engine, engine.stats()),
+                CachePolicy::KeepsLongestChargesChains => (&expected_engine, today.stats()),
             };
             let (seen, seen_stats, seen_ids, name) = index(op, far);
             if let Some(reference) = &reference {
@@ -559,14 +562,16 @@ pub(crate) fn config(sink_gate: bool, by_id: bool) -> IndexConfig {
     }
 }
 
-/// Runs `ops` on fresh `WalIndex`, `MutexIndex` and `ShardedMutexIndex` and the model;
+/// Runs `ops` on fresh `WalIndex`, `MutexIndex`, `ShardedMutexIndex` and `PapayaIndex` and
+/// the model;
 /// returns the first disagreement.
 pub fn check_every_index(ops: &[Op], sink_gate: bool, by_id: bool) -> Result<(), String> {
     let config = config(sink_gate, by_id);
     let lockfree = WalIndex::new(config);
     let mutex = MutexIndex::new(config);
     let sharded = ShardedMutexIndex::new(config);
-    let caches: [std::cell::RefCell<SpineCache>; 3] = Default::default();
+    let papaya = PapayaIndex::with_config(config);
+    let caches: [std::cell::RefCell<SpineCache>; 4] = Default::default();
     check_all(
         config,
         ops,
@@ -582,6 +587,10 @@ pub fn check_every_index(ops: &[Op], sink_gate: bool, by_id: bool) -> Result<(),
             (
                 &|op, far| observe(&sharded, op, far, &caches[2]),
                 CachePolicy::Today,
+            ),
+            (
+                &|op, far| observe(&papaya, op, far, &caches[3]),
+                CachePolicy::KeepsLongestChargesChains,
             ),
         ],
     )

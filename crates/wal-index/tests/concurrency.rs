@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chain_fold::AdvanceOutcome;
 use common::{ev, linear};
-use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::report::IndexStats;
 use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 
@@ -165,6 +165,11 @@ fn sharded_drive_is_served_when_the_tip_lands() {
 }
 
 #[test]
+fn papaya_drive_is_served_when_the_tip_lands() {
+    drive_is_served_when_the_tip_lands::<PapayaIndex>();
+}
+
+#[test]
 fn drive_for_an_execution_never_seen_is_woken_by_its_first_events() {
     let index = WalIndex::default();
     let budget = DriveBudget {
@@ -263,6 +268,11 @@ fn sharded_many_threads_building_one_execution_agree() {
     many_threads_building_one_execution_agree::<ShardedMutexIndex>();
 }
 
+#[test]
+fn papaya_many_threads_building_one_execution_agree() {
+    many_threads_building_one_execution_agree::<PapayaIndex>();
+}
+
 fn recount<I: StateIndex>(index: &I) -> IndexStats {
     let mut stats = IndexStats::default();
     for exec in index.execution_ids() {
@@ -313,6 +323,11 @@ fn mutex_stats_are_exact_when_threads_quiesce() {
 #[test]
 fn sharded_stats_are_exact_when_threads_quiesce() {
     stats_are_exact_when_threads_quiesce::<ShardedMutexIndex>();
+}
+
+#[test]
+fn papaya_stats_are_exact_when_threads_quiesce() {
+    stats_are_exact_when_threads_quiesce::<PapayaIndex>();
 }
 
 #[test]

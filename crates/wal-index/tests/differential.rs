@@ -1,5 +1,5 @@
 //! Differential test: random single-threaded op sequences give identical observable
-//! results on `WalIndex`, `MutexIndex`, `ShardedMutexIndex` and a plain sequential model
+//! results on `WalIndex`, `MutexIndex`, `ShardedMutexIndex`, `PapayaIndex` and a plain sequential model
 //! (`sb_test_kit::differential`, shared with the cargo-fuzz target).
 
 use proptest::prelude::*;

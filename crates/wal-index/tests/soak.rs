@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{Event, ExecutionId, Incomplete};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use wal_index::baseline::{MutexIndex, ShardedMutexIndex};
+use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::config::EvictionPolicy;
 use wal_index::labels::EvictReason;
 use wal_index::report::IndexStats;
@@ -349,6 +349,12 @@ fn soak_sharded() {
 
 #[test]
 #[ignore = "runs for SOAK_SECS per index; scripts/soak.sh"]
+fn soak_papaya() {
+    soak::<PapayaIndex>();
+}
+
+#[test]
+#[ignore = "runs for SOAK_SECS per index; scripts/soak.sh"]
 fn soak_mutex() {
     soak::<MutexIndex>();
 }
@@ -486,6 +492,11 @@ fn nothing_acknowledged_is_lost_lockfree() {
 #[test]
 fn nothing_acknowledged_is_lost_sharded() {
     nothing_acknowledged_is_lost::<ShardedMutexIndex>();
+}
+
+#[test]
+fn nothing_acknowledged_is_lost_papaya() {
+    nothing_acknowledged_is_lost::<PapayaIndex>();
 }
 
 #[test]

@@ -7,10 +7,13 @@
 //! |---|---|---|
 //! | [`MutexIndex`] | today's design: one fair async mutex (Tokio's) over every execution | any applied event of any execution |
 //! | [`ShardedMutexIndex`] | one short blocking lock per execution | an applied event of its own execution |
+//! | [`PapayaIndex`] | none for builds: a papaya map of slots, each chain behind an `ArcSwap` | a batch's events of its own execution |
 //!
-//! Both keep each execution as an entry mutated in place under their lock, with today's
-//! data path: payloads parsed before the lock, deep-cloned and walked under it on apply;
-//! every payload value of the spine cloned under it on build, and serialized after it.
+//! The two lock designs keep each execution as an entry mutated in place under their lock,
+//! with today's data path: payloads parsed before the lock, deep-cloned and walked under it
+//! on apply; every payload value of the spine cloned under it on build, and serialized after
+//! it. [`PapayaIndex`] is the design a user would write instead of the engine with today's
+//! best crates, on the engine's data path (chain-fold's snapshots, builds without a lock).
 //!
 //! On an executor, `MutexIndex`'s async paths (`drive_async`, the drain's
 //! `step_async`) await its mutex; its synchronous methods park the calling thread in the
@@ -24,7 +27,9 @@
 
 mod entry;
 mod mutex;
+mod papaya;
 mod sharded;
 
+pub use self::papaya::PapayaIndex;
 pub use mutex::MutexIndex;
 pub use sharded::ShardedMutexIndex;

@@ -1,12 +1,13 @@
 //! The engine's directory: which slot holds each execution, read by every build without a
 //! lock, and the one place that creates and removes slots.
 //!
-//! The map from execution id to slot is an immutable `imbl` map published through
-//! [`Published`] (crossbeam-epoch): a lookup is an epoch pin and a load. Creating or removing
-//! a slot copies the map's O(log n) changed path and publishes the copy, under a lock only
-//! those writers take. Around the map live the two things whose order relative to a
-//! publication matters: the finished set (executions evicted after their terminal event)
-//! and the waiting rooms (drives for executions that have no slot yet).
+//! The map from execution id to slot is a concurrent hash map ([`ConcurrentMap`]: papaya in
+//! normal builds): a lookup pins a reclamation guard and probes one table, without a lock.
+//! Creating or removing a slot is one insert or removal of its key, under a lock only those
+//! writers take, so the map never changes under a writer that holds it. Around the map live
+//! the two things whose order relative to a publication matters: the finished set
+//! (executions evicted after their terminal event) and the waiting rooms (drives for
+//! executions that have no slot yet).
 //!
 //! # Lock order, by construction
 //!
@@ -28,33 +29,31 @@
 //!   under the rooms lock, so the drive either finds the slot or is in the room the creator
 //!   wakes (`waiting_room`).
 //! - Remove: a terminal eviction inserts its executions into the finished set *before* it
-//!   publishes the map without them, and wakes their drives *after*: a woken drive that
-//!   finds its execution gone also finds it finished, and ends at once.
+//!   removes them from the map, and wakes their drives *after*: a woken drive that finds its
+//!   execution gone also finds it finished, and ends at once.
+//!
+//! Both rest on the map's one guarantee (see [`ConcurrentMap`]): a lookup that
+//! happens-after an insert or a removal (here, through the rooms lock or a wake-up) sees it.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use chain_fold::ExecutionId;
 
 use super::slot::Slot;
-use crate::sync::{Arc, Mutex, MutexGuard, Published};
+use crate::sync::{Arc, ConcurrentMap, Mutex, MutexGuard};
 use crate::waiting_room::{Registered, WaitingRooms};
 
-/// The published map. It hashes with foldhash under a fixed seed
+/// The published map: execution id → slot. It hashes with foldhash under a fixed seed
 /// (`foldhash::fast::FixedState`): execution ids come from the server, not from an
 /// adversary, so HashDoS resistance buys nothing here, and every build's first step is this
 /// hash (SipHash cost about a fifth of an incomplete build's instructions). A fixed seed
 /// keeps instruction counts repeatable under callgrind (`benches/callgrind.sh`).
-pub(super) type SlotMap = imbl::GenericHashMap<
-    ExecutionId,
-    Arc<Slot>,
-    foldhash::fast::FixedState,
-    imbl::shared_ptr::DefaultSharedPtr,
->;
+type SlotMap = ConcurrentMap<ExecutionId, Arc<Slot>>;
 
 /// Execution id → slot, with the finished set and the waiting rooms (see the module
 /// documentation).
 pub(super) struct Directory {
-    map: Published<SlotMap>,
+    map: SlotMap,
     /// Serializes the map's writers (slot creation and removal), and counts the slots
     /// created (each slot's generation). Builds never take it.
     writer: Mutex<u64>,
@@ -68,16 +67,13 @@ pub(super) struct Directory {
 /// The directory's writers' lock, held: the only way to remove slots.
 pub(super) struct DirectoryWriter<'a> {
     directory: &'a Directory,
-    /// The map as published when the lock was taken; no other writer can replace it while
-    /// this one lives.
-    map: Arc<SlotMap>,
     _lock: MutexGuard<'a, u64>,
 }
 
 impl Directory {
     pub(super) fn new() -> Directory {
         Directory {
-            map: Published::new(Arc::new(SlotMap::default())),
+            map: SlotMap::new(),
             writer: Mutex::new(0),
             finished: Mutex::new(FinishedExecutions::default()),
             rooms: WaitingRooms::default(),
@@ -86,18 +82,30 @@ impl Directory {
 
     /// The slot of `execution_id`, if it has one. No lock.
     pub(super) fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
-        self.map.peek(|map| map.get(&execution_id).cloned())
+        self.map.peek(&execution_id, |slot| slot.cloned())
     }
 
-    /// Runs `f` on the published map without touching any reference count (a build's miss
-    /// path). No lock.
-    pub(super) fn peek<R>(&self, f: impl FnOnce(&SlotMap) -> R) -> R {
-        self.map.peek(f)
+    /// Runs `f` on `execution_id`'s slot, borrowed: no reference count is touched (a build's
+    /// miss path). No lock.
+    pub(super) fn peek<R>(
+        &self,
+        execution_id: ExecutionId,
+        f: impl FnOnce(Option<&Arc<Slot>>) -> R,
+    ) -> R {
+        self.map.peek(&execution_id, f)
     }
 
-    /// The published map, owned (a sweep's scan, `execution_ids`). No lock.
-    pub(super) fn snapshot(&self) -> Arc<SlotMap> {
-        self.map.load()
+    /// Every slot, from a weak snapshot of the map (a sweep's scan, a stall check,
+    /// `execution_ids`): the map as it was when the walk started or later. No lock.
+    pub(super) fn slots(&self) -> Vec<Arc<Slot>> {
+        let mut slots = Vec::with_capacity(self.map.len());
+        self.map.for_each(|_, slot| slots.push(Arc::clone(slot)));
+        slots
+    }
+
+    /// How many slots the map holds. No lock.
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
     }
 
     /// The slot of `execution_id`, created by `new` if it has none. A created slot is
@@ -113,20 +121,18 @@ impl Directory {
             return slot;
         }
         let mut created = self.writer.lock();
-        let map = self.map.load();
         // Another creator may have published this execution's slot between the lookup
         // above and the lock: the check under the lock keeps one slot per execution. The
         // mutation skips it, and the directory's model must see two slots.
         if !cfg!(feature = "mutation-create-without-recheck")
-            && let Some(slot) = map.get(&execution_id)
+            && let Some(slot) = self.lookup(execution_id)
         {
-            return Arc::clone(slot);
+            return slot;
         }
         // Under the writers' lock: a slot created after another of the same execution was
         // removed (under the same lock) has the larger generation.
         *created += 1;
         let slot = Arc::new(new(*created));
-        let next = map.update(execution_id, Arc::clone(&slot));
         self.finished.lock().forget(execution_id);
         // The room is woken after the store: a drive registering in the room checks
         // residency under the rooms lock, so it either finds this slot or is in the room
@@ -136,7 +142,7 @@ impl Directory {
         if wake_first {
             self.rooms.wake(execution_id);
         }
-        self.map.store(Arc::new(next));
+        self.map.insert(execution_id, Arc::clone(&slot));
         if !wake_first {
             self.rooms.wake(execution_id);
         }
@@ -145,11 +151,9 @@ impl Directory {
 
     /// Takes the writers' lock, to remove slots.
     pub(super) fn write(&self) -> DirectoryWriter<'_> {
-        let lock = self.writer.lock();
         DirectoryWriter {
             directory: self,
-            map: self.map.load(),
-            _lock: lock,
+            _lock: self.writer.lock(),
         }
     }
 
@@ -198,13 +202,14 @@ impl Directory {
 }
 
 impl DirectoryWriter<'_> {
-    /// The map as it is now (no other writer can change it while this lock is held).
-    pub(super) fn map(&self) -> &SlotMap {
-        &self.map
+    /// `execution_id`'s slot as it is now (no other writer can change the map while this
+    /// lock is held).
+    pub(super) fn get(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
+        self.directory.lookup(execution_id)
     }
 
-    /// The end of every eviction: remember finished executions, publish `next` (the map
-    /// without the `removed` slots), wake their waiters, release the lock.
+    /// The end of every eviction: remember finished executions, remove the `removed` slots
+    /// from the map, wake their waiters, release the lock.
     ///
     /// The order is the protocol. A terminal execution enters the finished set *before* its
     /// waiters are woken, so a woken drive that finds the execution gone also finds it
@@ -214,7 +219,7 @@ impl DirectoryWriter<'_> {
     /// slot retired and looks again). The mutation records the finished executions after the
     /// wake, and the terminal eviction's model must see a drive wait for a tip that will
     /// never come.
-    pub(super) fn publish_removal(self, next: SlotMap, removed: &[Arc<Slot>], terminal: bool) {
+    pub(super) fn publish_removal(self, removed: &[Arc<Slot>], terminal: bool) {
         let finished_after_wake = cfg!(feature = "mutation-finished-after-wake");
         let record_finished = || {
             if terminal {
@@ -227,7 +232,9 @@ impl DirectoryWriter<'_> {
         if !finished_after_wake {
             record_finished();
         }
-        self.directory.map.store(Arc::new(next));
+        for slot in removed {
+            self.directory.map.remove(&slot.execution_id);
+        }
         for slot in removed {
             slot.wake_all();
         }
@@ -239,10 +246,18 @@ impl DirectoryWriter<'_> {
 
 /// A bounded memory of executions evicted after their terminal event (the most recent
 /// [`FinishedExecutions::CAPACITY`]), so a drive for one of them ends at once.
+///
+/// Every operation is O(1) amortized. Forgetting an execution (it was re-created) removes it
+/// from the set only; its place in the order goes stale, recognised by its stamp, and is
+/// dropped when it reaches the front or when stale places outnumber live ones.
 #[derive(Debug, Default)]
 struct FinishedExecutions {
-    ids: HashSet<ExecutionId>,
-    order: VecDeque<ExecutionId>,
+    /// Each remembered execution, with the stamp of its place in `order`.
+    ids: HashMap<ExecutionId, u64>,
+    /// Places in insertion order, oldest first; a place whose stamp is not its execution's
+    /// current one is stale.
+    order: VecDeque<(ExecutionId, u64)>,
+    next_stamp: u64,
 }
 
 impl FinishedExecutions {
@@ -251,25 +266,74 @@ impl FinishedExecutions {
     const CAPACITY: usize = 16_384;
 
     fn contains(&self, execution_id: ExecutionId) -> bool {
-        self.ids.contains(&execution_id)
+        self.ids.contains_key(&execution_id)
     }
 
     fn insert(&mut self, execution_id: ExecutionId) {
-        if self.ids.insert(execution_id) {
-            self.order.push_back(execution_id);
-            if self.order.len() > Self::CAPACITY
-                && let Some(oldest) = self.order.pop_front()
-            {
+        if self.ids.contains_key(&execution_id) {
+            return;
+        }
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        self.ids.insert(execution_id, stamp);
+        self.order.push_back((execution_id, stamp));
+        while self.ids.len() > Self::CAPACITY {
+            let Some((oldest, stamp)) = self.order.pop_front() else {
+                break;
+            };
+            if self.ids.get(&oldest) == Some(&stamp) {
                 self.ids.remove(&oldest);
             }
         }
+        if self.order.len() > 2 * Self::CAPACITY {
+            let ids = &self.ids;
+            self.order.retain(|(id, stamp)| ids.get(id) == Some(stamp));
+        }
     }
 
-    /// Forgets `execution_id` (it was re-created). O(1) when the set is empty, the common
-    /// case; O(capacity) otherwise, on the rare re-creation of a finished execution.
+    /// Forgets `execution_id` (it was re-created).
     fn forget(&mut self, execution_id: ExecutionId) {
-        if self.ids.remove(&execution_id) {
-            self.order.retain(|id| *id != execution_id);
+        self.ids.remove(&execution_id);
+    }
+}
+
+#[cfg(all(test, not(any(wal_index_loom, wal_index_shuttle))))]
+mod tests {
+    use super::FinishedExecutions;
+
+    #[test]
+    fn the_finished_set_keeps_the_newest_and_forgets_in_constant_time() {
+        let mut finished = FinishedExecutions::default();
+        let cap = FinishedExecutions::CAPACITY as i64;
+        // Re-created and finished again, over and over: the order never grows past twice
+        // the capacity, and a re-finished execution counts as new.
+        for round in 0..4 {
+            for id in 0..cap {
+                finished.forget(id);
+                finished.insert(id);
+                assert!(
+                    finished.order.len() <= 2 * FinishedExecutions::CAPACITY,
+                    "round {round}"
+                );
+            }
         }
+        assert_eq!(finished.ids.len(), FinishedExecutions::CAPACITY);
+        // One more pushes out the oldest: execution 0, re-finished first in the last round.
+        finished.insert(cap);
+        assert!(!finished.contains(0));
+        assert!(finished.contains(1) && finished.contains(cap));
+        // A forgotten execution is gone at once, and its stale place does not push out the
+        // one finished again after it.
+        finished.forget(5);
+        assert!(!finished.contains(5));
+        finished.insert(5);
+        for id in cap + 1..cap + 6 {
+            finished.insert(id);
+        }
+        assert!(
+            finished.contains(5),
+            "its newest place counts, not the stale one"
+        );
+        assert!(!finished.contains(6));
     }
 }

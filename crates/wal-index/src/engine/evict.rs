@@ -7,7 +7,6 @@ use std::time::Instant;
 use chain_fold::{Chain, ExecutionId};
 
 use super::WalIndex;
-use super::directory::SlotMap;
 use super::slot::{Slot, SlotEviction};
 use crate::eviction_plan::{self, Candidate, report_sweep};
 use crate::labels::EvictReason;
@@ -22,7 +21,7 @@ impl WalIndex {
         reason: EvictReason,
     ) -> SlotEviction {
         let writer = self.directory.write();
-        let Some(slot) = writer.map().get(&execution_id).cloned() else {
+        let Some(slot) = writer.get(execution_id) else {
             return SlotEviction::AlreadyGone;
         };
         let mut last = None;
@@ -31,9 +30,8 @@ impl WalIndex {
             true
         });
         if let SlotEviction::Evicted { .. } = result {
-            let next = writer.map().without(&execution_id);
             super::stalls::begin_departures(self, 1);
-            writer.publish_removal(next, &[Arc::clone(&slot)], reason == EvictReason::Terminal);
+            writer.publish_removal(&[Arc::clone(&slot)], reason == EvictReason::Terminal);
         } else {
             drop(writer);
         }
@@ -59,8 +57,8 @@ impl WalIndex {
         still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
     ) -> SlotEviction {
         let writer = self.directory.write();
-        match writer.map().get(&execution_id) {
-            Some(slot) if Arc::ptr_eq(slot, expected) => {}
+        match writer.get(execution_id) {
+            Some(slot) if Arc::ptr_eq(&slot, expected) => {}
             _ => return SlotEviction::AlreadyGone,
         }
         let mut last = None;
@@ -69,10 +67,8 @@ impl WalIndex {
             still_justified(chain, used)
         });
         if let SlotEviction::Evicted { .. } = result {
-            let slot = Arc::clone(expected);
-            let next = writer.map().without(&execution_id);
             super::stalls::begin_departures(self, 1);
-            writer.publish_removal(next, &[slot], reason == EvictReason::Terminal);
+            writer.publish_removal(&[Arc::clone(expected)], reason == EvictReason::Terminal);
         } else {
             drop(writer);
         }
@@ -119,10 +115,10 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         return EvictionStats::default();
     }
     let sink_gate = index.config.sink_gate;
-    let snapshot = index.directory.snapshot();
-    let mut judged: HashMap<ExecutionId, Judged> = HashMap::with_capacity(snapshot.len());
-    let candidates: Vec<Candidate> = snapshot
-        .values()
+    let slots = index.directory.slots();
+    let mut judged: HashMap<ExecutionId, Judged> = HashMap::with_capacity(slots.len());
+    let candidates: Vec<Candidate> = slots
+        .into_iter()
         .map(|slot| {
             let chain = slot.chain();
             let last_used = slot.last_used();
@@ -136,7 +132,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
             judged.insert(
                 slot.execution_id,
                 Judged {
-                    slot: Arc::clone(slot),
+                    slot,
                     chain,
                     last_used,
                 },
@@ -144,7 +140,6 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
             candidate
         })
         .collect();
-    drop(snapshot);
     // The mutation plans against the index's totals read after the scan, which a
     // concurrent eviction can make smaller than the candidates.
     let (now, epoch) = (index.nanos(now), index.clock.epoch());
@@ -155,17 +150,16 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
     };
 
     let writer = index.directory.write();
-    let mut directory = SlotMap::clone(writer.map());
     let mut removed: Vec<Arc<Slot>> = Vec::new();
     let mut evict = |execution_id: ExecutionId| -> SlotEviction {
-        let (Some(seen), Some(current)) = (judged.get(&execution_id), directory.get(&execution_id))
+        let (Some(seen), Some(current)) = (judged.get(&execution_id), writer.get(execution_id))
         else {
             return SlotEviction::AlreadyGone;
         };
         // The mutation evicts whatever the plan named, even a successor or a chain
         // changed since.
         let trusts_plan = cfg!(feature = "mutation-sweep-trusts-plan");
-        if !trusts_plan && !Arc::ptr_eq(current, &seen.slot) {
+        if !trusts_plan && !Arc::ptr_eq(&current, &seen.slot) {
             // Evicted and re-created since the plan: the successor was never judged.
             return SlotEviction::AlreadyGone;
         }
@@ -173,7 +167,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
             trusts_plan || (Arc::ptr_eq(chain, &seen.chain) && last_used == seen.last_used)
         });
         if let SlotEviction::Evicted { .. } = result {
-            removed.extend(directory.remove(&execution_id));
+            removed.push(current);
         }
         result
     };
@@ -193,7 +187,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
     eviction_plan::recount(&mut plan, gated_at_eviction);
     // The reasons differ per victim, but none is terminal, which is all the removal needs.
     super::stalls::begin_departures(index, removed.len());
-    writer.publish_removal(directory, &removed, false);
+    writer.publish_removal(&removed, false);
     let evicted_at = index.clock.now();
     for slot in &removed {
         if let Some(seen) = judged.get(&slot.execution_id) {

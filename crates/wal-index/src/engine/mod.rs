@@ -49,14 +49,14 @@ use slot::{Evicted, Slot, SlotApplied};
 /// compare-and-swap, so concurrent builds share it without a lock) and its own wait list,
 /// notified only when *its* snapshot changes.
 ///
-/// The directory from execution id to slot is itself an immutable map, published through
-/// crossbeam-epoch (the repository's docs/design.md, "The directory"): looking an execution
-/// up is an epoch pin and a load, and only creating or removing a slot (first event of an
-/// execution, eviction) copies the map's O(log n) changed path under a writers-only lock.
+/// The directory from execution id to slot is a concurrent hash map (papaya; the
+/// repository's docs/design.md, "The directory"): looking an execution up pins a guard and
+/// probes one table, and only creating or removing a slot (first event of an execution,
+/// eviction) writes one key, under a writers-only lock.
 ///
 /// # Progress guarantees
 ///
-/// Builds never wait for the drain: a build is lock-free and never blocks (an epoch pin,
+/// Builds never wait for the drain: a build is lock-free and never blocks (a guard pin,
 /// two pointer loads, an immutable walk). Writers wait only for writers of the same
 /// execution, and drives for their own execution's publish. The
 /// [protocol](crate::protocol#progress-guarantees) has the one table of what each
@@ -164,7 +164,7 @@ impl WalIndex {
     /// holding only a sink-gate mark. Every slot is counted by `stats()` or held by a mark;
     /// drives never create one.
     pub fn slots(&self) -> usize {
-        self.directory.snapshot().len()
+        self.directory.len()
     }
 
     fn lookup(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {

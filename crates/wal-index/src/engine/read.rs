@@ -19,8 +19,8 @@ pub(super) fn build(
     // The miss path first, decided from the published snapshots while they are borrowed:
     // no reference count is touched, no spine-cache load, no allocation. A drive polling
     // for a tip the drain has not applied yet spends its builds here.
-    let probe = index.directory.peek(|directory| {
-        let slot = directory.get(&execution_id)?;
+    let probe = index.directory.peek(execution_id, |slot| {
+        let slot = slot?;
         let missing = expected_head
             .filter(|&tip| !slot.may_hold(tip) || !slot.with_chain(|chain| chain.contains(tip)));
         Some(match missing {
@@ -97,8 +97,8 @@ pub(super) fn chain(index: &WalIndex, execution_id: ExecutionId) -> Option<Chain
 pub(super) fn execution_ids(index: &WalIndex) -> Vec<ExecutionId> {
     let mut ids: Vec<ExecutionId> = index
         .directory
-        .snapshot()
-        .values()
+        .slots()
+        .iter()
         .filter(|slot| !slot.with_chain(Chain::is_empty))
         .map(|slot| slot.execution_id)
         .collect();

@@ -372,14 +372,14 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
     if index.stalls.departing.load(Ordering::Acquire) == 0 {
         watch.newest_departure.clear();
     }
-    let snapshot = index.directory.snapshot();
-    prune_gone(&mut watch, &snapshot);
+    let directory = &index.directory;
+    prune_gone(&mut watch, |id| directory.lookup(id));
     // Departed holes whose execution is resident again: watched with it from here on (or
     // dropped, if it brought the missing event).
     let returned: Vec<(ExecutionId, Arc<Slot>)> = watch
         .departed
         .keys()
-        .filter_map(|&id| snapshot.get(&id).map(|slot| (id, Arc::clone(slot))))
+        .filter_map(|&id| directory.lookup(id).map(|slot| (id, slot)))
         .collect();
     for (execution_id, slot) in returned {
         let chain = slot.chain();
@@ -415,9 +415,8 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
         slot.forget_judged(); // scan it again below
     }
     if !behind {
-        scan_resident(&mut watch, &snapshot, now);
+        scan_resident(&mut watch, &directory.slots(), now);
     }
-    drop(snapshot);
     let found = if behind {
         Vec::new()
     } else {
@@ -481,15 +480,13 @@ fn take_overdue(watch: &mut Watch, now: u64, bound: u64) -> Vec<StalledChain> {
 /// chain it left with ([`departed`]): the holes this check saw may have filled since. An
 /// eviction that takes the watch's lock takes its slot's clocks from `resident` or
 /// `leaving`; one that did not need the lock (its chain left whole) marks the slot.
-fn prune_gone(watch: &mut Watch, snapshot: &super::directory::SlotMap) {
+fn prune_gone(watch: &mut Watch, lookup: impl Fn(ExecutionId) -> Option<Arc<Slot>>) {
     watch.leaving.retain(|leaving| !leaving.slot.left_whole());
     let gone: Vec<ExecutionId> = watch
         .resident
         .iter()
         .filter(|(id, resident)| {
-            !snapshot
-                .get(*id)
-                .is_some_and(|slot| Arc::ptr_eq(slot, &resident.slot))
+            !lookup(**id).is_some_and(|slot| Arc::ptr_eq(&slot, &resident.slot))
         })
         .map(|(&id, _)| id)
         .collect();
@@ -511,11 +508,11 @@ fn prune_gone(watch: &mut Watch, snapshot: &super::directory::SlotMap) {
 }
 
 /// Scans again the resident chains that changed since the last check.
-fn scan_resident(watch: &mut Watch, snapshot: &super::directory::SlotMap, now: u64) {
-    for slot in snapshot.values() {
+fn scan_resident(watch: &mut Watch, slots: &[Arc<Slot>], now: u64) {
+    for slot in slots {
         let chain = slot.chain();
         if chain.is_empty() {
-            // Evicted after the snapshot was taken (or holding only a sink-gate mark): its
+            // Evicted after the slots were listed (or holding only a sink-gate mark): its
             // eviction puts what it had on record; the next check sees it gone.
             continue;
         }
@@ -581,16 +578,15 @@ mod out_of_order_departures {
     /// chain left with is not recorded yet.
     fn evict_paused(index: &WalIndex, id: i64) -> (Arc<Slot>, Arc<Chain>) {
         let writer = index.directory.write();
-        let slot = writer.map().get(&id).cloned().expect("resident");
+        let slot = writer.get(id).expect("resident");
         let mut last = None;
         let evicted = slot.evict_if(&index.accounting, false, |chain, _| {
             last = Some(Arc::clone(chain));
             true
         });
         assert!(matches!(evicted, SlotEviction::Evicted { .. }));
-        let next = writer.map().without(&id);
         super::begin_departures(index, 1);
-        writer.publish_removal(next, &[Arc::clone(&slot)], false);
+        writer.publish_removal(&[Arc::clone(&slot)], false);
         (slot, last.expect("judged"))
     }
 

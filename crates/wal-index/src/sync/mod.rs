@@ -9,7 +9,7 @@
 //!
 //! | side | file | for |
 //! |---|---|---|
-//! | production | `std.rs` | `std`, `parking_lot`, `arc-swap`, `crossbeam-epoch`, `event-listener` |
+//! | production | `std.rs` | `std`, `parking_lot`, `arc-swap`, `papaya`, `event-listener` |
 //! | model | `model.rs` | loom (exhaustive, small states) or shuttle (randomized, large states) |
 //!
 //! `Swap` is `arc_swap::ArcSwap` in normal builds. arc-swap has no loom support, so the
@@ -18,8 +18,9 @@
 //! ordering pairs with which), while arc-swap's own algorithm is trusted as the well-tested
 //! dependency it is.
 //!
-//! `Published` (the directory's cell) is crossbeam-epoch in normal builds, for the reason
-//! in its documentation, and the same modelled pointer as `Swap` on the model side.
+//! `ConcurrentMap` (the directory) is `papaya::HashMap` in normal builds, for the reasons in
+//! its documentation, and a copy-on-write map behind the same modelled pointer as `Swap` on
+//! the model side.
 //!
 //! `Notify` is `event_listener::Event` in normal builds, and a model-visible wait list on
 //! the model side, with the same register-then-check contract: a listener created before

@@ -125,23 +125,73 @@ impl<T> Drop for Swap<T> {
     }
 }
 
-/// The directory's cell ([`Swap`]'s model serves: a pointer published with release and
-/// loaded with acquire, replaced values retired until the cell drops, which is the
-/// conservative end of what epoch reclamation guarantees).
-pub(crate) struct Published<T>(Swap<T>);
+/// The directory's map, modelled as a copy-on-write `HashMap` behind [`Swap`]'s model: a
+/// write clones the map, changes the copy and publishes it with [`PUBLISH`]; a read loads it
+/// with acquire. That is the contract the directory relies on from papaya (a read that sees
+/// a write happens-after it, a read that happens-after a write sees it or a later one), as
+/// checkable atomics; papaya's own algorithm is trusted as the well-tested dependency it is.
+/// Each write is atomic under a lock of the model's own (papaya's writes are atomic per key).
+/// The map hashes under a fixed seed: a checker replays each execution from its start and
+/// needs every run of the same schedule to walk the map in the same order.
+pub(crate) struct ConcurrentMap<K, V> {
+    current: Swap<ModelMap<K, V>>,
+    writer: Mutex<()>,
+}
 
-impl<T> Published<T> {
-    pub(crate) fn new(value: Arc<T>) -> Published<T> {
-        Published(new_swap(value))
+type ModelMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
+
+impl<K: std::hash::Hash + Eq + Clone, V: Clone> ConcurrentMap<K, V> {
+    pub(crate) fn new() -> ConcurrentMap<K, V> {
+        ConcurrentMap {
+            current: new_swap(Arc::new(ModelMap::default())),
+            writer: Mutex::new(()),
+        }
     }
-    pub(crate) fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        peek(&self.0, f)
+    pub(crate) fn peek<R>(&self, key: &K, f: impl FnOnce(Option<&V>) -> R) -> R {
+        peek(&self.current, |map| f(map.get(key)))
     }
-    pub(crate) fn load(&self) -> Arc<T> {
-        load(&self.0)
+    /// Copies the map, lets `change` edit the copy (true: publish it), under the lock.
+    fn write<R>(&self, change: impl FnOnce(&mut ModelMap<K, V>) -> (R, bool)) -> R {
+        let _lock = self.writer.lock();
+        let mut next = ModelMap::clone(&load(&self.current));
+        let (result, changed) = change(&mut next);
+        if changed {
+            store(&self.current, Arc::new(next));
+        }
+        result
     }
-    pub(crate) fn store(&self, value: Arc<T>) {
-        store(&self.0, value)
+    pub(crate) fn insert(&self, key: K, value: V) {
+        self.write(|map| (map.insert(key, value), true));
+    }
+    pub(crate) fn remove(&self, key: &K) {
+        self.write(|map| (map.remove(key), true));
+    }
+    #[cfg(feature = "baselines")]
+    pub(crate) fn get_or_insert_with(&self, key: K, make: impl FnOnce() -> V) -> V {
+        self.write(|map| match map.get(&key) {
+            Some(value) => (value.clone(), false),
+            None => {
+                let value = make();
+                map.insert(key, value.clone());
+                (value, true)
+            }
+        })
+    }
+    #[cfg(feature = "baselines")]
+    pub(crate) fn remove_if(&self, key: &K, mut should_remove: impl FnMut(&V) -> bool) {
+        self.write(|map| {
+            let remove = map.get(key).is_some_and(&mut should_remove);
+            if remove {
+                map.remove(key);
+            }
+            ((), remove)
+        });
+    }
+    pub(crate) fn len(&self) -> usize {
+        peek(&self.current, |map| map.len())
+    }
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &V)) {
+        peek(&self.current, |map| map.iter().for_each(|(k, v)| f(k, v)))
     }
 }
 

@@ -1,4 +1,4 @@
-//! The shim's production side: `std`, `parking_lot`, `arc-swap`, `crossbeam-epoch` and
+//! The shim's production side: `std`, `parking_lot`, `arc-swap`, `papaya` and
 //! `event-listener`.
 
 pub(crate) use std::sync::Arc;
@@ -14,101 +14,91 @@ pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 /// An atomically replaceable `Arc<T>`: wait-free loads in the common case.
 pub(crate) type Swap<T> = arc_swap::ArcSwap<T>;
 
-/// A published `Arc<T>` read on every build and replaced rarely (the directory): readers pin
-/// a crossbeam-epoch guard and read one pointer, and a replaced value is dropped once every
-/// reader pinned before the swap has unpinned.
+/// A concurrent map read on every build and written at every slot creation and removal
+/// (the directory): `papaya::HashMap`, hashed with foldhash under a fixed seed.
 ///
-/// Why not [`Swap`] (arc-swap) here: an arc-swap load claims one of the reader thread's
-/// debt slots, and every store walks all threads' debt slots to pay them, so a drain that
-/// publishes the directory at every slot creation and terminal eviction keeps pulling the
-/// readers' debt slots across cores: a third of an incomplete build under a busy drain was
-/// that. Pinning touches only the reader's own epoch record (a writer reads it only when it
-/// tries to advance the global epoch, every so many pins), so a read costs the same however
-/// often the directory is replaced.
+/// A read pins the map's reclamation guard (seize: a store to the reader's own record) and
+/// probes one table; an insert or a removal is one compare-and-swap on the key's entry, with
+/// no copy of anything else, and a resize moves entries a few at a time on later writes
+/// instead of all at once. papaya's consistency rule is what the directory's protocol needs
+/// from a publication: a read that sees a write happens-after it (release on the write,
+/// acquire on the read), and a read that happens-after a write sees it or a later one.
 ///
-/// Reclamation stays on the writer's side: crossbeam-epoch runs deferred destructors on
-/// whichever thread happens to collect, often a reader, so the writer keeps its own
-/// reference to each of the last [`WRITER_HELD`] values it replaced. The deferred destructor
-/// then only drops one reference count, and the value's memory is normally freed when the
-/// writer lets go of it (by whichever drop is last, so it is never freed early).
-pub(crate) struct Published<T> {
-    /// On a cache line of its own: the index's other fields (the accounting lock, above
-    /// all) are written on every apply, and a reader's load must miss only when the
-    /// directory itself was replaced.
-    current: crossbeam_utils::CachePadded<crossbeam_epoch::Atomic<Arc<T>>>,
-    /// The writer's references to the values it replaced most recently (writers are
-    /// serialized by the caller's lock; this one is never contended).
-    replaced: Mutex<std::collections::VecDeque<Arc<T>>>,
-}
+/// Why papaya and not a copy-on-write map published by pointer: copying the changed path of
+/// a persistent map costs every creation and removal a few hundred nanoseconds to several
+/// microseconds (the path's nodes, each with its entries' reference counts), which made the
+/// drain's creations and terminal evictions its most expensive part. Why not `dashmap`: its
+/// reads take a shard's read lock, whose cache line every reader and writer of the shard
+/// writes.
+///
+/// The directory serializes its writers (its writers' lock), so its
+/// [`ConcurrentMap::insert`] and [`ConcurrentMap::remove`] never race each other; reads race
+/// them freely. [`ConcurrentMap::get_or_insert_with`] and [`ConcurrentMap::remove_if`] are
+/// atomic on their own (the `PapayaIndex` comparator writes without a lock). A removed value is dropped once no reader pinned before the removal is still
+/// reading (seize's deferred reclamation, on whichever thread finishes the batch).
+pub(crate) struct ConcurrentMap<K, V>(papaya::HashMap<K, V, foldhash::fast::FixedState>);
 
-/// How many replaced values the writer keeps a reference to (see [`Published`]).
-const WRITER_HELD: usize = 16;
-
-// `Send + Sync + 'static`: a replaced value's last reference may be dropped by a deferred
-// destructor on whichever thread collects, at any later time.
-impl<T: Send + Sync + 'static> Published<T> {
-    pub(crate) fn new(value: Arc<T>) -> Published<T> {
-        Published {
-            current: crossbeam_utils::CachePadded::new(crossbeam_epoch::Atomic::new(value)),
-            replaced: Mutex::new(std::collections::VecDeque::with_capacity(WRITER_HELD + 1)),
-        }
+impl<K: std::hash::Hash + Eq + Send + Sync, V: Send + Sync> ConcurrentMap<K, V> {
+    pub(crate) fn new() -> ConcurrentMap<K, V> {
+        ConcurrentMap(
+            papaya::HashMap::builder()
+                .hasher(foldhash::fast::FixedState::default())
+                .build(),
+        )
     }
 
-    /// Runs `f` on the current value without touching its reference count.
-    pub(crate) fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        self.with_current(|current| f(current))
+    /// Runs `f` on `key`'s value, borrowed under the read guard: no reference count is
+    /// touched.
+    pub(crate) fn peek<R>(&self, key: &K, f: impl FnOnce(Option<&V>) -> R) -> R {
+        let guard = self.0.guard();
+        f(self.0.get(key, &guard))
     }
 
-    /// The current value as an owned `Arc`.
-    pub(crate) fn load(&self) -> Arc<T> {
-        self.with_current(Arc::clone)
+    /// Publishes `value` under `key`. The caller serializes writers.
+    pub(crate) fn insert(&self, key: K, value: V) {
+        let guard = self.0.guard();
+        self.0.insert(key, value, &guard);
     }
 
-    fn with_current<R>(&self, f: impl FnOnce(&Arc<T>) -> R) -> R {
-        let guard = crossbeam_epoch::pin();
-        // Acquire pairs with the AcqRel swap in `store`: the value was fully built first.
-        let current = self.current.load(Ordering::Acquire, &guard);
-        // SAFETY: the cell is never null (created with a value, and `store` swaps in
-        // another), and the value it pointed at when loaded is destroyed only after every
-        // guard pinned before its replacement is dropped, so `guard` keeps it alive for `f`.
-        f(unsafe { current.deref() })
+    /// Unpublishes `key`. The caller serializes writers.
+    pub(crate) fn remove(&self, key: &K) {
+        let guard = self.0.guard();
+        self.0.remove(key, &guard);
     }
 
-    /// Publishes `value`; the replaced one is dropped once no reader can still see it.
-    pub(crate) fn store(&self, value: Arc<T>) {
-        let mut replaced = self.replaced.lock();
-        let guard = crossbeam_epoch::pin();
-        // AcqRel: the release half publishes `value` to readers' acquire loads; the acquire
-        // half orders this thread's later use of the old value after its publication.
-        let old = self
-            .current
-            .swap(crossbeam_epoch::Owned::new(value), Ordering::AcqRel, &guard);
-        // SAFETY: `old` was installed, so it is not yet destroyed (only this swap unlinks
-        // it, and it is destroyed below, deferred); `guard` keeps it alive here.
-        replaced.push_back(Arc::clone(unsafe { old.deref() }));
-        // SAFETY: `old` is no longer reachable from the cell, so only readers pinned before
-        // this swap can hold it, and `defer_destroy` waits for all of them to unpin.
-        unsafe { guard.defer_destroy(old) };
-        // Hand the deferred destructor to the global queue now, not after 64 more: it then
-        // runs (on whichever thread collects) while the writer still holds the value.
-        guard.flush();
-        drop(guard);
-        if replaced.len() > WRITER_HELD {
-            // Usually the last reference by now: the memory is freed here, by the writer.
-            drop(replaced.pop_front());
-        }
+    /// How many keys are published.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
     }
-}
 
-impl<T> Drop for Published<T> {
-    fn drop(&mut self) {
-        // SAFETY: `&mut self`: no reader can be pinned on this cell any more, so its
-        // current value has no other user.
-        unsafe {
-            let current = self
-                .current
-                .load(Ordering::Relaxed, crossbeam_epoch::unprotected());
-            drop(current.into_owned());
+    /// `key`'s value, or `make()` published under it if it has none, atomically: of two
+    /// racing callers one publishes and both return its value.
+    #[cfg(feature = "baselines")]
+    pub(crate) fn get_or_insert_with(&self, key: K, make: impl FnOnce() -> V) -> V
+    where
+        V: Clone,
+    {
+        let guard = self.0.guard();
+        self.0.get_or_insert_with(key, make, &guard).clone()
+    }
+
+    /// Unpublishes `key` if its value satisfies `should_remove`, atomically.
+    #[cfg(feature = "baselines")]
+    pub(crate) fn remove_if(&self, key: &K, should_remove: impl FnMut(&V) -> bool) {
+        let guard = self.0.guard();
+        let mut should_remove = should_remove;
+        let _ = self
+            .0
+            .remove_if(key, |_, value| should_remove(value), &guard);
+    }
+
+    /// Runs `f` on each entry of a weak snapshot: the map as it was when the walk started or
+    /// at some point after it (papaya's consistency rule); an entry inserted or removed
+    /// during the walk may or may not be seen. An in-progress resize is finished first.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &V)) {
+        let guard = self.0.guard();
+        for (key, value) in self.0.iter(&guard) {
+            f(key, value);
         }
     }
 }

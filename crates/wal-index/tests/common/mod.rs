@@ -40,6 +40,9 @@ macro_rules! for_each_engine {
         mod sharded {
             $( #[test] fn $name() { super::$name::<wal_index::baseline::ShardedMutexIndex>() } )*
         }
+        mod papaya {
+            $( #[test] fn $name() { super::$name::<wal_index::baseline::PapayaIndex>() } )*
+        }
     };
 }
 
