@@ -133,13 +133,14 @@ impl PapayaIndex {
                 terminal |= event.is_terminal();
                 new += usize::from(chain.apply(event));
             }
-            let stats = {
+            {
+                // Reported under the lock, so the observer's gauges end on the last change.
                 let mut stats = self.stats.lock();
                 stats.executions += usize::from(len == 0 && !chain.is_empty());
                 stats.events += chain.len() - len;
                 stats.bytes = stats.bytes + chain.bytes() - bytes;
-                *stats
-            };
+                self.observer.residency(*stats);
+            }
             let rewritten = chain.rewrites() != rewrites;
             sync::store(&slot.chain, Arc::new(chain));
             if rewritten {
@@ -148,7 +149,6 @@ impl PapayaIndex {
             }
             slot.last_used.fetch_max(now, Ordering::Relaxed);
             drop(state);
-            self.observer.residency(stats);
             slot.changed.notify(usize::MAX);
             return (new, terminal, slot);
         }
@@ -185,17 +185,16 @@ impl PapayaIndex {
         slot.retired.store(true, Ordering::SeqCst);
         sync::store(&slot.chain, Arc::new(Chain::new(chain.order())));
         sync::store(&slot.spine, Arc::new(None));
-        let stats = {
+        {
             let mut stats = self.stats.lock();
             stats.executions -= usize::from(!chain.is_empty());
             stats.events -= chain.len();
             stats.bytes -= chain.bytes();
-            *stats
-        };
+            self.observer.residency(*stats);
+        }
         self.slots
             .remove_if(&execution_id, |current| Arc::ptr_eq(current, &slot));
         drop(state);
-        self.observer.residency(stats);
         slot.changed.notify(usize::MAX);
         Removal::Evicted(chain.len())
     }
@@ -215,6 +214,25 @@ impl PapayaIndex {
             }
         }
         groups
+    }
+
+    /// Every slot, one per execution, by ascending id. A walk of the map while others write
+    /// it can yield a slot removed during the walk *and* its execution's successor, so an
+    /// execution met twice keeps only the slot the map holds now (neither, if it holds
+    /// none): a plan never judges a successor by its predecessor.
+    fn live_slots(&self) -> Vec<(ExecutionId, Arc<Slot>)> {
+        let mut slots = Vec::with_capacity(self.slots.len());
+        self.slots
+            .for_each(|&id, slot| slots.push((id, Arc::clone(slot))));
+        slots.sort_unstable_by_key(|(id, _)| *id);
+        slots
+            .chunk_by(|a, b| a.0 == b.0)
+            .filter_map(|met| match met {
+                [(id, slot)] => Some((*id, Arc::clone(slot))),
+                [(id, _), ..] => self.slot(*id).map(|current| (*id, current)),
+                [] => None,
+            })
+            .collect()
     }
 
     fn finish(&self, outcome: AdvanceOutcome, spine: Option<Spine>, started: Instant) -> Build {
@@ -352,7 +370,8 @@ impl StateIndex for PapayaIndex {
     }
 
     /// Lock-free: the snapshot and the cached spine, advanced; the cache replaced by
-    /// compare-and-swap.
+    /// compare-and-swap. Runs on the slot as the map lends it (no reference count of the
+    /// slot or the chain is touched).
     fn build(&self, execution_id: ExecutionId, expected_head: Option<EventId>) -> Build {
         let started = Instant::now();
         let missing = || {
@@ -360,23 +379,27 @@ impl StateIndex for PapayaIndex {
                 expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing),
             )
         };
-        let Some(slot) = self.slot(execution_id) else {
-            return self.finish(missing(), None, started);
-        };
-        slot.last_used
-            .fetch_max(self.clock.at(started), Ordering::Relaxed);
-        let cached = sync::load(&slot.spine);
-        let chain = sync::load(&slot.chain);
-        let Some(target) = expected_head.or_else(|| chain.max_id()) else {
-            return self.finish(missing(), None, started);
-        };
-        let result = advance(&chain, Option::as_ref(&cached), target);
-        if let Some(spine) = &result.spine
-            && result.replaces_cache
-        {
-            sync::compare_and_swap(&slot.spine, &cached, Arc::new(Some(spine.clone())));
-        }
-        self.finish(result.outcome, result.spine, started)
+        let (outcome, spine) = self.slots.peek(&execution_id, |slot| {
+            let Some(slot) = slot else {
+                return (missing(), None);
+            };
+            slot.last_used
+                .fetch_max(self.clock.at(started), Ordering::Relaxed);
+            let cached = sync::load(&slot.spine);
+            sync::peek(&slot.chain, |chain| {
+                let Some(target) = expected_head.or_else(|| chain.max_id()) else {
+                    return (missing(), None);
+                };
+                let result = advance(chain, Option::as_ref(&cached), target);
+                if let Some(spine) = &result.spine
+                    && result.replaces_cache
+                {
+                    sync::compare_and_swap(&slot.spine, &cached, Arc::new(Some(spine.clone())));
+                }
+                (result.outcome, result.spine)
+            })
+        });
+        self.finish(outcome, spine, started)
     }
 
     fn touch(&self, execution_id: ExecutionId) -> bool {
@@ -407,7 +430,8 @@ impl StateIndex for PapayaIndex {
         }
         let mut judged: HashMap<ExecutionId, (Arc<Slot>, Arc<Chain>, u64)> = HashMap::new();
         let mut candidates = Vec::new();
-        self.slots.for_each(|&id, slot| {
+        for (id, slot) in self.live_slots() {
+            let slot = &slot;
             let chain = sync::load(&slot.chain);
             let last_used = slot.last_used.load(Ordering::Relaxed);
             candidates.push(Candidate {
@@ -418,7 +442,7 @@ impl StateIndex for PapayaIndex {
                 gated: self.config.sink_gate && slot.writer.lock().pending_sink,
             });
             judged.insert(id, (Arc::clone(slot), chain, last_used));
-        });
+        }
         let (mut plan, idle_empty) =
             eviction_plan::plan(candidates, &policy, self.clock.at(now), self.clock.epoch());
         let evict = |execution_id: ExecutionId| {
@@ -502,13 +526,10 @@ impl StateIndex for PapayaIndex {
     }
 
     fn execution_ids(&self) -> Vec<ExecutionId> {
-        let mut ids = Vec::new();
-        self.slots.for_each(|&id, slot| {
-            if !sync::peek(&slot.chain, Chain::is_empty) {
-                ids.push(id);
-            }
-        });
-        ids.sort_unstable();
-        ids
+        self.live_slots()
+            .into_iter()
+            .filter(|(_, slot)| !sync::peek(&slot.chain, Chain::is_empty))
+            .map(|(id, _)| id)
+            .collect()
     }
 }

@@ -87,8 +87,8 @@ pub(crate) struct Slot {
 
 /// What the byte ledger charges per resident execution beyond its chain and cached spine:
 /// the slot (and its `Arc`), its published chain snapshot's and spine cache's allocations,
-/// and its share of the directory (a persistent hash map: the entry and a calibrated share
-/// of its nodes, measured with the counting-allocator bench,
+/// and its share of the directory (a hash map: the entry and a calibrated share of its
+/// table, measured with the counting-allocator bench,
 /// `cargo bench -p sb-benches --bench memory`).
 pub(crate) const SLOT_FIXED_BYTES: usize = 2 * std::mem::size_of::<usize>()
     + std::mem::size_of::<Slot>()

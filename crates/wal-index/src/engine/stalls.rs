@@ -372,14 +372,24 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
     if index.stalls.departing.load(Ordering::Acquire) == 0 {
         watch.newest_departure.clear();
     }
-    let directory = &index.directory;
-    prune_gone(&mut watch, |id| directory.lookup(id));
+    // One snapshot serves the whole check: which slots are gone, which departed executions
+    // are back, and which chains to scan are all judged against the same map.
+    let slots = index.directory.slots();
+    let watched: HashMap<ExecutionId, Arc<Slot>> = slots
+        .iter()
+        .filter(|slot| {
+            watch.resident.contains_key(&slot.execution_id)
+                || watch.departed.contains_key(&slot.execution_id)
+        })
+        .map(|slot| (slot.execution_id, Arc::clone(slot)))
+        .collect();
+    prune_gone(&mut watch, |id| watched.get(&id).cloned());
     // Departed holes whose execution is resident again: watched with it from here on (or
     // dropped, if it brought the missing event).
     let returned: Vec<(ExecutionId, Arc<Slot>)> = watch
         .departed
         .keys()
-        .filter_map(|&id| directory.lookup(id).map(|slot| (id, slot)))
+        .filter_map(|&id| watched.get(&id).map(|slot| (id, Arc::clone(slot))))
         .collect();
     for (execution_id, slot) in returned {
         let chain = slot.chain();
@@ -415,7 +425,7 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
         slot.forget_judged(); // scan it again below
     }
     if !behind {
-        scan_resident(&mut watch, &directory.slots(), now);
+        scan_resident(&mut watch, &slots, now);
     }
     let found = if behind {
         Vec::new()
@@ -512,7 +522,7 @@ fn scan_resident(watch: &mut Watch, slots: &[Arc<Slot>], now: u64) {
     for slot in slots {
         let chain = slot.chain();
         if chain.is_empty() {
-            // Evicted after the slots were listed (or holding only a sink-gate mark): its
+            // Evicted after the snapshot was taken (or holding only a sink-gate mark): its
             // eviction puts what it had on record; the next check sees it gone.
             continue;
         }
