@@ -24,9 +24,9 @@ pub(super) fn build(
     let built = index.directory.peek(execution_id, |slot| {
         let slot = slot?;
         // Every build of a resident execution refreshes its recency, served or not (as
-        // today): a drive that keeps missing must not age its execution into a TTL or LRU
-        // eviction.
-        slot.touch(index.clock.started(started));
+        // today), to the millisecond: a drive that keeps missing must not age its execution
+        // into a TTL or LRU eviction.
+        slot.touch_for_build(index.clock.started(started));
         if let Some(tip) = expected_head.filter(|&tip| !slot.may_hold(tip)) {
             return Some((
                 AdvanceOutcome::Incomplete(Incomplete::TipMissing(tip)),

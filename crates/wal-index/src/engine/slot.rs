@@ -98,6 +98,10 @@ pub(crate) const SLOT_FIXED_BYTES: usize = 2 * std::mem::size_of::<usize>()
     + std::mem::size_of::<Option<Spine>>()
     + DIRECTORY_ENTRY_BYTES;
 
+/// How stale a build lets recency be before it refreshes it, in nanoseconds (see
+/// [`Slot::touch_for_build`]).
+const BUILD_RECENCY_GRANULE: u64 = 1_000_000;
+
 /// The directory's cost per slot (see [`SLOT_FIXED_BYTES`]).
 const DIRECTORY_ENTRY_BYTES: usize = 48;
 
@@ -237,6 +241,26 @@ impl Slot {
     pub(crate) fn touch(&self, now: u64) {
         // Relaxed: recency is a hint for sweeps; no other data is published through it.
         self.last_used.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// A build's refresh of recency: skipped while the recorded use is less than
+    /// [`BUILD_RECENCY_GRANULE`] old. A write makes the slot's cache line the writer's own,
+    /// so builds of one hot execution on several cores would otherwise take turns owning
+    /// the line every other build reads the chain and cache pointers from. What the skip
+    /// costs: a sweep may judge a build up to a millisecond older than it was, which moves
+    /// no TTL (seconds to hours) and reorders LRU only among executions used within the
+    /// same millisecond. Applies always refresh (`touch`): the acknowledged-events ledger
+    /// relies on it.
+    pub(crate) fn touch_for_build(&self, now: u64) {
+        // Relaxed, as in `touch`.
+        if now
+            > self
+                .last_used
+                .load(Ordering::Relaxed)
+                .saturating_add(BUILD_RECENCY_GRANULE)
+        {
+            self.last_used.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     /// Recency, nanoseconds since the index's epoch.
