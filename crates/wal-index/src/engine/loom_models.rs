@@ -81,6 +81,37 @@ fn sweep_vs_apply_keeps_every_acknowledged_event() {
     });
 }
 
+/// Sweep vs re-creation. The sweep walks the directory while another thread evicts an idle
+/// execution and a new event re-creates it. A walk that raced the two could yield the
+/// evicted slot (idle past its TTL) and its fresh successor; a plan made from both would
+/// judge the successor by its predecessor and evict it. The walk holds the writers' lock, so
+/// it sees one of the two: the re-applied event stays resident.
+///
+/// Mutation: `mutation-walk-without-writers-lock` (loom finds the successor evicted).
+#[test]
+fn sweep_vs_recreation_never_evicts_the_successor() {
+    loom::model(|| {
+        let index = Arc::new(index(EvictionPolicy {
+            ttl: Some(Duration::from_millis(5)),
+            ..EvictionPolicy::default()
+        }));
+        index.apply_batch(vec![ev(1, 1, None), ev(2, 1, None)]);
+        advance_clock(&index, Duration::from_millis(10));
+        index.touch(2);
+        let sweeper = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || index.enforce_limits_at(Instant::now()))
+        };
+        index.evict(1);
+        index.apply(ev(1, 2, None));
+        sweeper.join().unwrap();
+        assert!(
+            index.chain(1).is_some_and(|chain| chain.contains(2)),
+            "the successor was evicted on its predecessor's plan"
+        );
+    });
+}
+
 /// Sweep vs evict. An explicit eviction between the sweep's candidate scan and its plan
 /// must neither make the plan's arithmetic wrap nor be counted twice.
 ///

@@ -130,12 +130,20 @@ impl<T> Drop for Swap<T> {
 /// with acquire. That is the contract the directory relies on from papaya (a read that sees
 /// a write happens-after it, a read that happens-after a write sees it or a later one), as
 /// checkable atomics; papaya's own algorithm is trusted as the well-tested dependency it is.
+///
+/// A walk is as weak as papaya's: each entry has a position (a new key's is after every
+/// other's, as a re-inserted key lands further along papaya's probe sequence than the
+/// tombstone of its removal), and the walk loads the map afresh at each step and goes on
+/// from its last position. So a walk that races writers can yield a removed entry and its
+/// key's successor, and a model can catch a caller that trusts a walk to be a snapshot.
+///
 /// Each write is atomic under a lock of the model's own (papaya's writes are atomic per key).
 /// The map hashes under a fixed seed: a checker replays each execution from its start and
 /// needs every run of the same schedule to walk the map in the same order.
 pub(crate) struct ConcurrentMap<K, V> {
-    current: Swap<ModelMap<K, V>>,
-    writer: Mutex<()>,
+    current: Swap<ModelMap<K, (u64, V)>>,
+    /// The next position to hand out.
+    writer: Mutex<u64>,
 }
 
 type ModelMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
@@ -144,43 +152,51 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> ConcurrentMap<K, V> {
     pub(crate) fn new() -> ConcurrentMap<K, V> {
         ConcurrentMap {
             current: new_swap(Arc::new(ModelMap::default())),
-            writer: Mutex::new(()),
+            writer: Mutex::new(0),
         }
     }
     pub(crate) fn peek<R>(&self, key: &K, f: impl FnOnce(Option<&V>) -> R) -> R {
-        peek(&self.current, |map| f(map.get(key)))
+        peek(&self.current, |map| f(map.get(key).map(|(_, value)| value)))
     }
     /// Copies the map, lets `change` edit the copy (true: publish it), under the lock.
-    fn write<R>(&self, change: impl FnOnce(&mut ModelMap<K, V>) -> (R, bool)) -> R {
-        let _lock = self.writer.lock();
+    fn write<R>(
+        &self,
+        change: impl FnOnce(&mut ModelMap<K, (u64, V)>, &mut u64) -> (R, bool),
+    ) -> R {
+        let mut next_position = self.writer.lock();
         let mut next = ModelMap::clone(&load(&self.current));
-        let (result, changed) = change(&mut next);
+        let (result, changed) = change(&mut next, &mut next_position);
         if changed {
             store(&self.current, Arc::new(next));
         }
         result
     }
+    fn put(map: &mut ModelMap<K, (u64, V)>, next: &mut u64, key: K, value: V) {
+        let position = map.get(&key).map_or(*next, |(position, _)| *position);
+        *next += 1;
+        map.insert(key, (position, value));
+    }
     pub(crate) fn insert(&self, key: K, value: V) {
-        self.write(|map| (map.insert(key, value), true));
+        self.write(|map, next| (Self::put(map, next, key, value), true));
     }
     pub(crate) fn remove(&self, key: &K) {
-        self.write(|map| (map.remove(key), true));
+        self.write(|map, _| (map.remove(key), true));
     }
     #[cfg(feature = "baselines")]
     pub(crate) fn get_or_insert_with(&self, key: K, make: impl FnOnce() -> V) -> V {
-        self.write(|map| match map.get(&key) {
-            Some(value) => (value.clone(), false),
+        self.write(|map, next| match map.get(&key) {
+            Some((_, value)) => (value.clone(), false),
             None => {
                 let value = make();
-                map.insert(key, value.clone());
+                Self::put(map, next, key, value.clone());
                 (value, true)
             }
         })
     }
     #[cfg(feature = "baselines")]
     pub(crate) fn remove_if(&self, key: &K, mut should_remove: impl FnMut(&V) -> bool) {
-        self.write(|map| {
-            let remove = map.get(key).is_some_and(&mut should_remove);
+        self.write(|map, _| {
+            let remove = map.get(key).is_some_and(|(_, value)| should_remove(value));
             if remove {
                 map.remove(key);
             }
@@ -190,8 +206,22 @@ impl<K: std::hash::Hash + Eq + Clone, V: Clone> ConcurrentMap<K, V> {
     pub(crate) fn len(&self) -> usize {
         peek(&self.current, |map| map.len())
     }
+    /// One step per entry, each on the map as it is then (see the type's documentation).
     pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &V)) {
-        peek(&self.current, |map| map.iter().for_each(|(k, v)| f(k, v)))
+        let mut after: Option<u64> = None;
+        loop {
+            let step = peek(&self.current, |map| {
+                map.iter()
+                    .filter(|(_, (position, _))| after.is_none_or(|after| *position > after))
+                    .min_by_key(|(_, (position, _))| *position)
+                    .map(|(key, (position, value))| (key.clone(), *position, value.clone()))
+            });
+            let Some((key, position, value)) = step else {
+                return;
+            };
+            f(&key, &value);
+            after = Some(position);
+        }
     }
 }
 
