@@ -375,14 +375,7 @@ pub(super) fn check_stalls_at(index: &WalIndex, now: Instant) -> Vec<StalledChai
     // One snapshot serves the whole check: which slots are gone, which departed executions
     // are back, and which chains to scan are all judged against the same map.
     let slots = index.directory.slots();
-    let watched: HashMap<ExecutionId, Arc<Slot>> = slots
-        .iter()
-        .filter(|slot| {
-            watch.resident.contains_key(&slot.execution_id)
-                || watch.departed.contains_key(&slot.execution_id)
-        })
-        .map(|slot| (slot.execution_id, Arc::clone(slot)))
-        .collect();
+    let watched = watched_slots(&watch, &slots);
     prune_gone(&mut watch, |id| watched.get(&id).cloned());
     // Departed holes whose execution is resident again: watched with it from here on (or
     // dropped, if it brought the missing event).
@@ -482,6 +475,18 @@ fn take_overdue(watch: &mut Watch, now: u64, bound: u64) -> Vec<StalledChain> {
     }
     found.sort_by_key(|s| (s.execution_id, s.missing_event_id));
     found
+}
+
+/// The slots of `slots` whose execution the watch has an entry for (resident or departed).
+fn watched_slots(watch: &Watch, slots: &[Arc<Slot>]) -> HashMap<ExecutionId, Arc<Slot>> {
+    slots
+        .iter()
+        .filter(|slot| {
+            watch.resident.contains_key(&slot.execution_id)
+                || watch.departed.contains_key(&slot.execution_id)
+        })
+        .map(|slot| (slot.execution_id, Arc::clone(slot)))
+        .collect()
 }
 
 /// Moves the entries of slots gone from the directory since the last check (evicted, or
