@@ -186,6 +186,52 @@ fn cold_rebuild<I: StateIndex>(c: &mut Criterion) {
     group.finish();
 }
 
+/// Threads building an indexed 27-event execution (id -1) continuously until stopped.
+struct Readers {
+    stop: Arc<AtomicBool>,
+    built: Arc<AtomicU64>,
+    started: Instant,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Readers {
+    fn start<I: StateIndex>(index: &Arc<I>, count: usize) -> Readers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let built = Arc::new(AtomicU64::new(0));
+        let threads = (0..count)
+            .map(|_| {
+                let (index, stop, built) =
+                    (Arc::clone(index), Arc::clone(&stop), Arc::clone(&built));
+                std::thread::spawn(move || {
+                    let mut n = 0u64;
+                    // Relaxed: a stop flag carries no data.
+                    while !stop.load(Ordering::Relaxed) {
+                        black_box(index.build(-1, Some(27)));
+                        n += 1;
+                    }
+                    // Relaxed: read after the join.
+                    built.fetch_add(n, Ordering::Relaxed);
+                })
+            })
+            .collect();
+        Readers {
+            stop,
+            built,
+            started: Instant::now(),
+            threads,
+        }
+    }
+
+    /// Stops and joins them; the builds per second they made.
+    fn stop(self) -> f64 {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        self.built.load(Ordering::Relaxed) as f64 / self.started.elapsed().as_secs_f64()
+    }
+}
+
 /// Bench 5. Drain throughput: 20,000 slim events (64-byte payloads, 740 executions ending
 /// in a terminal event, 50 live at a time) in 200-event batches; alone, and while two
 /// threads build an indexed 27-event execution with 1 KiB payloads continuously.
@@ -198,17 +244,7 @@ fn drain_throughput<I: StateIndex>(c: &mut Criterion) {
     for readers in [0usize, 2] {
         let index = Arc::new(I::with_config(IndexConfig::default()));
         index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads: Vec<_> = (0..readers)
-            .map(|_| {
-                let (index, stop) = (Arc::clone(&index), Arc::clone(&stop));
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        black_box(index.build(-1, Some(27)));
-                    }
-                })
-            })
-            .collect();
+        let threads = Readers::start(&index, readers);
         let id = if readers == 0 {
             "alone"
         } else {
@@ -221,10 +257,7 @@ fn drain_throughput<I: StateIndex>(c: &mut Criterion) {
                 }
             })
         });
-        stop.store(true, Ordering::Relaxed);
-        for t in threads {
-            let _ = t.join();
-        }
+        threads.stop();
     }
     group.finish();
 }
@@ -287,24 +320,7 @@ fn drain_scaling<I: StateIndex>(c: &mut Criterion) {
     for readers in [1usize, 2, 4, 8, 16] {
         let index = Arc::new(I::with_config(IndexConfig::default()));
         index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let built = Arc::new(AtomicU64::new(0));
-        let started = Instant::now();
-        let threads: Vec<_> = (0..readers)
-            .map(|_| {
-                let (index, stop, built) =
-                    (Arc::clone(&index), Arc::clone(&stop), Arc::clone(&built));
-                std::thread::spawn(move || {
-                    let mut n = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        black_box(index.build(-1, Some(27)));
-                        n += 1;
-                    }
-                    // Relaxed: read after the join.
-                    built.fetch_add(n, Ordering::Relaxed);
-                })
-            })
-            .collect();
+        let threads = Readers::start(&index, readers);
         let id = format!("{readers}_readers");
         let mut measured = false;
         group.bench_function(BenchmarkId::new(I::NAME, &id), |b| {
@@ -315,10 +331,7 @@ fn drain_scaling<I: StateIndex>(c: &mut Criterion) {
                 }
             })
         });
-        stop.store(true, Ordering::Relaxed);
-        for t in threads {
-            let _ = t.join();
-        }
+        let rate = threads.stop();
         // What the readers got done meanwhile: a design whose readers queue on a lock leaves
         // its drain more of the cores, so the drain's time alone would flatter it.
         if !measured {
@@ -327,7 +340,7 @@ fn drain_scaling<I: StateIndex>(c: &mut Criterion) {
         println!(
             "drain_scaling/{}/{id}: readers built {:.2} M builds/s meanwhile",
             I::NAME,
-            built.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64() / 1e6
+            rate / 1e6
         );
     }
     group.finish();

@@ -25,6 +25,76 @@
 //! [`WalIndex`]: crate::WalIndex
 //! [`StateIndex`]: crate::StateIndex
 
+/// What every comparator implements the same way: `Debug` (its name and configuration),
+/// `Default` (the default configuration), and no checkpoint (it keeps nothing across a
+/// restart, as today's design does not).
+macro_rules! comparator_basics {
+    ($index:ident) => {
+        impl std::fmt::Debug for $index {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($index))
+                    .field("config", &self.config)
+                    .finish_non_exhaustive()
+            }
+        }
+
+        impl Default for $index {
+            fn default() -> Self {
+                <$index as $crate::StateIndex>::with_config($crate::IndexConfig::default())
+            }
+        }
+
+        /// It keeps nothing across a restart: it captures no checkpoint.
+        impl $crate::checkpoint::Checkpointable for $index {
+            fn checkpoint(
+                &self,
+                at: $crate::checkpoint::SourcePosition,
+            ) -> Option<$crate::checkpoint::Checkpoint> {
+                let _ = at;
+                None
+            }
+        }
+    };
+}
+
+/// The drain's hooks of a comparator whose applies and sweeps never await: the async forms
+/// are the blocking ones, ready at once, and the backfill word only goes to the observer
+/// (its drives keep the worker's flow).
+macro_rules! synchronous_drain_hooks {
+    () => {
+        fn note_backfill(&self, state: $crate::backfill::Backfill) {
+            self.observer.backfill(state);
+        }
+
+        fn apply_batch_async(
+            &self,
+            events: Vec<chain_fold::Event>,
+        ) -> impl Future<Output = $crate::report::BatchReport> + Send {
+            std::future::ready(self.apply_batch(events))
+        }
+
+        fn enforce_limits_async(
+            &self,
+            now: std::time::Instant,
+        ) -> impl Future<Output = $crate::report::EvictionStats> + Send {
+            std::future::ready(self.enforce_limits_at(now))
+        }
+    };
+}
+
+/// What one attempt to evict a slot did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// Not in the map, already evicted, or no longer the slot the caller judged.
+    Gone,
+    /// The sink gate holds it.
+    Gated,
+    /// The caller's condition no longer held under the entry's lock.
+    Changed,
+    /// Removed; it held this many events.
+    Evicted(usize),
+}
+
 mod entry;
 mod mutex;
 mod papaya;

@@ -71,19 +71,7 @@ pub struct MutexIndex {
     clock: Clock,
 }
 
-impl std::fmt::Debug for MutexIndex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MutexIndex")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for MutexIndex {
-    fn default() -> Self {
-        MutexIndex::new(IndexConfig::default())
-    }
-}
+comparator_basics!(MutexIndex);
 
 /// What one build did under the lock: the outcome, and the spine with its cloned values.
 type Built = (AdvanceOutcome, Option<(Spine, Cloned)>);
@@ -341,17 +329,6 @@ impl IndexHooks for MutexIndex {
     /// worker's flow.
     fn note_backfill(&self, state: Backfill) {
         self.observer.backfill(state);
-    }
-}
-
-/// Today's design keeps nothing across a restart: it captures no checkpoint.
-impl crate::checkpoint::Checkpointable for MutexIndex {
-    fn checkpoint(
-        &self,
-        at: crate::checkpoint::SourcePosition,
-    ) -> Option<crate::checkpoint::Checkpoint> {
-        let _ = at;
-        None
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine, advance};
 
-use crate::backfill::Backfill;
+use super::Removal;
 use crate::config::IndexConfig;
 use crate::eviction_plan::{self, Candidate, report_sweep};
 use crate::index::{IndexHooks, StateIndex};
@@ -39,15 +39,6 @@ struct SlotState {
     pending_sink: bool,
 }
 
-/// What one attempt to evict a slot did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Removal {
-    Gone,
-    Gated,
-    Changed,
-    Evicted(usize),
-}
-
 /// The engine's semantics on the design a user would build instead of it: a
 /// [papaya](https://docs.rs/papaya) map from execution to slot, and in each slot the chain
 /// behind an `ArcSwap`, a spine cache, a short lock for its writers and its own
@@ -71,19 +62,7 @@ pub struct PapayaIndex {
     clock: Clock,
 }
 
-impl std::fmt::Debug for PapayaIndex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PapayaIndex")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for PapayaIndex {
-    fn default() -> Self {
-        PapayaIndex::with_config(IndexConfig::default())
-    }
-}
+comparator_basics!(PapayaIndex);
 
 impl PapayaIndex {
     fn slot(&self, execution_id: ExecutionId) -> Option<Arc<Slot>> {
@@ -278,29 +257,7 @@ impl IndexHooks for PapayaIndex {
         self.config.slim
     }
 
-    /// Reports it to the observer and keeps nothing.
-    fn note_backfill(&self, state: Backfill) {
-        self.observer.backfill(state);
-    }
-
-    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send {
-        std::future::ready(self.apply_batch(events))
-    }
-
-    fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send {
-        std::future::ready(self.enforce_limits_at(now))
-    }
-}
-
-/// The afternoon's design keeps nothing across a restart: it captures no checkpoint.
-impl crate::checkpoint::Checkpointable for PapayaIndex {
-    fn checkpoint(
-        &self,
-        at: crate::checkpoint::SourcePosition,
-    ) -> Option<crate::checkpoint::Checkpoint> {
-        let _ = at;
-        None
-    }
+    synchronous_drain_hooks!();
 }
 
 impl StateIndex for PapayaIndex {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete, Spine};
 use dashmap::DashMap;
 
+use super::Removal;
 use super::entry::{self, Cloned, Entry, apply_each};
-use crate::backfill::Backfill;
 use crate::config::IndexConfig;
 use crate::eviction_plan::{self, report_sweep};
 use crate::index::{IndexHooks, StateIndex};
@@ -27,19 +27,6 @@ struct Slot {
     /// Set (after `entry.evicted`, before the map drops the slot and its waiters are woken)
     /// so a drive that listened on a slot being evicted sees it and looks again.
     retired: AtomicBool,
-}
-
-/// What one attempt to evict a slot did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Removal {
-    /// Not in the map, already evicted, or no longer the slot the caller judged.
-    Gone,
-    /// The sink gate holds it.
-    Gated,
-    /// The caller's condition no longer held under the entry's lock.
-    Changed,
-    /// Removed; it held this many events.
-    Evicted(usize),
 }
 
 /// Today's design with the global lock split per execution: a sharded map (`dashmap`) of
@@ -66,19 +53,7 @@ pub struct ShardedMutexIndex {
     clock: Clock,
 }
 
-impl std::fmt::Debug for ShardedMutexIndex {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardedMutexIndex")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for ShardedMutexIndex {
-    fn default() -> Self {
-        ShardedMutexIndex::new(IndexConfig::default())
-    }
-}
+comparator_basics!(ShardedMutexIndex);
 
 impl ShardedMutexIndex {
     /// An empty index.
@@ -286,30 +261,7 @@ impl IndexHooks for ShardedMutexIndex {
         false
     }
 
-    /// Reports it to the observer and keeps nothing: this index's drives keep the
-    /// worker's flow.
-    fn note_backfill(&self, state: Backfill) {
-        self.observer.backfill(state);
-    }
-
-    fn apply_batch_async(&self, events: Vec<Event>) -> impl Future<Output = BatchReport> + Send {
-        std::future::ready(self.apply_batch(events))
-    }
-
-    fn enforce_limits_async(&self, now: Instant) -> impl Future<Output = EvictionStats> + Send {
-        std::future::ready(self.enforce_limits_at(now))
-    }
-}
-
-/// Today's design keeps nothing across a restart: it captures no checkpoint.
-impl crate::checkpoint::Checkpointable for ShardedMutexIndex {
-    fn checkpoint(
-        &self,
-        at: crate::checkpoint::SourcePosition,
-    ) -> Option<crate::checkpoint::Checkpoint> {
-        let _ = at;
-        None
-    }
+    synchronous_drain_hooks!();
 }
 
 impl StateIndex for ShardedMutexIndex {
