@@ -327,6 +327,7 @@ fn async_backfill_pct() {
 
 engines!(
     lockfree: crate::WalIndex,
+    papaya: crate::baseline::PapayaIndex,
     sharded: crate::baseline::ShardedMutexIndex,
     mutex: crate::baseline::MutexIndex,
 );
