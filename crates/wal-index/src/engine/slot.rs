@@ -468,3 +468,26 @@ impl Slot {
 
 #[cfg(all(test, wal_index_loom))]
 mod loom_models;
+
+#[cfg(all(test, not(any(wal_index_loom, wal_index_shuttle))))]
+mod tests {
+    use super::{BUILD_RECENCY_GRANULE, Slot};
+    use chain_fold::SpineOrder;
+
+    #[test]
+    fn a_build_refreshes_recency_once_per_granule_and_an_apply_always() {
+        let slot = Slot::new(1, 1, SpineOrder::Causal, 1_000);
+        // Within the granule of the recorded use: unchanged.
+        slot.touch_for_build(1_000 + BUILD_RECENCY_GRANULE);
+        assert_eq!(slot.last_used(), 1_000);
+        // Past it: refreshed to the build's instant.
+        slot.touch_for_build(1_001 + BUILD_RECENCY_GRANULE);
+        assert_eq!(slot.last_used(), 1_001 + BUILD_RECENCY_GRANULE);
+        // An apply's refresh is exact, and recency never moves back.
+        slot.touch(1_002 + BUILD_RECENCY_GRANULE);
+        assert_eq!(slot.last_used(), 1_002 + BUILD_RECENCY_GRANULE);
+        slot.touch_for_build(5);
+        slot.touch(5);
+        assert_eq!(slot.last_used(), 1_002 + BUILD_RECENCY_GRANULE);
+    }
+}
