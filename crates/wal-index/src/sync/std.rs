@@ -84,9 +84,8 @@ impl<K: std::hash::Hash + Eq + Send + Sync, V: Send + Sync> ConcurrentMap<K, V> 
 
     /// Unpublishes `key` if its value satisfies `should_remove`, atomically.
     #[cfg(feature = "baselines")]
-    pub(crate) fn remove_if(&self, key: &K, should_remove: impl FnMut(&V) -> bool) {
+    pub(crate) fn remove_if(&self, key: &K, mut should_remove: impl FnMut(&V) -> bool) {
         let guard = self.0.guard();
-        let mut should_remove = should_remove;
         let _ = self
             .0
             .remove_if(key, |_, value| should_remove(value), &guard);
