@@ -31,7 +31,6 @@
 //!   restart either; the pool marks again what it has not sunk.
 //! - **Stall records**: the restored drain is behind until it catches up, and stall clocks
 //!   start when it is caught up, as after any restart.
-//! - **Recency**: every restored execution is as recent as the restore.
 //!
 //! # Where they are kept
 //!
@@ -77,11 +76,12 @@
 
 #[cfg(feature = "object-store")]
 mod bucket_store;
+mod cursor;
 mod dir_store;
 mod format;
 mod store;
 
-use std::fmt;
+use std::time::Instant;
 
 use chain_fold::{Event, ExecutionId, SpineOrder};
 
@@ -92,88 +92,9 @@ use crate::labels::RefusalLabel;
 
 #[cfg(feature = "object-store")]
 pub use bucket_store::BucketStore;
+pub use cursor::{Fingerprint, LogIdentity, Position, RecentRecords, ResumeCheck, SourcePosition};
 pub use dir_store::DirStore;
 pub use store::{CheckpointStore, Restored};
-
-/// A record of the log, named so that a record written later under the same sequence
-/// number is told apart from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fingerprint {
-    /// The record's sequence in its partition (an EHDB global sequence, a stream
-    /// sequence, a line number).
-    pub sequence: u64,
-    /// CRC-32C of the record's payload as the log holds it.
-    pub hash: u32,
-}
-
-impl Fingerprint {
-    /// The fingerprint of the record at `sequence` whose payload is `payload`.
-    pub fn of(sequence: u64, payload: &[u8]) -> Fingerprint {
-        Fingerprint {
-            sequence,
-            hash: crc32c::crc32c(payload),
-        }
-    }
-}
-
-/// Where the drain stands in one partition of its source: the last record it applied, and
-/// the one before it (`None` if that record was the partition's first).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Position {
-    /// The partition's name as the source knows it (`"shard 3"`, a subject filter).
-    pub partition: String,
-    /// The last record applied.
-    pub last: Fingerprint,
-    /// The record before it in the partition, as the source delivered it.
-    pub before: Option<Fingerprint>,
-}
-
-/// Which log a checkpoint was taken of: a checkpoint of another log is refused.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct LogIdentity {
-    /// `"ehdb"`, `"jetstream"`, `"channel"`, ...
-    pub transport: String,
-    /// The log's name (a stream's name, a writer's address).
-    pub name: String,
-    /// What else makes it this log and not another of that name (a stream's creation
-    /// time; a writer's shard count).
-    pub detail: String,
-}
-
-impl LogIdentity {
-    /// A log identity from its three parts.
-    pub fn new(
-        transport: impl Into<String>,
-        name: impl Into<String>,
-        detail: impl Into<String>,
-    ) -> LogIdentity {
-        LogIdentity {
-            transport: transport.into(),
-            name: name.into(),
-            detail: detail.into(),
-        }
-    }
-}
-
-impl fmt::Display for LogIdentity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {:?}", self.transport, self.name)?;
-        if !self.detail.is_empty() {
-            write!(f, " ({})", self.detail)?;
-        }
-        Ok(())
-    }
-}
-
-/// A source's log and its position in each partition, as of the last record it handed to
-/// the drain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourcePosition {
-    /// The log.
-    pub log: LogIdentity,
-    /// One entry per partition the source has delivered from.
-    pub positions: Vec<Position>,
-}
 
 /// What of the index's configuration shapes its image: a checkpoint is restored only into
 /// an index of the same shape.
@@ -215,6 +136,10 @@ impl IndexShape {
 pub struct ExecutionImage {
     /// The execution.
     pub execution_id: ExecutionId,
+    /// How long it had been neither applied to nor built for when the checkpoint was
+    /// captured, in milliseconds: its recency, which a restore keeps (see
+    /// [`Checkpoint::restore_into`]).
+    pub idle_ms: u64,
     /// Its events.
     pub events: Vec<Event>,
 }
@@ -240,14 +165,17 @@ impl Checkpoint {
     /// resident execution's published snapshot: a build or a drive running meanwhile
     /// neither waits nor is waited for.
     pub fn capture(index: &WalIndex, at: SourcePosition) -> Checkpoint {
+        let now = Instant::now();
         let executions = index
             .execution_ids()
             .into_iter()
             .filter_map(|execution_id| {
                 let chain = index.chain(execution_id)?;
+                let idle = index.idle_at(execution_id, now)?;
                 let events: Vec<Event> = chain.iter().cloned().collect();
                 (!events.is_empty()).then_some(ExecutionImage {
                     execution_id,
+                    idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX),
                     events,
                 })
             })
@@ -299,14 +227,84 @@ impl Checkpoint {
     }
 
     /// Seeds `index` (empty) with this checkpoint's executions, after
-    /// [`check`](Checkpoint::check). Each execution is one replay
-    /// ([`StateIndex::rehydrate`]): on the engine one published snapshot, no eviction, its
-    /// events as the image holds them. Any index takes it; only the engine captures one.
-    pub fn restore_into<I: StateIndex>(&self, index: &I) {
-        for execution in &self.executions {
+    /// [`check`](Checkpoint::check), as a replay of the log up to the checkpoint's position
+    /// would have left it:
+    ///
+    /// - an execution whose image holds a terminal event is applied as one batch, so it is
+    ///   evicted and remembered as finished, as the batch that held that event evicted it
+    ///   (the sink gate's marks are not carried, so nothing holds it);
+    /// - the others keep their recency: an execution idle past the index's TTL is not
+    ///   restored (the old pool's next sweep would have evicted it), the most recent ones
+    ///   are kept within the execution cap and, by their images' bytes, the byte ceiling,
+    ///   and they are restored least recent first, so the LRU order among them is the old
+    ///   pool's; one sweep of the index's limits then ends the restore, so the index is
+    ///   within its caps by its own ledger before the drain starts. The TTL clocks of the
+    ///   restored executions start again at the restore.
+    ///
+    /// Each restored execution is one replay ([`StateIndex::rehydrate`]): on the engine one
+    /// published snapshot, its events as the image holds them. Any index takes it; only the
+    /// engine captures one.
+    pub fn restore_into<I: StateIndex>(&self, index: &I) -> RestoreReport {
+        let config = index.config();
+        let mut report = RestoreReport::default();
+        let (finished, mut live): (Vec<&ExecutionImage>, Vec<&ExecutionImage>) = self
+            .executions
+            .iter()
+            .partition(|e| e.events.iter().any(Event::is_terminal));
+        for execution in finished {
+            index.apply_batch(execution.events.clone());
+            report.finished += 1;
+        }
+        let ttl_ms = config
+            .eviction
+            .ttl
+            .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        // Most recent first; ties by id, so a restore is deterministic.
+        live.sort_by_key(|e| (e.idle_ms, e.execution_id));
+        let (mut kept, mut bytes) = (Vec::with_capacity(live.len()), 0usize);
+        for execution in live {
+            if ttl_ms.is_some_and(|ttl| execution.idle_ms >= ttl) {
+                report.past_ttl += 1;
+                continue;
+            }
+            let size: usize = execution.events.iter().map(Event::image_len).sum();
+            let over_count = config
+                .eviction
+                .max_executions
+                .is_some_and(|max| kept.len() >= max);
+            let over_bytes = config
+                .eviction
+                .max_bytes
+                .is_some_and(|max| bytes.saturating_add(size) > max);
+            if over_count || over_bytes {
+                report.over_caps += 1;
+                continue;
+            }
+            bytes += size;
+            kept.push(execution);
+        }
+        for execution in kept.iter().rev() {
             index.rehydrate(execution.execution_id, execution.events.iter().cloned());
         }
+        report.restored = kept.len();
+        let swept = index.enforce_limits_at(Instant::now()).evicted.len();
+        report.restored -= swept.min(report.restored);
+        report.over_caps += swept;
+        report
     }
+}
+
+/// What [`Checkpoint::restore_into`] did with a checkpoint's executions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Executions restored and resident.
+    pub restored: usize,
+    /// Executions whose image held a terminal event: applied and evicted as finished.
+    pub finished: usize,
+    /// Executions idle past the index's TTL at capture: not restored.
+    pub past_ttl: usize,
+    /// The least recent executions that the execution cap or the byte ceiling left out.
+    pub over_caps: usize,
 }
 
 /// An index a drain can checkpoint ([`Drain::checkpoint_to`](crate::Drain::checkpoint_to)).

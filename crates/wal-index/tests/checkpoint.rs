@@ -63,8 +63,10 @@ fn position() -> SourcePosition {
         log: log(),
         positions: vec![Position {
             partition: "shard 0".to_owned(),
-            last: Fingerprint::of(77, br#"{"event_id":2}"#),
-            before: Some(Fingerprint::of(76, br#"{"event_id":1}"#)),
+            records: vec![
+                Fingerprint::of(76, br#"{"event_id":1}"#),
+                Fingerprint::of(77, br#"{"event_id":2}"#),
+            ],
         }],
     }
 }
@@ -186,12 +188,12 @@ fn another_version_shape_or_log_is_refused_with_its_reason() {
     let config = IndexConfig::default();
     let checkpoint = Checkpoint::capture(&index_with(config), position());
     let mut newer = checkpoint.encode();
-    newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+    newer[8..12].copy_from_slice(&3u32.to_le_bytes());
     assert_eq!(
         Checkpoint::decode(&newer).unwrap_err(),
         Refusal::FormatVersion {
-            found: 2,
-            supported: 1
+            found: 3,
+            supported: 2
         }
     );
     let mut not_ours = checkpoint.encode();
@@ -359,7 +361,7 @@ fn a_pool_restarted_from_its_checkpoint_replays_only_the_rest_and_serves_what_a_
     let mut drain = Drain::new(Arc::clone(&second), source, drain_config());
     let replayed = drain.run_until_closed().unwrap().events;
     assert_eq!(
-        replayed as usize + positions[0].last.sequence as usize,
+        replayed as usize + positions[0].last().sequence as usize,
         600,
         "nothing applied twice, nothing skipped"
     );
@@ -388,7 +390,7 @@ fn a_log_rewritten_under_the_checkpoints_position_is_refused() {
     let mut source = JsonLinesSource::open(&wal).unwrap();
     source.pull(7, std::time::Duration::ZERO).unwrap();
     let position = source.position().unwrap().positions.remove(0);
-    assert_eq!(position.last.sequence, 7);
+    assert_eq!(position.last().sequence, 7);
     // The same file resumes.
     assert!(
         JsonLinesSource::open(&wal)
@@ -519,7 +521,10 @@ fn a_full_disk_fails_the_write_and_the_previous_checkpoint_is_used() {
     let restored = store.restore_newest(config, &log);
     assert!(restored.refused.is_empty(), "{:?}", restored.refused);
     let positions = restored.positions.expect("a checkpoint was used");
-    assert!(positions[0].last.sequence < 600, "the last one did not fit");
+    assert!(
+        positions[0].last().sequence < 600,
+        "the last one did not fit"
+    );
     let second = Arc::new(restored.index);
     let resumed = JsonLinesSource::open(&wal)
         .unwrap()
@@ -933,4 +938,215 @@ mod bucket {
             "the pointer replaced"
         );
     }
+}
+
+#[test]
+fn a_file_refilled_below_the_line_before_the_position_is_refused() {
+    use wal_index::WalSource;
+    use wal_index::ingest::JsonLinesSource;
+
+    let dir = temp_dir("refilled-below");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wal = wal_file(&dir, 4, 25); // 100 lines
+    let mut source = JsonLinesSource::open(&wal).unwrap();
+    source.pull(90, std::time::Duration::ZERO).unwrap();
+    let position = source.position().unwrap().positions.remove(0);
+    assert_eq!(position.last().sequence, 90);
+    // The file lost its lines from 41 on and was written again: line 41 is another record,
+    // lines 89 and 90 (the last two the checkpoint applied) are the same as before.
+    let text = std::fs::read_to_string(&wal).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[40] = r#"{"event_id":7,"execution_id":999,"event_type":"playbook_started"}"#.to_owned();
+    std::fs::write(&wal, lines.join("\n") + "\n").unwrap();
+    let refused = JsonLinesSource::open(&wal)
+        .unwrap()
+        .resume(&position)
+        .unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
+    // A line added between two the checkpoint applied (an extra record where the log
+    // held none) is refused too.
+    lines[40] = text.lines().nth(40).unwrap().to_owned();
+    lines.insert(60, r#"{"event_id":1,"execution_id":998}"#.to_owned());
+    std::fs::write(&wal, lines.join("\n") + "\n").unwrap();
+    let refused = JsonLinesSource::open(&wal)
+        .unwrap()
+        .resume(&position)
+        .unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A reader that fails once after `fail_after` bytes, then reads on.
+struct FailsOnce {
+    bytes: std::io::Cursor<Vec<u8>>,
+    fail_after: u64,
+    failed: bool,
+}
+
+impl std::io::Read for FailsOnce {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let at = self.bytes.position();
+        if !self.failed && at >= self.fail_after {
+            self.failed = true;
+            return Err(std::io::Error::other("the disk hiccupped"));
+        }
+        let room = if self.failed {
+            buf.len()
+        } else {
+            buf.len().min((self.fail_after - at) as usize)
+        };
+        self.bytes.read(&mut buf[..room])
+    }
+}
+
+#[test]
+fn a_read_error_keeps_the_lines_read_before_it_and_the_position_moves_only_with_them() {
+    use std::io::BufReader;
+    use wal_index::WalSource;
+    use wal_index::ingest::{JsonLinesSource, Pull};
+
+    let lines: Vec<String> = (1..=10)
+        .map(|id| format!(r#"{{"event_id":{id},"execution_id":1}}"#))
+        .collect();
+    let text = lines.join("\n") + "\n";
+    // The error comes in the middle of line 5.
+    let fail_after = (lines[..4].iter().map(|l| l.len() + 1).sum::<usize>() + 7) as u64;
+    let reader = FailsOnce {
+        bytes: std::io::Cursor::new(text.into_bytes()),
+        fail_after,
+        failed: false,
+    };
+    let mut source = JsonLinesSource::new(BufReader::with_capacity(8, reader));
+    let Pull::Records(first) = source.pull(100, std::time::Duration::ZERO).unwrap() else {
+        panic!("the lines before the error are returned");
+    };
+    assert_eq!(first.len(), 4);
+    assert_eq!(
+        source.position().unwrap().positions[0].last().sequence,
+        4,
+        "the position names the lines returned"
+    );
+    assert!(
+        source.pull(100, std::time::Duration::ZERO).is_err(),
+        "then the error"
+    );
+    let Pull::Records(rest) = source.pull(100, std::time::Duration::ZERO).unwrap() else {
+        panic!("then the rest, line 5 whole");
+    };
+    let got: Vec<&[u8]> = rest.iter().map(|r| &r.payload[..]).collect();
+    let want: Vec<&[u8]> = lines[4..].iter().map(String::as_bytes).collect();
+    assert_eq!(got, want);
+    assert_eq!(rest[0].position, 5);
+}
+
+#[test]
+fn a_restore_keeps_recency_and_honours_the_restoring_index_caps() {
+    use std::time::{Duration, Instant};
+    use wal_index::config::EvictionPolicy;
+
+    // Ten executions, used in the order 10, 9, ..., 1: execution 1 is the most recent.
+    let old = WalIndex::default();
+    for execution in (1..=10i64).rev() {
+        old.apply(Event::minimal(1, execution, None, "playbook_started"));
+        old.apply(Event::minimal(2, execution, Some(1), "step"));
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    let checkpoint = Checkpoint::decode(&Checkpoint::capture(&old, position()).encode()).unwrap();
+    let idle: Vec<u64> = checkpoint.executions.iter().map(|e| e.idle_ms).collect();
+    assert!(idle[0] < idle[9], "recency is carried: {idle:?}");
+
+    // An execution cap of 4: the four most recent are restored, the rest left out.
+    let capped = IndexConfig {
+        eviction: EvictionPolicy {
+            max_executions: Some(4),
+            ..EvictionPolicy::default()
+        },
+        ..IndexConfig::default()
+    };
+    let index = WalIndex::new(capped);
+    let report = checkpoint.restore_into(&index);
+    assert_eq!((report.restored, report.over_caps), (4, 6));
+    assert_eq!(index.execution_ids(), vec![1, 2, 3, 4]);
+    // The LRU order is the old pool's: one more over the cap evicts the least recent (4).
+    index.apply(Event::minimal(1, 11, None, "playbook_started"));
+    index.enforce_limits_at(Instant::now());
+    assert_eq!(index.execution_ids(), vec![1, 2, 3, 11]);
+
+    // A byte ceiling: the restored index is within it by its own ledger.
+    let one = old.resident_bytes(1).unwrap();
+    let ceiling = IndexConfig {
+        eviction: EvictionPolicy {
+            max_bytes: Some(one * 3),
+            ..EvictionPolicy::default()
+        },
+        ..IndexConfig::default()
+    };
+    let index = WalIndex::new(ceiling);
+    checkpoint.restore_into(&index);
+    assert!(index.stats().bytes <= one * 3, "{:?}", index.stats());
+    assert!(
+        index.execution_ids().contains(&1),
+        "the most recent is kept"
+    );
+    assert!(
+        !index.execution_ids().contains(&10),
+        "the least recent is not"
+    );
+}
+
+#[test]
+fn a_finished_execution_in_a_checkpoint_is_evicted_at_restore_as_a_replay_evicts_it() {
+    let config = IndexConfig {
+        sink_gate: true,
+        ..IndexConfig::default()
+    };
+    let old = WalIndex::new(config);
+    old.mark_pending_sink(7);
+    old.apply_batch(vec![
+        Event::minimal(1, 7, None, "playbook_started"),
+        Event::minimal(2, 7, Some(1), "playbook_completed"),
+    ]);
+    old.apply(Event::minimal(1, 8, None, "playbook_started"));
+    assert_eq!(old.execution_ids(), vec![7, 8], "the sink gate holds 7");
+    let checkpoint = Checkpoint::capture(&old, position());
+
+    // A replay into a new pool (no marks: its sink has not been asked yet) evicts 7.
+    let replayed = WalIndex::new(config);
+    replayed.apply_batch(vec![
+        Event::minimal(1, 7, None, "playbook_started"),
+        Event::minimal(2, 7, Some(1), "playbook_completed"),
+    ]);
+    replayed.apply(Event::minimal(1, 8, None, "playbook_started"));
+
+    let restored = WalIndex::new(config);
+    let report = checkpoint.restore_into(&restored);
+    assert_eq!((report.restored, report.finished), (1, 1));
+    assert_eq!(restored.execution_ids(), replayed.execution_ids());
+    assert_eq!(restored.execution_ids(), vec![8]);
+}
+
+#[test]
+fn a_stray_file_with_a_checkpoint_name_is_neither_listed_nor_kept_over_the_stores_own() {
+    let dir = temp_dir("stray");
+    let store = DirStore::open(&dir, 1).unwrap();
+    // Another tool's file, and a name of another width, both sorting above the store's.
+    std::fs::write(dir.join("checkpoint-zz-notes.sbix"), b"not ours").unwrap();
+    std::fs::write(dir.join("checkpoint-99999999999999999999999-1.sbix"), b"x").unwrap();
+    let reopened = DirStore::open(&dir, 1).unwrap();
+    for body in [&b"one"[..], b"two", b"three"] {
+        let name = reopened.write(body).unwrap();
+        assert_eq!(
+            reopened.newest_first().unwrap(),
+            vec![name.clone()],
+            "the new checkpoint is kept"
+        );
+        assert_eq!(reopened.read(&name).unwrap(), body);
+    }
+    assert!(
+        dir.join("checkpoint-zz-notes.sbix").exists(),
+        "never pruned"
+    );
+    // Names are ordered as numbers: a count past six digits still sorts above.
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

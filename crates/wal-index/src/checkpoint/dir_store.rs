@@ -104,7 +104,7 @@ impl DirStore {
             };
             *newest
         };
-        format!("{PREFIX}{millis:020}-{n:06}{SUFFIX}")
+        name_of(millis, n)
     }
 
     /// Deletes checkpoints past the newest `keep`, and temporary files no write of this
@@ -124,7 +124,8 @@ impl DirStore {
             let stale = path
                 .file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(".tmp"));
+                .and_then(|n| n.strip_suffix(".tmp"))
+                .is_some_and(|n| parse_name(n).is_some());
             if stale {
                 let _ = fs::remove_file(path);
             }
@@ -161,14 +162,17 @@ impl CheckpointStore for DirStore {
         Ok(name)
     }
 
+    /// The checkpoints this store wrote, newest first, ordered by the numbers in their
+    /// names. A file whose name the store would not have written (another tool's, another
+    /// version's) is neither listed nor pruned nor counted.
     fn newest_first(&self) -> io::Result<Vec<String>> {
-        let mut found: Vec<String> = fs::read_dir(&self.dir)?
+        let mut found: Vec<((u128, u64), String)> = fs::read_dir(&self.dir)?
             .filter_map(Result::ok)
             .filter_map(|entry| entry.file_name().into_string().ok())
-            .filter(|name| name.starts_with(PREFIX) && name.ends_with(SUFFIX))
+            .filter_map(|name| Some((parse_name(&name)?, name)))
             .collect();
-        found.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(found)
+        found.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        Ok(found.into_iter().map(|(_, name)| name).collect())
     }
 
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
@@ -180,9 +184,19 @@ impl CheckpointStore for DirStore {
     }
 }
 
-/// A checkpoint name's (milliseconds, count).
+/// A name this store writes for (milliseconds, count).
+fn name_of(millis: u128, n: u64) -> String {
+    format!("{PREFIX}{millis:020}-{n:06}{SUFFIX}")
+}
+
+/// A checkpoint name's (milliseconds, count), if this store wrote it: a name that does not
+/// read back to itself (`checkpoint-x.sbix`, a sign, another width) is not one of its own.
 fn parse_name(name: &str) -> Option<(u128, u64)> {
     let stem = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
     let (millis, n) = stem.split_once('-')?;
-    Some((millis.parse().ok()?, n.parse().ok()?))
+    if !(millis.bytes().all(|b| b.is_ascii_digit()) && n.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    let parsed = (millis.parse().ok()?, n.parse().ok()?);
+    (name_of(parsed.0, parsed.1) == name).then_some(parsed)
 }

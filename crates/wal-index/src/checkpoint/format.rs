@@ -11,7 +11,7 @@ use super::{Checkpoint, ExecutionImage, Fingerprint, IndexShape, LogIdentity, Po
 /// The file's first eight bytes.
 pub(super) const MAGIC: &[u8; 8] = b"SBIXCKPT";
 /// The format this version writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 2;
 /// A block's kind, length and checksum.
 const BLOCK_HEADER_BYTES: usize = 1 + 4 + 4;
 /// Executions are grouped into blocks of about this many bytes (an execution larger than
@@ -43,6 +43,7 @@ pub(super) fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
     body.extend_from_slice(&0u32.to_le_bytes()); // patched with the count
     for execution in &checkpoint.executions {
         body.extend_from_slice(&execution.execution_id.to_le_bytes());
+        body.extend_from_slice(&execution.idle_ms.to_le_bytes());
         body.extend_from_slice(&(execution.events.len() as u32).to_le_bytes());
         for event in &execution.events {
             event.write_image(&mut body);
@@ -96,13 +97,9 @@ fn header_body(checkpoint: &Checkpoint, body: &mut Vec<u8>) {
     body.extend_from_slice(&(checkpoint.positions.len() as u32).to_le_bytes());
     for position in &checkpoint.positions {
         put_text(body, &position.partition);
-        put_fingerprint(body, &position.last);
-        match &position.before {
-            Some(before) => {
-                body.push(1);
-                put_fingerprint(body, before);
-            }
-            None => body.push(0),
+        body.extend_from_slice(&(position.records.len() as u32).to_le_bytes());
+        for record in &position.records {
+            put_fingerprint(body, record);
         }
     }
 }
@@ -267,9 +264,9 @@ fn read_header(body: &[u8], base: usize) -> Result<Checkpoint, Refusal> {
         detail: r.text()?,
     };
     let count = r.u32()?;
-    // Each position takes at least 17 bytes: a count past the body is a lie, not an
-    // allocation.
-    if count as usize > body.len() / 17 {
+    // Each position takes at least 20 bytes (a text's length, a count, one fingerprint): a
+    // count past the body is a lie, not an allocation.
+    if count as usize > body.len() / 20 {
         return Err(Refusal::Malformed {
             at: base,
             what: "more positions than the header holds",
@@ -278,22 +275,24 @@ fn read_header(body: &[u8], base: usize) -> Result<Checkpoint, Refusal> {
     let mut positions = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let partition = r.text()?;
-        let last = r.fingerprint()?;
-        let before = match r.u8()? {
-            0 => None,
-            1 => Some(r.fingerprint()?),
-            _ => {
-                return Err(Refusal::Malformed {
-                    at: base,
-                    what: "a position's flag",
-                });
-            }
-        };
-        positions.push(Position {
-            partition,
-            last,
-            before,
-        });
+        let n = r.u32()? as usize;
+        if n == 0 || n > (body.len() - r.at) / 12 {
+            return Err(Refusal::Malformed {
+                at: base,
+                what: "a position's count of records",
+            });
+        }
+        let mut records = Vec::with_capacity(n);
+        for _ in 0..n {
+            records.push(r.fingerprint()?);
+        }
+        if records.windows(2).any(|w| w[0].sequence >= w[1].sequence) {
+            return Err(Refusal::Malformed {
+                at: base,
+                what: "a position's records out of order",
+            });
+        }
+        positions.push(Position { partition, records });
     }
     if r.at != body.len() {
         return Err(Refusal::Malformed {
@@ -321,6 +320,7 @@ fn read_executions(
     let mut events_read = 0u64;
     for _ in 0..count {
         let execution_id: ExecutionId = r.u64()? as i64;
+        let idle_ms = r.u64()?;
         let n = r.u32()? as usize;
         // An image takes at least its fixed part: a count past the body is a lie.
         if n > (body.len() - r.at) / Event::IMAGE_FIXED_BYTES {
@@ -345,6 +345,7 @@ fn read_executions(
         events_read += n as u64;
         into.push(ExecutionImage {
             execution_id,
+            idle_ms,
             events,
         });
     }

@@ -126,6 +126,19 @@ impl WalIndex {
         self.clock.at(at)
     }
 
+    /// How long `execution_id` had been neither applied to nor built for at `now` (its
+    /// recency, as sweeps judge it); `None` if it is not resident.
+    pub(crate) fn idle_at(
+        &self,
+        execution_id: ExecutionId,
+        now: Instant,
+    ) -> Option<std::time::Duration> {
+        let slot = self.lookup(execution_id)?;
+        Some(std::time::Duration::from_nanos(
+            self.nanos(now).saturating_sub(slot.last_used()),
+        ))
+    }
+
     /// Executions the index does not hold that drives are waiting for, each in a waiting
     /// room its first event wakes. A room disappears with its last drive, so this is zero
     /// whenever no such drive is in flight.

@@ -11,6 +11,6 @@ pub use decode::{DecodeMode, Record};
 
 pub use drain::{Backoff, BadRecord, Drain, DrainConfig, DrainHandle, DrainReport};
 pub use source::{
-    Backfill, ChannelSource, Decoded, JsonLinesSource, Pull, RecordError, WalSource, WalWriter,
-    channel_wal,
+    Backfill, ChannelSource, Decoded, JSON_LINES_RESUME_DEPTH, JsonLinesSource, Pull, RecordError,
+    WalSource, WalWriter, channel_wal,
 };

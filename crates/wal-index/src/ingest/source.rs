@@ -9,7 +9,9 @@ use chain_fold::{Event, EventError};
 pub use crate::backfill::Backfill;
 
 use super::decode::{DecodeMode, Record};
-use crate::checkpoint::{Fingerprint, LogIdentity, Position, Refusal, SourcePosition};
+use crate::checkpoint::{
+    Fingerprint, LogIdentity, Position, RecentRecords, Refusal, ResumeCheck, SourcePosition,
+};
 
 /// One record a source decoded itself: a source whose framing carries the payload in
 /// another form (escaped inside a JSON string, say) decodes it once, straight from that
@@ -220,27 +222,22 @@ impl ChannelSource {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn resume(mut self, position: &Position) -> Result<ChannelSource, Refusal> {
-        let target = position.last.sequence;
-        let refused = |why: String| Refusal::Fingerprint { why };
-        let mut previous: Option<Record> = None;
-        loop {
-            let record = self.rx.try_recv().map_err(|_| {
-                refused(format!("the channel holds no record at position {target}"))
-            })?;
-            if record.position < target {
-                previous = Some(record);
+        let fingerprint = |r: &Record| Fingerprint::of(r.position, &r.payload);
+        let mut check = ResumeCheck::new(position);
+        let oldest = position.oldest().sequence;
+        let mut handed: [Option<Record>; 2] = [None, None];
+        while !check.done() {
+            let Ok(record) = self.rx.try_recv() else {
+                return check.ended().map(|()| self);
+            };
+            if record.position < oldest {
                 continue;
             }
-            let fingerprint = |r: &Record| Fingerprint::of(r.position, &r.payload);
-            if record.position != target || fingerprint(&record) != position.last {
-                return Err(refused(format!("another record at position {target}")));
-            }
-            if previous.as_ref().map(fingerprint) != position.before {
-                return Err(refused(format!("another record before position {target}")));
-            }
-            self.handed = [Some(record), previous];
-            return Ok(self);
+            check.record(fingerprint(&record))?;
+            handed = [Some(record), handed[0].take()];
         }
+        self.handed = handed;
+        Ok(self)
     }
 }
 
@@ -287,11 +284,15 @@ impl WalSource for ChannelSource {
         let fingerprint = |r: &Record| Fingerprint::of(r.position, &r.payload);
         Some(SourcePosition {
             log: LogIdentity::new("channel", "in-process", ""),
-            positions: vec![Position {
-                partition: "channel".to_owned(),
-                last: fingerprint(self.handed[0].as_ref()?),
-                before: self.handed[1].as_ref().map(fingerprint),
-            }],
+            positions: vec![Position::new(
+                "channel",
+                &self.handed[1]
+                    .as_ref()
+                    .map(fingerprint)
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+                fingerprint(self.handed[0].as_ref()?),
+            )],
         })
     }
 }
@@ -299,16 +300,29 @@ impl WalSource for ChannelSource {
 /// A JSON-lines WAL file: one payload per line. Blank lines are skipped; a line that is not
 /// valid UTF-8 or JSON is still yielded, so the drain counts it as a bad record with its
 /// line number instead of stopping.
+///
+/// A read error ends a pull with the lines read whole before it (an error alone when there
+/// were none); a line cut by the error is kept, and the next pull reads on from where the
+/// error stopped it.
 #[derive(Debug)]
 pub struct JsonLinesSource<R> {
     reader: R,
     line: u64,
     done: bool,
     log: LogIdentity,
-    /// The last line returned, and the one before it.
-    last: Option<Fingerprint>,
-    before: Option<Fingerprint>,
+    /// The bytes of a line a read error cut short, read again by the next pull.
+    partial: Vec<u8>,
+    /// A read error met after some lines of a pull: those lines were returned, and the
+    /// next pull returns the error.
+    deferred: Option<io::Error>,
+    /// The last lines returned (their fingerprints).
+    recent: RecentRecords,
 }
+
+/// How many of its last lines a JSON-lines source's checkpoint names ([`crate::checkpoint`]
+/// states the rule): a file truncated and written again anywhere in its last this many
+/// lines is refused.
+pub const JSON_LINES_RESUME_DEPTH: usize = 1024;
 
 impl<R: BufRead + Send> JsonLinesSource<R> {
     /// Reads from any buffered reader (its log identity: `file`, unnamed).
@@ -318,8 +332,9 @@ impl<R: BufRead + Send> JsonLinesSource<R> {
             line: 0,
             done: false,
             log: LogIdentity::new("file", "", ""),
-            last: None,
-            before: None,
+            partial: Vec::new(),
+            deferred: None,
+            recent: RecentRecords::new(JSON_LINES_RESUME_DEPTH),
         }
     }
 
@@ -335,42 +350,45 @@ impl<R: BufRead + Send> JsonLinesSource<R> {
     }
 
     /// Resumes after a checkpoint's `position`: skips the lines up to the position's last
-    /// one, checking that the line before it and that line are the fingerprinted ones, so
-    /// the next pull returns the first line the checkpoint does not hold. A file that no
-    /// longer holds those lines (rewritten, truncated) is refused with
+    /// one, checking that every line the position names is there, unchanged, with no other
+    /// line between them, so the next pull returns the first line the checkpoint does not
+    /// hold. A file that no longer holds those lines (rewritten, truncated) is refused with
     /// [`Refusal::Fingerprint`]; the caller then replays from the beginning.
     pub fn resume(mut self, position: &Position) -> Result<Self, Refusal> {
-        let refused = |why: String| Refusal::Fingerprint { why };
+        let mut check = ResumeCheck::new(position);
+        let oldest = position.oldest().sequence;
         let mut buf = Vec::new();
-        while self.line < position.last.sequence {
+        while !check.done() {
             buf.clear();
             let read = self
                 .reader
                 .read_until(b'\n', &mut buf)
                 .map_err(|e| Refusal::Io(e.to_string()))?;
             if read == 0 {
-                return Err(refused(format!(
-                    "the file ends at line {} before the checkpoint's line {}",
-                    self.line, position.last.sequence
-                )));
+                check.ended()?;
             }
             self.line += 1;
             trim_line_end(&mut buf);
-            let here = Fingerprint::of(self.line, &buf);
-            let expected = [position.before, Some(position.last)]
-                .into_iter()
-                .flatten()
-                .find(|f| f.sequence == self.line);
-            if expected.is_some_and(|expected| expected != here) {
-                return Err(refused(format!(
-                    "line {} is not the line the checkpoint was taken after",
-                    self.line
-                )));
+            if self.line < oldest || buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
             }
+            check.record(Fingerprint::of(self.line, &buf))?;
         }
-        self.before = position.before;
-        self.last = Some(position.last);
+        self.recent = RecentRecords::resumed(position, JSON_LINES_RESUME_DEPTH);
         Ok(self)
+    }
+
+    /// The next line whole, its line end dropped; `None` at the end of the file. A read
+    /// error keeps what it had read of the line for the next call.
+    fn next_line(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let before = self.partial.len();
+        let read = self.reader.read_until(b'\n', &mut self.partial)?;
+        if read == 0 && before == 0 {
+            return Ok(None);
+        }
+        let mut line = std::mem::take(&mut self.partial);
+        trim_line_end(&mut line);
+        Ok(Some(line))
     }
 }
 
@@ -397,30 +415,33 @@ impl JsonLinesSource<io::BufReader<std::fs::File>> {
 
 impl<R: BufRead + Send> WalSource for JsonLinesSource<R> {
     fn pull(&mut self, max: usize, _wait: Duration) -> io::Result<Pull> {
+        if let Some(error) = self.deferred.take() {
+            return Err(error);
+        }
         let mut batch = Vec::new();
         while !self.done && batch.len() < max {
-            let mut buf = Vec::new();
-            if self.reader.read_until(b'\n', &mut buf)? == 0 {
-                self.done = true;
-                break;
-            }
+            let line = match self.next_line() {
+                Ok(Some(line)) => line,
+                Ok(None) => {
+                    self.done = true;
+                    break;
+                }
+                // The lines read whole are returned; the error comes with the next pull.
+                Err(error) if !batch.is_empty() => {
+                    self.deferred = Some(error);
+                    break;
+                }
+                Err(error) => return Err(error),
+            };
             self.line += 1;
-            trim_line_end(&mut buf);
-            if buf.iter().all(u8::is_ascii_whitespace) {
+            if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            self.recent.push(Fingerprint::of(self.line, &line));
             batch.push(Record {
                 position: self.line,
-                payload: Bytes::from(buf),
+                payload: Bytes::from(line),
             });
-        }
-        // The position moves only with lines this pull returns: a read error above loses
-        // the lines it had read for this process, but no checkpoint names them, so a
-        // process resumed from a checkpoint reads them again.
-        for record in batch.iter().rev().take(2).rev() {
-            self.before = self
-                .last
-                .replace(Fingerprint::of(record.position, &record.payload));
         }
         Ok(if batch.is_empty() {
             Pull::Closed
@@ -429,15 +450,11 @@ impl<R: BufRead + Send> WalSource for JsonLinesSource<R> {
         })
     }
 
-    /// The last line returned: its number and a CRC-32C of its bytes, and the line before.
+    /// The last lines returned: their numbers and CRC-32Cs of their bytes.
     fn position(&self) -> Option<SourcePosition> {
         Some(SourcePosition {
             log: self.log.clone(),
-            positions: vec![Position {
-                partition: "lines".to_owned(),
-                last: self.last?,
-                before: self.before,
-            }],
+            positions: vec![self.recent.position("lines")?],
         })
     }
 }
