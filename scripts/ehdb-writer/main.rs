@@ -90,12 +90,14 @@ fn run() -> Result<(), String> {
             let execution_id = execution_of(&line).map_err(|e| format!("line {}: {e}", n + 1))?;
             sequence += 1;
             writer
-                .append(EventRecord {
-                    global_sequence: sequence,
+                // `new`, not a struct literal: newer EHDB records carry more fields
+                // (`event_id`), and this harness must build against them too.
+                .append(EventRecord::new(
+                    sequence,
                     execution_id,
-                    transaction_id: format!("load-{sequence}"),
-                    payload: line,
-                })
+                    format!("load-{sequence}"),
+                    line,
+                ))
                 .map_err(|e| e.to_string())?;
         }
     }

@@ -47,7 +47,25 @@ pub struct EhdbConfig {
     /// A checkpoint's positions to resume from ([`EhdbConfig::resume_from`]); empty: every
     /// shard starts at [`cursor`](Self::cursor).
     pub resume: Vec<Position>,
+    /// The heartbeat interval asked of the writer (`heartbeat_ms` in the subscription;
+    /// default 5 s, upstream's own client's; `None` asks for none). Once a connection has
+    /// received a heartbeat, three intervals without a byte are an outage, and the shard is
+    /// redialled from the last record handed over: a half-open socket is found within
+    /// 15 s. A writer that predates heartbeats ignores the request and is never held to it.
+    pub heartbeat: Option<Duration>,
+    /// How many of a shard's last records a checkpoint names, and a resume checks (default
+    /// [`DEFAULT_RESUME_DEPTH`]). A writer that crashes loses at most its unsealed part,
+    /// whose size is its seal threshold by records; this must be at least that threshold
+    /// for a refill of the lost tail to be seen wherever it starts.
+    pub resume_depth: usize,
 }
+
+/// EHDB's default seal threshold by record count (its `DEFAULT_SEAL_MAX_RECORDS`): the most
+/// records a writer's crash can lose from a shard, so the depth a resume checks.
+pub const DEFAULT_RESUME_DEPTH: usize = 1024;
+
+/// Missed heartbeats after which a connection is taken as dead (upstream's client's rule).
+pub(crate) const MISSED_HEARTBEATS: u32 = 3;
 
 impl EhdbConfig {
     /// Shard 0 of the writer at `addr`, from the beginning.
@@ -64,6 +82,8 @@ impl EhdbConfig {
             redial: Backoff::default(),
             feed_batch_limit: Some(DEFAULT_FEED_BATCH_LIMIT),
             resume: Vec::new(),
+            heartbeat: Some(Duration::from_secs(5)),
+            resume_depth: DEFAULT_RESUME_DEPTH,
         }
     }
 
@@ -81,12 +101,14 @@ impl EhdbConfig {
 
     /// Resumes after a [checkpoint](wal_index::checkpoint)'s positions (the ones an
     /// [`EhdbSource`](crate::EhdbSource) reported, partitions named `shard N`): each such
-    /// shard subscribes from just below the record before its last applied one, and its
-    /// reader checks that the first two good records delivered are the fingerprinted ones
-    /// (their sequences and the CRC-32C of their slim canonical bytes) before it hands on
-    /// anything, and drops them (the index holds them). A writer whose log no longer holds
-    /// them (it lost its tail, or wrote other records under the same numbers) ends the
-    /// shard's reader with a refusal ([`EhdbSource::refusal`](crate::EhdbSource::refusal)).
+    /// shard subscribes from just below the oldest record its position names (up to
+    /// [`resume_depth`](Self::resume_depth) of them), and its reader checks that the good
+    /// records delivered up to the last applied one are exactly the fingerprinted ones
+    /// (their sequences and the CRC-32C of their payloads as the log holds them), none
+    /// missing, changed or added, before it hands on anything, and drops them (the index
+    /// holds them). A writer whose log no longer holds them (it lost its tail, or wrote
+    /// other records under the same numbers anywhere in it) ends the shard's reader with a
+    /// refusal ([`EhdbSource::refusal`](crate::EhdbSource::refusal)).
     /// A pool seeds its index from the checkpoint only once
     /// [`EhdbSource::wait_resumed`](crate::EhdbSource::wait_resumed) says every shard
     /// matched, so nothing of a refused checkpoint is served; after a refusal it tries an
@@ -97,9 +119,13 @@ impl EhdbConfig {
         self
     }
 
-    /// The log identity its checkpoints carry: the writer's address and the shards drained.
+    /// The log identity its checkpoints carry: the writer's address and the shards drained,
+    /// in ascending order (a pool that lists its shards in another order reads the same
+    /// log).
     pub fn log_identity(&self) -> LogIdentity {
-        let shards: Vec<String> = self.shards.iter().map(u32::to_string).collect();
+        let mut shards = self.shards.clone();
+        shards.sort_unstable();
+        let shards: Vec<String> = shards.iter().map(u32::to_string).collect();
         LogIdentity::new(
             "ehdb",
             self.addr.clone(),

@@ -52,9 +52,19 @@ pub(crate) fn after(wait: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// Sends the one frame a subscriber writes: `{"shard": S, "cursor": C}`.
-pub(crate) fn send_subscription(stream: &TcpStream, shard: u32, cursor: u64) -> io::Result<()> {
-    let request = format!(r#"{{"shard":{shard},"cursor":{cursor}}}"#);
+/// Sends the one frame a subscriber writes: `{"shard": S, "cursor": C}`, and
+/// `"heartbeat_ms": H` when heartbeats are asked for (a writer that predates them ignores
+/// the key).
+pub(crate) fn send_subscription(
+    stream: &TcpStream,
+    shard: u32,
+    cursor: u64,
+    heartbeat: Option<Duration>,
+) -> io::Result<()> {
+    let request = match heartbeat.map(|h| h.as_millis().max(1)) {
+        Some(ms) => format!(r#"{{"shard":{shard},"cursor":{cursor},"heartbeat_ms":{ms}}}"#),
+        None => format!(r#"{{"shard":{shard},"cursor":{cursor}}}"#),
+    };
     let mut stream = stream;
     stream.write_all(&crate::frame::frame(request.as_bytes()))
 }

@@ -22,6 +22,7 @@
 use std::io::{self, BufRead};
 
 use chain_fold::ExecutionId;
+use wal_index::checkpoint::Fingerprint;
 use wal_index::ingest::{DecodeMode, Decoded, RecordError};
 
 mod lexer;
@@ -85,6 +86,11 @@ pub struct FrameSummary {
     /// The read stopped at its scan cap before the frame's end (the input is then no
     /// longer at a frame boundary).
     pub capped: bool,
+    /// The frame is the writer's heartbeat, the object `{"heartbeat":true}`.
+    pub heartbeat: bool,
+    /// The frame is an object this reader does not know (a newer writer's control
+    /// frame): it holds no record, and is skipped.
+    pub unknown_control: bool,
 }
 
 /// Which records a read hands over.
@@ -200,6 +206,17 @@ impl FrameReader {
             bytes: len,
             ..FrameSummary::default()
         };
+        body.skip_whitespace().map_err(fault_to_feed)?;
+        if body.peek().map_err(fault_to_feed)? == Some(b'{') {
+            match self.read_control(&mut body) {
+                Ok(true) => summary.heartbeat = true,
+                Ok(false) => summary.unknown_control = true,
+                Err(Fault::Io(error)) => return Err(error.into()),
+                Err(Fault::Broken(_)) => summary.unknown_control = true,
+            }
+            body.skip_rest()?;
+            return Ok(Some(summary));
+        }
         let mut last_sequence = 0;
         let mut records = 0;
         let result = self.read_array(&mut body, &mut |record: Decoded| {
@@ -219,6 +236,7 @@ impl FrameReader {
                 summary.records += 1;
                 each(Decoded {
                     position: last_sequence,
+                    payload_crc: 0,
                     event: Err(RecordError::Envelope(format!(
                         "the frame's array is broken at byte {}: {why}; the rest of the frame ({} bytes) was skipped",
                         body.read, body.remaining
@@ -228,6 +246,35 @@ impl FrameReader {
             }
         }
         Ok(Some(summary))
+    }
+
+    /// A frame that is an object: the writer's heartbeat (`true`) when it holds
+    /// `"heartbeat": true`, else a control frame this reader does not know (`false`).
+    fn read_control<R: BufRead>(&mut self, body: &mut Body<'_, R>) -> Step<bool> {
+        body.expect(b'{', "a control frame is not a JSON object")?;
+        let mut heartbeat = false;
+        body.skip_whitespace()?;
+        if body.peek()? == Some(b'}') {
+            body.bump();
+            return Ok(false);
+        }
+        loop {
+            body.skip_whitespace()?;
+            body.expect(b'"', "an object key is not a string")?;
+            let key_fault = read_string(body, Some(&mut self.text), 32)?;
+            body.expect(b':', "an object key is not followed by a colon")?;
+            body.skip_whitespace()?;
+            if key_fault.is_none() && self.text == b"heartbeat" && body.peek()? == Some(b't') {
+                heartbeat = true;
+            }
+            skip_value(body, 1)?;
+            body.skip_whitespace()?;
+            match body.next()? {
+                b',' => continue,
+                b'}' => return Ok(heartbeat),
+                _ => return Err(Broken("a field is not followed by a comma or `}`").into()),
+            }
+        }
     }
 
     fn read_array<R: BufRead>(
@@ -426,11 +473,14 @@ impl FrameReader {
             };
             return bad(position, format!("the record has no `{missing}`"));
         };
+        // The fingerprint's hash: the payload as the log holds it, whatever the index keeps.
+        let payload_crc = Fingerprint::of(position, &self.payload).hash;
         let event = match self.mode.decode(&self.payload) {
             Ok(event) => event,
             Err(error) => {
                 return Decoded {
                     position,
+                    payload_crc,
                     event: Err(error.into()),
                 };
             }
@@ -446,6 +496,7 @@ impl FrameReader {
         }
         Decoded {
             position,
+            payload_crc,
             event: Ok(event),
         }
     }
@@ -454,7 +505,19 @@ impl FrameReader {
 fn bad(position: u64, why: String) -> Decoded {
     Decoded {
         position,
+        payload_crc: 0,
         event: Err(RecordError::Envelope(why)),
+    }
+}
+
+/// A fault before the frame's first value: the connection's, or a frame that is neither an
+/// array nor an object (read on as an array, which reports it as broken).
+fn fault_to_feed(fault: Fault) -> FeedError {
+    match fault {
+        Fault::Io(error) => error.into(),
+        Fault::Broken(Broken(why)) => {
+            FeedError::Io(io::Error::new(io::ErrorKind::InvalidData, why))
+        }
     }
 }
 

@@ -78,7 +78,7 @@ mod source;
 #[cfg(feature = "test-writer")]
 pub mod test_writer;
 
-pub use config::{DEFAULT_FEED_BATCH_LIMIT, EhdbConfig};
+pub use config::{DEFAULT_FEED_BATCH_LIMIT, DEFAULT_RESUME_DEPTH, EhdbConfig};
 pub use publisher::EhdbPublisher;
 pub use rehydrate::{EhdbRehydrate, read_retained};
 pub use shard::shard_of;

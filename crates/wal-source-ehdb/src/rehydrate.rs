@@ -156,7 +156,7 @@ fn subscribe(
     until: Instant,
 ) -> io::Result<BufReader<Deadline>> {
     let stream = dial(addr, until)?;
-    send_subscription(&stream, shard, cursor)?;
+    send_subscription(&stream, shard, cursor, None)?;
     Ok(BufReader::with_capacity(
         256 << 10,
         Deadline { stream, until },

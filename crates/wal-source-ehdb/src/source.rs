@@ -1,6 +1,5 @@
 //! [`EhdbSource`]: a [`WalSource`] over the writer's feed, one connection per shard.
 
-use std::collections::VecDeque;
 use std::io::{self, BufReader, Read};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -12,10 +11,10 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySen
 use wal_index::WalSource;
 use wal_index::ingest::{Backfill, DecodeMode, Decoded, Pull};
 
-use crate::config::{EhdbConfig, partition};
+use crate::config::{EhdbConfig, MISSED_HEARTBEATS, partition};
 use crate::connect::{after, dial, keepalive, send_subscription};
 use crate::frame::{FeedError, FrameReader};
-use wal_index::checkpoint::{Fingerprint, Position, Refusal, SourcePosition};
+use wal_index::checkpoint::{Fingerprint, RecentRecords, Refusal, ResumeCheck, SourcePosition};
 
 /// How often a reader blocked on its socket looks at the stop flag and the idle deadline:
 /// the bound on how long dropping the source waits for a reader that is reading.
@@ -41,8 +40,11 @@ pub struct EhdbStats {
     pub records: u64,
     /// Bytes of frames read.
     pub bytes: u64,
-    /// Frames that held no record: the writer's heartbeats.
+    /// The writer's heartbeats (`{"heartbeat":true}` frames).
     pub heartbeats: u64,
+    /// Frames that held no record and were not heartbeats: empty arrays, and objects this
+    /// reader does not know (a newer writer's control frames). Skipped.
+    pub empty_frames: u64,
 }
 
 #[derive(Default)]
@@ -55,6 +57,7 @@ struct Counters {
     records: AtomicU64,
     bytes: AtomicU64,
     heartbeats: AtomicU64,
+    empty_frames: AtomicU64,
 }
 
 impl Counters {
@@ -63,11 +66,13 @@ impl Counters {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Counts a frame read whole (a heartbeat if it held no record, and whether its array
-    /// broke part-way).
+    /// Counts a frame read whole (a heartbeat, a frame with no record, and whether its
+    /// array broke part-way).
     fn frame(&self, summary: &crate::frame::FrameSummary) {
-        if summary.records == 0 && !summary.abandoned {
+        if summary.heartbeat {
             Self::add(&self.heartbeats, 1);
+        } else if summary.records == 0 && !summary.abandoned {
+            Self::add(&self.empty_frames, 1);
         }
         Self::add(&self.frames, 1);
         Self::add(&self.bytes, summary.bytes);
@@ -87,6 +92,7 @@ impl Counters {
             records: load(&self.records),
             bytes: load(&self.bytes),
             heartbeats: load(&self.heartbeats),
+            empty_frames: load(&self.empty_frames),
         }
     }
 }
@@ -283,12 +289,12 @@ pub struct EhdbSource {
     queue: Receiver<(usize, Decoded)>,
     shared: Arc<Shared>,
     readers: Vec<JoinHandle<()>>,
-    /// The highest `global_sequence` handed to the drain, per shard slot.
+    /// The highest `global_sequence` handed to the drain, per shard slot (a resumed
+    /// shard's starts at its checkpoint's last record, which the index holds).
     pulled: Vec<u64>,
-    /// The last record handed to the drain and the one before it, per shard slot (a
-    /// resumed shard starts from its checkpoint's); fingerprinted only when a checkpoint
-    /// asks.
-    handed: Vec<[Option<Handed>; 2]>,
+    /// The last good records handed to the drain, per shard slot (a resumed shard carries
+    /// on from its checkpoint's).
+    handed: Vec<RecentRecords>,
 }
 
 impl std::fmt::Debug for EhdbSource {
@@ -341,31 +347,35 @@ impl EhdbSource {
             queue,
             shared: Arc::clone(&shared),
             readers: Vec::with_capacity(config.shards.len()),
-            pulled: vec![config.cursor; config.shards.len()],
+            pulled: config
+                .shards
+                .iter()
+                .map(|&shard| {
+                    config
+                        .resume_of(shard)
+                        .map_or(config.cursor, |p| p.last().sequence)
+                })
+                .collect(),
             handed: config
                 .shards
                 .iter()
                 .map(|&shard| match config.resume_of(shard) {
-                    Some(p) => [Some(Handed::Known(p.last)), p.before.map(Handed::Known)],
-                    None => [None, None],
+                    Some(p) => RecentRecords::resumed(p, config.resume_depth),
+                    None => RecentRecords::new(config.resume_depth),
                 })
                 .collect(),
         };
         for (slot, &shard) in config.shards.iter().enumerate() {
             let resume = config.resume_of(shard);
-            // From just below the record before the last applied one, so the first two
-            // good records delivered are those two, checked and dropped.
-            let cursor = resume.map_or(config.cursor, |p| {
-                p.before.unwrap_or(p.last).sequence.saturating_sub(1)
-            });
+            // From just below the oldest record the position names, so the first good
+            // records delivered are those, checked and dropped.
+            let cursor = resume.map_or(config.cursor, |p| p.oldest().sequence.saturating_sub(1));
             let reader = ShardReader {
                 config: config.clone(),
                 shard,
                 slot,
                 cursor,
-                expect: resume
-                    .map(|p| p.before.into_iter().chain([p.last]).collect())
-                    .unwrap_or_default(),
+                expect: resume.map(ResumeCheck::new),
                 sender: sender.clone(),
                 shared: Arc::clone(&shared),
             };
@@ -397,8 +407,10 @@ impl EhdbSource {
         // A position names good records: a bad one's position can move (one without a
         // readable sequence takes its neighbour's), so it is never fingerprinted.
         if record.event.is_ok() {
-            let [last, before] = &mut self.handed[slot];
-            *before = last.replace(Handed::Record(record.clone()));
+            self.handed[slot].push(Fingerprint {
+                sequence: record.position,
+                hash: record.payload_crc,
+            });
         }
         record
     }
@@ -493,22 +505,16 @@ impl WalSource for EhdbSource {
             .store(mode == DecodeMode::Slim, Ordering::Relaxed);
     }
 
-    /// Each shard that has delivered (or was resumed): its last record handed to the drain
-    /// and the one before it, as `shard N`; the log is the writer's address and the
-    /// shards drained ([`EhdbConfig::log_identity`]).
+    /// Each shard that has delivered (or was resumed): its last good records handed to the
+    /// drain (up to [`EhdbConfig::resume_depth`]), as `shard N`; the log is the writer's
+    /// address and the shards drained ([`EhdbConfig::log_identity`]).
     fn position(&self) -> Option<SourcePosition> {
         let positions = self
             .config
             .shards
             .iter()
             .zip(&self.handed)
-            .filter_map(|(&shard, [last, before])| {
-                Some(Position {
-                    partition: partition(shard),
-                    last: last.as_ref()?.fingerprint(),
-                    before: before.as_ref().map(Handed::fingerprint),
-                })
-            })
+            .filter_map(|(&shard, recent)| recent.position(partition(shard)))
             .collect();
         Some(SourcePosition {
             log: self.config.log_identity(),
@@ -551,55 +557,47 @@ struct ShardReader {
     slot: usize,
     /// The highest `global_sequence` queued: where the next subscription starts.
     cursor: u64,
-    /// A resumed shard's checkpoint records (the one before the last applied, and the
-    /// last), until the first good records delivered matched them.
-    expect: VecDeque<Fingerprint>,
+    /// A resumed shard's check of its checkpoint's records, until the good records
+    /// delivered matched them all.
+    expect: Option<ResumeCheck>,
     sender: Sender<(usize, Decoded)>,
     shared: Arc<Shared>,
 }
 
-/// What one subscription's frames tell about where the shard's backlog ends: the writer
-/// answers a subscription with the records after its cursor, at most
-/// [`EhdbConfig::feed_batch_limit`] to a frame, and sends a frame with no record (a
-/// heartbeat) while it has nothing new; a heartbeat may also come before the backlog's
-/// first frame, while the writer prepares it.
+/// What one subscription's frames tell about where the shard's backlog ends. Nothing on
+/// the wire names the head: the writer answers a subscription with the records after its
+/// cursor, at most [`EhdbConfig::feed_batch_limit`] to a batch, never an empty one; and,
+/// when heartbeats were asked for, sends one heartbeat at once (before its first poll) and
+/// another each time it has been parked an interval with nothing new.
 ///
 /// The backlog has ended at a frame's end when that frame
-/// - holds records, and not exactly the cap (fewer: the writer had no more when it polled;
-///   more: it does not cap at that number, so the frame is its whole answer), or any number
-///   of them with no cap configured;
-/// - is a heartbeat after a frame of records (the writer polled and found nothing);
-/// - is the second heartbeat in a row before any record (the first may precede a backlog
-///   still being prepared; the second follows a poll that found nothing: a quiet shard).
+/// - is a batch with fewer records than the cap (the writer had no more when it polled),
+///   or more (it does not cap at that number), or any batch when no cap is configured;
+/// - is a heartbeat after the first one of the connection (the writer polled and found
+///   nothing; the first says nothing, it precedes the first poll).
 ///
-/// A frame whose array broke part-way (its count is not the writer's) tells nothing.
+/// A frame whose array broke part-way (its count is not the writer's), an empty array
+/// (which the writer never sends) and an unknown control object tell nothing.
 #[derive(Debug)]
 struct BacklogWatch {
     cap: Option<u64>,
-    frames_with_records: u64,
-    heartbeats_in_a_row: u32,
+    heartbeats: u32,
 }
 
 impl BacklogWatch {
     fn new(cap: Option<u64>) -> BacklogWatch {
-        BacklogWatch {
-            cap,
-            frames_with_records: 0,
-            heartbeats_in_a_row: 0,
-        }
+        BacklogWatch { cap, heartbeats: 0 }
     }
 
     /// Notes a frame read whole; whether the backlog has ended at its end.
     fn frame(&mut self, frame: &crate::frame::FrameSummary) -> bool {
-        if frame.abandoned {
+        if frame.heartbeat {
+            self.heartbeats = self.heartbeats.saturating_add(1);
+            return self.heartbeats >= 2;
+        }
+        if frame.abandoned || frame.scanned == 0 {
             return false;
         }
-        if frame.scanned == 0 {
-            self.heartbeats_in_a_row += 1;
-            return self.frames_with_records > 0 || self.heartbeats_in_a_row >= 2;
-        }
-        self.heartbeats_in_a_row = 0;
-        self.frames_with_records += 1;
         self.cap.is_none_or(|cap| frame.scanned != cap)
     }
 }
@@ -671,7 +669,7 @@ impl ShardReader {
             stream: &stream,
             shared: &self.shared,
             idle_deadline: self.config.idle_deadline,
-            last_byte: Instant::now(),
+            liveness: None,
             slot: self.slot,
             up_pending_since: Some(Instant::now()),
         };
@@ -692,7 +690,7 @@ impl ShardReader {
                 let position = record.position;
                 match check_resumed(expect, &record, shared) {
                     Err(why) => {
-                        refused = Some(why);
+                        refused = Some(why.to_string());
                         gone = true;
                         return;
                     }
@@ -722,11 +720,18 @@ impl ShardReader {
             match read {
                 Ok(Some(summary)) => {
                     progressed = true;
+                    if summary.heartbeat {
+                        // The writer speaks heartbeats: hold it to them from now on.
+                        input.get_mut().liveness = self
+                            .config
+                            .heartbeat
+                            .map(|beat| beat.saturating_mul(MISSED_HEARTBEATS));
+                    }
                     let ended = backlog.frame(&summary);
-                    if ended && let Some(expected) = self.expect.front() {
-                        return SessionEnd::Refused(format!(
-                            "the log ends before the checkpoint's last record {expected:?} (the writer lost its tail)"
-                        ));
+                    if ended
+                        && let Some(Err(refused)) = self.expect.as_ref().map(ResumeCheck::ended)
+                    {
+                        return SessionEnd::Refused(refused.to_string());
                     }
                     if ended {
                         self.shared.backlog_ended(self.slot, self.cursor);
@@ -759,13 +764,13 @@ impl ShardReader {
         if let Some(idle) = self.config.keepalive {
             keepalive(&stream, idle)?;
         }
-        let tick = self
-            .config
-            .idle_deadline
-            .map_or(TICK, |idle| idle.min(TICK));
+        let tick = [self.config.idle_deadline, self.config.heartbeat]
+            .into_iter()
+            .flatten()
+            .fold(TICK, Duration::min);
         stream.set_read_timeout(Some(tick.max(Duration::from_millis(1))))?;
         stream.set_write_timeout(Some(self.config.connect_timeout))?;
-        send_subscription(&stream, self.shard, self.cursor)?;
+        send_subscription(&stream, self.shard, self.cursor, self.config.heartbeat)?;
         Ok(stream)
     }
 
@@ -797,7 +802,9 @@ struct FeedStream<'a> {
     stream: &'a TcpStream,
     shared: &'a Shared,
     idle_deadline: Option<Duration>,
-    last_byte: Instant,
+    /// Once the writer has sent a heartbeat: the silence after which the connection is
+    /// dead (three heartbeat intervals).
+    liveness: Option<Duration>,
     /// The shard's slot in `Shared::shards`.
     slot: usize,
     /// When the subscription was sent, until the session brings its shard up.
@@ -822,7 +829,10 @@ impl FeedStream<'_> {
 }
 
 impl Read for FeedStream<'_> {
+    /// Silence is timed from this call's start: the time the reader spent between reads
+    /// (waiting for the drain's queue) is not the writer's silence.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let waiting_since = Instant::now();
         loop {
             if self.shared.stopping() {
                 // Checked before every read, so a frame still streaming in does not keep a
@@ -831,7 +841,6 @@ impl Read for FeedStream<'_> {
             }
             match self.stream.read(buf) {
                 Ok(n) => {
-                    self.last_byte = Instant::now();
                     // Only a byte brings a shard up: an end of file never does.
                     if n > 0 {
                         self.mark_up(true);
@@ -849,12 +858,23 @@ impl Read for FeedStream<'_> {
                     if self.idle_deadline.is_none() {
                         self.mark_up(false);
                     }
+                    let silent = waiting_since.elapsed();
                     if let Some(idle) = self.idle_deadline
-                        && self.last_byte.elapsed() >= idle
+                        && silent >= idle
                     {
                         return Err(io::Error::new(
                             io::ErrorKind::TimedOut,
                             format!("no byte for {idle:?} (the idle deadline)"),
+                        ));
+                    }
+                    if let Some(dead) = self.liveness
+                        && silent >= dead
+                    {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "no byte for {dead:?}: the writer stopped heartbeating ({MISSED_HEARTBEATS} beats missed)"
+                            ),
                         ));
                     }
                 }
@@ -884,56 +904,26 @@ fn send(sender: &Sender<(usize, Decoded)>, shared: &Shared, mut record: (usize, 
     }
 }
 
-/// A record handed to the drain, kept for the next checkpoint's position, or a resumed
-/// shard's checkpoint record.
-#[derive(Debug, Clone)]
-enum Handed {
-    Record(Decoded),
-    Known(Fingerprint),
-}
-
-impl Handed {
-    fn fingerprint(&self) -> Fingerprint {
-        match self {
-            Handed::Record(record) => fingerprint_of(record),
-            Handed::Known(fingerprint) => *fingerprint,
-        }
-    }
-}
-
-/// A record's fingerprint: its `global_sequence`, and a CRC-32C of its event's slim
-/// canonical bytes, the same whichever way the reader decoded it (a bad record: of why it
-/// is bad, which decoding the same bytes says again). A whole event is projected here,
-/// once per checkpoint and shard, not per record.
-fn fingerprint_of(record: &Decoded) -> Fingerprint {
-    match &record.event {
-        Ok(event) => Fingerprint::of(record.position, event.to_slim().payload()),
-        Err(why) => Fingerprint::of(record.position, why.to_string().as_bytes()),
-    }
-}
-
-/// A resumed shard's check of one delivered record against the checkpoint's records still
-/// expected: `Ok(true)` when the record is one of them, or a bad record before them (bad
-/// records were counted when first delivered; a position names good ones), so it is
-/// dropped; `Ok(false)` once nothing is expected (hand it on); the refusal when the log
-/// holds another record where the checkpoint's was.
+/// A resumed shard's check of one delivered record against its checkpoint's records:
+/// `Ok(true)` when the record is one of them, or a bad record before they were all found
+/// (bad records were counted when first delivered; a position names good ones), so it is
+/// dropped; `Ok(false)` once they were all found (hand it on); the refusal when the log
+/// holds another record where the checkpoint's was, lacks one, or holds one more.
 fn check_resumed(
-    expect: &mut VecDeque<Fingerprint>,
+    expect: &mut Option<ResumeCheck>,
     record: &Decoded,
     shared: &Shared,
-) -> Result<bool, String> {
-    let Some(&expected) = expect.front() else {
+) -> Result<bool, Refusal> {
+    let Some(check) = expect else {
         return Ok(false);
     };
     if record.event.is_ok() {
-        let found = fingerprint_of(record);
-        if found != expected {
-            return Err(format!(
-                "the log holds {found:?} where the checkpoint's {expected:?} was"
-            ));
-        }
-        expect.pop_front();
-        if expect.is_empty() {
+        check.record(Fingerprint {
+            sequence: record.position,
+            hash: record.payload_crc,
+        })?;
+        if check.done() {
+            *expect = None;
             shared.resumed();
         }
     }

@@ -60,8 +60,16 @@ fn position_after(log: Vec<LogRecord>, n: usize) -> Position {
 fn a_resumed_shard_starts_after_the_checkpoints_record_and_drops_it() {
     let position = position_after(chain(10), 6);
     assert_eq!(position.partition, "shard 0");
-    assert_eq!(position.last.sequence, 60);
-    assert_eq!(position.before.map(|b| b.sequence), Some(50));
+    assert_eq!(position.last().sequence, 60);
+    assert_eq!(
+        position
+            .records
+            .iter()
+            .map(|r| r.sequence)
+            .collect::<Vec<_>>(),
+        vec![10, 20, 30, 40, 50, 60],
+        "every record handed over, up to the resume depth"
+    );
 
     let writer = FakeWriter::start(chain(10), vec![Behaviour::Serve]);
     let mut source =
@@ -76,8 +84,8 @@ fn a_resumed_shard_starts_after_the_checkpoints_record_and_drops_it() {
     );
     assert_eq!(
         writer.cursors(),
-        vec![49],
-        "subscribed from below the record before"
+        vec![9],
+        "subscribed from below the oldest record the position names"
     );
     assert_eq!(source.wait_resumed(Duration::from_secs(1)), Ok(true));
     assert!(source.refusal().is_none());
@@ -113,16 +121,89 @@ fn a_log_that_lost_the_record_before_is_refused_before_anything_is_served() {
 fn a_writer_whose_log_ends_below_the_position_is_refused() {
     let position = position_after(chain(10), 6);
     // Restarted having lost everything after 40: its backlog ends below the position.
-    let writer = FakeWriter::start(
-        chain(4),
-        vec![Behaviour::Capped {
-            limit: 2000,
-            heartbeat_first: false,
-            heartbeat_ms: 20,
-        }],
-    );
+    let writer = FakeWriter::start(chain(4), vec![Behaviour::Capped { limit: 2000 }]);
     let mut source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
     let error = pull(&mut source, 1, Duration::from_secs(10)).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
     assert!(source.refusal().is_some());
+}
+
+/// The writer lost its tail from 30 on; producers re-sent 50 and 60 (unacknowledged
+/// before the crash), stored again under their first copies' numbers, and 30 went to
+/// another record: the last two records the checkpoint applied are the same, the one it
+/// applied at 30 is gone. Refused: a record is never skipped, a lost one never served.
+#[test]
+fn a_log_refilled_below_the_record_before_is_refused() {
+    let position = position_after(chain(10), 6);
+    let mut refilled = chain(10);
+    refilled[2] = LogRecord::event(30, 8, 1, None);
+    let writer = FakeWriter::start(refilled, vec![Behaviour::Serve]);
+    let source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
+    let refused = source.wait_resumed(Duration::from_secs(10)).unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
+    // A record added between two of the checkpoint's (a number reused where this shard
+    // held none) is refused too.
+    let position = position_after(chain(10), 6);
+    let mut grown = chain(10);
+    grown.insert(3, LogRecord::event(35, 7, 99, Some(3)));
+    let writer = FakeWriter::start(grown, vec![Behaviour::Serve]);
+    let source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
+    let refused = source.wait_resumed(Duration::from_secs(10)).unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
+}
+
+/// The fingerprint covers the record's payload as the log holds it: a record at the
+/// checkpoint's last position whose link changed, or whose field a slim index does not
+/// keep changed, is another record.
+#[test]
+fn a_changed_link_or_whole_only_field_at_the_checkpoints_record_is_refused() {
+    for change in ["link", "whole-only field"] {
+        let position = position_after(chain(10), 6);
+        let mut changed = chain(10);
+        changed[5].payload = match change {
+            "link" => r#"{"event_id":6,"execution_id":7,"prev_event_id":4,"event_type":"step"}"#
+                .to_owned(),
+            _ => r#"{"event_id":6,"execution_id":7,"prev_event_id":5,"event_type":"step","result":{"rows":1}}"#
+                .to_owned(),
+        };
+        let writer = FakeWriter::start(changed, vec![Behaviour::Serve]);
+        let mut config = fast(&writer.addr).resume_from([position]);
+        config.heartbeat = None;
+        let mut source = EhdbSource::connect(config).unwrap();
+        source.decode_as(wal_index::ingest::DecodeMode::Slim);
+        let refused = source.wait_resumed(Duration::from_secs(10)).unwrap_err();
+        assert_eq!(refused.label(), "fingerprint", "{change}: {refused}");
+    }
+}
+
+/// A resumed shard with nothing after the checkpoint (a quiet shard) reads as caught up
+/// once its log confirmed the checkpoint, not behind until its next record.
+#[test]
+fn a_resumed_quiet_shard_is_caught_up() {
+    use wal_index::ingest::Backfill;
+    let position = position_after(chain(6), 6);
+    for behaviour in [Behaviour::Serve, Behaviour::Capped { limit: 2000 }] {
+        let writer = FakeWriter::start(chain(6), vec![behaviour.clone()]);
+        let mut source =
+            EhdbSource::connect(fast(&writer.addr).resume_from([position.clone()])).unwrap();
+        assert_eq!(source.wait_resumed(Duration::from_secs(10)), Ok(true));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while source.backfill() != Backfill::CaughtUp {
+            assert!(
+                Instant::now() < deadline,
+                "{behaviour:?}: still {:?}",
+                source.backfill()
+            );
+            let _ = source.pull(10, Duration::from_millis(20));
+        }
+    }
+}
+
+/// The log identity does not depend on the order a pool lists its shards in.
+#[test]
+fn the_log_identity_does_not_depend_on_the_order_of_the_shards() {
+    assert_eq!(
+        EhdbConfig::new("w:1").shards([3, 1, 2]).log_identity(),
+        EhdbConfig::new("w:1").shards([1, 2, 3]).log_identity()
+    );
 }

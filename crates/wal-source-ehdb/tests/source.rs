@@ -345,24 +345,23 @@ fn pull_through_behind(source: &mut EhdbSource, n: usize) -> Vec<u64> {
     positions
 }
 
-/// A writer that caps its frames and heartbeats as upstream's does (a heartbeat first,
-/// then the backlog two records to a frame): behind through every frame of the backlog,
-/// caught up once its last one is pulled.
+/// A source that asks for heartbeats every 100 ms, as a test's clock goes.
+fn beating(addr: &str) -> EhdbConfig {
+    let mut config = fast(addr);
+    config.heartbeat = Some(Duration::from_millis(100));
+    config.feed_batch_limit = Some(2);
+    config
+}
+
+/// The writer production runs (a heartbeat at once, then the backlog two records to a
+/// batch): behind through every batch of the backlog, caught up once its last one is
+/// pulled; the heartbeat is counted as one, never handed to the drain as a bad record.
 #[test]
 fn a_capped_backlog_is_behind_until_its_last_frame_whatever_came_first() {
-    let writer = FakeWriter::start(
-        chain(5),
-        vec![Behaviour::Capped {
-            limit: 2,
-            heartbeat_first: true,
-            heartbeat_ms: 100,
-        }],
-    );
-    let mut config = fast(&writer.addr);
-    config.feed_batch_limit = Some(2);
-    let mut source = EhdbSource::connect(config).unwrap();
+    let writer = FakeWriter::start(chain(5), vec![Behaviour::Capped { limit: 2 }]);
+    let mut source = EhdbSource::connect(beating(&writer.addr)).unwrap();
     // Let the heartbeat and the first frames arrive before the drain pulls anything.
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(50));
     assert!(source.backfill().is_behind(), "a heartbeat is not the head");
     assert_eq!(
         pull_through_behind(&mut source, 5),
@@ -370,23 +369,80 @@ fn a_capped_backlog_is_behind_until_its_last_frame_whatever_came_first() {
     );
     assert!(wait(Duration::from_secs(10), || source.backfill()
         == Backfill::CaughtUp));
-    assert!(source.stats().heartbeats >= 1);
+    let stats = source.stats();
+    assert!(stats.heartbeats >= 1, "{stats:?}");
+    assert_eq!(stats.frames_abandoned, 0, "{stats:?}");
+    assert_eq!(stats.records, 5, "no heartbeat is a record: {stats:?}");
 }
 
-/// A backlog that fills its last frame exactly: the heartbeat after it tells it ended.
+/// The subscription asks for heartbeats at the configured interval (5 s by default, as
+/// upstream's client does), and for none when they are turned off.
+#[test]
+fn the_subscription_asks_for_heartbeats() {
+    let writer = FakeWriter::start(chain(2), vec![Behaviour::Capped { limit: 2 }]);
+    let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    assert!(wait(Duration::from_secs(10), || !writer
+        .heartbeats_asked
+        .lock()
+        .unwrap()
+        .is_empty()));
+    drop(source);
+    let mut off = fast(&writer.addr);
+    off.heartbeat = None;
+    let source = EhdbSource::connect(off).unwrap();
+    assert!(wait(Duration::from_secs(10), || writer
+        .heartbeats_asked
+        .lock()
+        .unwrap()
+        .len()
+        == 2));
+    drop(source);
+    assert_eq!(
+        *writer.heartbeats_asked.lock().unwrap(),
+        vec![Some(5_000), None]
+    );
+}
+
+/// Heartbeats on every frame the protocol allows, none of them a record: a heartbeat
+/// before, between and after batches.
+#[test]
+fn heartbeats_between_batches_are_never_records() {
+    let mut raw = common::heartbeat();
+    raw.extend(common::frame_of(&chain(2)));
+    raw.extend(common::heartbeat());
+    raw.extend(common::frame_of(&chain(4)[2..]));
+    raw.extend(common::heartbeat());
+    // An empty array and an object of a newer protocol: harmless.
+    raw.extend(wal_source_ehdb::frame::frame(b"[]"));
+    raw.extend(wal_source_ehdb::frame::frame(
+        br#"{"mode":"future","n":[1,{"a":2}]}"#,
+    ));
+    let writer = FakeWriter::start(Vec::new(), vec![Behaviour::Raw(raw)]);
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let mut records = Vec::new();
+    assert!(wait(Duration::from_secs(10), || {
+        if let Ok(Pull::Decoded(batch)) = source.pull(10, Duration::from_millis(20)) {
+            records.extend(batch);
+        }
+        source.stats().frames == 7
+    }));
+    assert!(records.iter().all(|r| r.event.is_ok()), "{records:?}");
+    assert_eq!(
+        records.iter().map(|r| r.position).collect::<Vec<_>>(),
+        vec![10, 20, 30, 40]
+    );
+    let stats = source.stats();
+    assert_eq!(
+        (stats.heartbeats, stats.empty_frames, stats.frames_abandoned),
+        (3, 2, 0)
+    );
+}
+
+/// A backlog that fills its last batch exactly: the heartbeat after it tells it ended.
 #[test]
 fn a_backlog_of_whole_capped_frames_ends_at_the_heartbeat_after_it() {
-    let writer = FakeWriter::start(
-        chain(4),
-        vec![Behaviour::Capped {
-            limit: 2,
-            heartbeat_first: false,
-            heartbeat_ms: 100,
-        }],
-    );
-    let mut config = fast(&writer.addr);
-    config.feed_batch_limit = Some(2);
-    let mut source = EhdbSource::connect(config).unwrap();
+    let writer = FakeWriter::start(chain(4), vec![Behaviour::Capped { limit: 2 }]);
+    let mut source = EhdbSource::connect(beating(&writer.addr)).unwrap();
     assert_eq!(pull_through_behind(&mut source, 4), vec![10, 20, 30, 40]);
     assert!(wait(Duration::from_secs(10), || source.backfill()
         == Backfill::CaughtUp));
@@ -396,20 +452,45 @@ fn a_backlog_of_whole_capped_frames_ends_at_the_heartbeat_after_it() {
 /// behind once the other's backlog is pulled.
 #[test]
 fn a_quiet_shard_that_heartbeats_does_not_hold_the_backfill() {
-    let writer = FakeWriter::start(
-        chain(3),
-        vec![Behaviour::Capped {
-            limit: 2,
-            heartbeat_first: true,
-            heartbeat_ms: 50,
-        }],
-    );
-    let mut config = fast(&writer.addr).shards([0, 1]);
-    config.feed_batch_limit = Some(2);
-    let mut source = EhdbSource::connect(config).unwrap();
+    let writer = FakeWriter::start(chain(3), vec![Behaviour::Capped { limit: 2 }]);
+    let mut source = EhdbSource::connect(beating(&writer.addr).shards([0, 1])).unwrap();
     assert_eq!(pull_through_behind(&mut source, 3), vec![10, 20, 30]);
     assert!(wait(Duration::from_secs(10), || source.backfill()
         == Backfill::CaughtUp));
+}
+
+/// A writer that heartbeated and then fell silent with the socket open (a half-open
+/// connection, as far as the subscriber can tell): three missed beats are an outage, and
+/// the shard is redialled from the last record handed over.
+#[test]
+fn three_missed_heartbeats_are_an_outage_and_the_shard_is_redialled_from_its_last_record() {
+    let writer = FakeWriter::start(
+        chain(6),
+        vec![
+            Behaviour::GoesSilentAfter { limit: 2, beats: 2 },
+            Behaviour::Capped { limit: 2 },
+        ],
+    );
+    let mut source = EhdbSource::connect(beating(&writer.addr)).unwrap();
+    let got = pull_positions(&mut source, 6, Duration::from_secs(10));
+    assert_eq!(got, vec![10, 20, 30, 40, 50, 60]);
+    // Let the silence pass three intervals.
+    assert!(wait(Duration::from_secs(10), || writer.cursors().len() >= 2));
+    assert_eq!(
+        writer.cursors(),
+        vec![0, 60],
+        "redialled after the last record"
+    );
+    assert!(source.stats().outages >= 1);
+    // A writer that never heartbeats (older versions) is never held to it.
+    let quiet = FakeWriter::start(chain(2), vec![Behaviour::Serve]);
+    let mut source = EhdbSource::connect(beating(&quiet.addr)).unwrap();
+    assert_eq!(
+        pull_positions(&mut source, 2, Duration::from_secs(10)),
+        vec![10, 20]
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(quiet.cursors(), vec![0], "not redialled");
 }
 
 /// A drain into a slim index asks the source for slim events, and the readers decode each

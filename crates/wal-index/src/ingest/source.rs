@@ -21,6 +21,9 @@ use crate::checkpoint::{
 pub struct Decoded {
     /// Its position in the log.
     pub position: u64,
+    /// CRC-32C of the record's payload as the log holds it (before any decoding), the hash
+    /// of its [`Fingerprint`]; 0 for a record without a payload.
+    pub payload_crc: u32,
     /// The event, or why the record is not one (the drain counts it as bad).
     pub event: Result<Event, RecordError>,
 }

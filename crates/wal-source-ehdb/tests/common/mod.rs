@@ -1,8 +1,10 @@
 //! A writer of our own that speaks the feed's protocol (no code of the real one): it
-//! serves a fixed log of shard 0, answers each subscription with every record after the
-//! subscriber's cursor in one frame, and can cut a connection after a given number of bytes
-//! or send raw frames, which the real writer never does. The real writer is
-//! `wal_source_ehdb::test_writer`.
+//! serves a fixed log of shard 0, and either answers each subscription as the writer that
+//! production runs now does ([`Behaviour::Capped`]: batches of at most its cap, never
+//! empty, and the `{"heartbeat":true}` object when `heartbeat_ms` was asked for, one at
+//! once and one per interval parked), or as the older writer does (every record after the
+//! cursor in one frame), or cuts a connection after a given number of bytes or sends raw
+//! frames, which no writer does. The real writer is `wal_source_ehdb::test_writer`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{Read, Write};
@@ -85,27 +87,28 @@ pub enum Behaviour {
     Trickle(Vec<u8>),
     /// Send nothing, and close after this many milliseconds.
     CloseAfterMs(u64),
-    /// As upstream's writer with `EHDB_FEED_BATCH_LIMIT`: a heartbeat (a frame with no
-    /// record) first if `heartbeat_first`, then the records after the cursor at most
-    /// `limit` to a frame, then a heartbeat every `heartbeat_ms` for as long as the
-    /// connection lasts. A subscription to a shard other than 0 gets no record: a quiet
-    /// shard.
-    Capped {
-        limit: usize,
-        heartbeat_first: bool,
-        heartbeat_ms: u64,
-    },
+    /// As production's writer with `EHDB_FEED_BATCH_LIMIT = limit`: if the subscription
+    /// asked for `heartbeat_ms`, a heartbeat at once, before the first poll; then the
+    /// records after the cursor, at most `limit` to a batch, back to back; then, parked, a
+    /// heartbeat each `heartbeat_ms` for as long as the connection lasts. A subscription to
+    /// a shard other than 0 gets no record: a quiet shard.
+    Capped { limit: usize },
+    /// As `Capped`, but after `beats` heartbeats in all the writer goes silent and keeps
+    /// the connection open: a half-open socket, as far as the subscriber can tell.
+    GoesSilentAfter { limit: usize, beats: u32 },
 }
 
-/// A frame with no record: the writer's heartbeat.
+/// The writer's heartbeat frame: the JSON object `{"heartbeat":true}`, 18 bytes.
 pub fn heartbeat() -> Vec<u8> {
-    frame_of(&[])
+    wal_source_ehdb::frame::frame(br#"{"heartbeat":true}"#)
 }
 
 /// The writer: a listener on loopback and the subscriptions it received.
 pub struct FakeWriter {
     pub addr: String,
     pub cursors: Arc<Mutex<Vec<u64>>>,
+    /// Each subscription's `heartbeat_ms`, `None` where it asked for none.
+    pub heartbeats_asked: Arc<Mutex<Vec<Option<u64>>>>,
     _thread: JoinHandle<()>,
 }
 
@@ -120,16 +123,19 @@ impl FakeWriter {
         let addr = listener.local_addr().expect("addr").to_string();
         let cursors = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&cursors);
+        let heartbeats_asked = Arc::new(Mutex::new(Vec::new()));
+        let asked = Arc::clone(&heartbeats_asked);
         let thread = std::thread::spawn(move || {
             let mut open: Vec<TcpStream> = Vec::new();
             for (n, connection) in listener.incoming().enumerate() {
                 let Ok(mut connection) = connection else {
                     return;
                 };
-                let Some((shard, cursor)) = read_subscription(&mut connection) else {
+                let Some((shard, cursor, heartbeat_ms)) = read_subscription(&mut connection) else {
                     continue;
                 };
                 seen.lock().unwrap().push(cursor);
+                asked.lock().unwrap().push(heartbeat_ms);
                 let behaviour = behaviours
                     .get(n)
                     .or(behaviours.last())
@@ -142,32 +148,26 @@ impl FakeWriter {
                     .collect();
                 if shard != 0 {
                     assert!(
-                        matches!(behaviour, Behaviour::Capped { .. }),
+                        matches!(
+                            behaviour,
+                            Behaviour::Capped { .. } | Behaviour::GoesSilentAfter { .. }
+                        ),
                         "only a capped writer serves other shards"
                     );
                 }
                 match behaviour {
-                    Behaviour::Capped {
-                        limit,
-                        heartbeat_first,
-                        heartbeat_ms,
-                    } => {
+                    Behaviour::Capped { .. } | Behaviour::GoesSilentAfter { .. } => {
+                        let (limit, beats) = match behaviour {
+                            Behaviour::GoesSilentAfter { limit, beats } => (limit, beats),
+                            Behaviour::Capped { limit } => (limit, u32::MAX),
+                            _ => unreachable!(),
+                        };
                         std::thread::spawn(move || {
-                            if heartbeat_first {
-                                let _ = connection.write_all(&heartbeat());
-                                std::thread::sleep(std::time::Duration::from_millis(heartbeat_ms));
-                            }
-                            for chunk in after.chunks(limit.max(1)) {
-                                if connection.write_all(&frame_of(chunk)).is_err() {
-                                    return;
-                                }
-                            }
-                            loop {
-                                std::thread::sleep(std::time::Duration::from_millis(heartbeat_ms));
-                                if connection.write_all(&heartbeat()).is_err() {
-                                    return;
-                                }
-                            }
+                            let mut connection =
+                                capped(connection, &after, limit, heartbeat_ms, beats);
+                            // Open (and silent) until the subscriber closes it.
+                            let mut sink = [0u8; 64];
+                            while matches!(connection.read(&mut sink), Ok(n) if n > 0) {}
                         });
                     }
                     Behaviour::Serve => {
@@ -203,6 +203,7 @@ impl FakeWriter {
         FakeWriter {
             addr,
             cursors,
+            heartbeats_asked,
             _thread: thread,
         }
     }
@@ -212,12 +213,56 @@ impl FakeWriter {
     }
 }
 
-/// Reads one subscribe frame and returns its shard and cursor.
-fn read_subscription(connection: &mut TcpStream) -> Option<(u64, u64)> {
+/// Reads one subscribe frame: its shard, cursor and `heartbeat_ms` (absent, null or 0:
+/// none, as the writer reads it).
+fn read_subscription(connection: &mut TcpStream) -> Option<(u64, u64, Option<u64>)> {
     let mut prefix = [0u8; 4];
     connection.read_exact(&mut prefix).ok()?;
     let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
     connection.read_exact(&mut body).ok()?;
     let request: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    Some((request["shard"].as_u64()?, request["cursor"].as_u64()?))
+    let heartbeat_ms = request["heartbeat_ms"].as_u64().filter(|&ms| ms > 0);
+    Some((
+        request["shard"].as_u64()?,
+        request["cursor"].as_u64()?,
+        heartbeat_ms,
+    ))
+}
+
+/// Production's writer on one connection: a heartbeat at once if asked, the records in
+/// batches of at most `limit` (never an empty one), then a heartbeat per interval parked;
+/// at most `beats` heartbeats in all. Returns the connection once it stops.
+fn capped(
+    mut connection: TcpStream,
+    after: &[LogRecord],
+    limit: usize,
+    heartbeat_ms: Option<u64>,
+    beats: u32,
+) -> TcpStream {
+    let mut sent = 0u32;
+    let beat = |connection: &mut TcpStream, sent: &mut u32| {
+        if heartbeat_ms.is_none() || *sent >= beats {
+            return true;
+        }
+        *sent += 1;
+        connection.write_all(&heartbeat()).is_ok()
+    };
+    if !beat(&mut connection, &mut sent) {
+        return connection;
+    }
+    for chunk in after.chunks(limit.max(1)) {
+        if connection.write_all(&frame_of(chunk)).is_err() {
+            return connection;
+        }
+    }
+    let Some(ms) = heartbeat_ms else {
+        return connection;
+    };
+    while sent < beats {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        if !beat(&mut connection, &mut sent) {
+            break;
+        }
+    }
+    connection
 }
