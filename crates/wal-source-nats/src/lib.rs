@@ -53,6 +53,7 @@ mod connect;
 mod publisher;
 mod rehydrate;
 mod source;
+pub mod subject;
 #[cfg(feature = "test-broker")]
 pub mod test_broker;
 

@@ -70,9 +70,9 @@ pub struct JetStreamSource {
     backfill: Option<BackfillState>,
     /// Durable mode: the messages returned and not yet acknowledged.
     unacked: Vec<jetstream::Message>,
-    /// The last record returned and the one before it (fingerprinted when a checkpoint
-    /// asks), or a resumed checkpoint's.
-    handed: [Option<Handed>; 2],
+    /// The last record returned (fingerprinted when a checkpoint asks), or a resumed
+    /// checkpoint's: a stream never reuses a sequence, so one record names a position.
+    handed: Option<Handed>,
     /// The stream's creation time (nanoseconds since the Unix epoch), once looked up: what
     /// tells this stream from one deleted and re-created under its name.
     created: Option<i128>,
@@ -117,7 +117,7 @@ impl JetStreamSource {
             next_sequence: 1,
             backfill: None,
             unacked: Vec::new(),
-            handed: [None, None],
+            handed: None,
             created: None,
             stats: JetStreamStats::default(),
             runtime,
@@ -249,8 +249,7 @@ impl JetStreamSource {
             position,
             payload: message.payload.clone(),
         };
-        let [last, before] = &mut self.handed;
-        *before = last.replace(Handed::Record(record.clone()));
+        self.handed = Some(Handed::Record(record.clone()));
         batch.push(record);
         if matches!(self.config.mode, ConsumerMode::Durable { .. }) {
             self.unacked.push(message);
@@ -272,17 +271,16 @@ struct BackfillState {
 }
 
 impl WalSource for JetStreamSource {
-    /// The last message returned (its stream sequence and a CRC-32C of its payload) and
-    /// the one before, once the first consumer told the stream's creation time.
+    /// The last message returned (its stream sequence and a CRC-32C of its payload), once
+    /// the first consumer told the stream's creation time.
     fn position(&self) -> Option<SourcePosition> {
-        let [last, before] = &self.handed;
         Some(SourcePosition {
             log: self.identity(self.created?),
-            positions: vec![Position {
-                partition: self.partition(),
-                last: last.as_ref()?.fingerprint(),
-                before: before.as_ref().map(Handed::fingerprint),
-            }],
+            positions: vec![Position::new(
+                self.partition(),
+                &[],
+                self.handed.as_ref()?.fingerprint(),
+            )],
         })
     }
 
@@ -324,6 +322,21 @@ impl WalSource for JetStreamSource {
             );
             match opened {
                 Some(Ok((feed, at_subscription))) => {
+                    // A stream deleted and re-created under this running source is another
+                    // log: what the index holds came from the old one, and a checkpoint
+                    // would name the new one's sequences under the old identity. The drain
+                    // stops (not retried); the pool starts again from an empty index.
+                    if let Some(created) = self.created
+                        && created != at_subscription.created
+                    {
+                        return Err(self.interrupted(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!(
+                                "stream {:?} was re-created under this source (created {created}, now {}): its log is another one",
+                                self.config.stream, at_subscription.created
+                            ),
+                        )));
+                    }
                     // The head is learned once: a consumer re-created after an outage
                     // resumes the same backfill, it does not start a new one.
                     self.created.get_or_insert(at_subscription.created);
@@ -467,9 +480,11 @@ impl Handed {
 }
 
 impl JetStreamSource {
-    /// The identity its checkpoints carry: the stream's name and its creation time, so a
-    /// stream deleted and re-created under the same name is another log. Looks the stream
-    /// up on the broker.
+    /// The identity its checkpoints carry: the stream's name, its creation time (so a
+    /// stream deleted and re-created under the same name is another log) and the subject
+    /// filter (a pool reading another filter reads another log: a checkpoint of one never
+    /// restores on the other, even from a shared directory or prefix). Looks the stream up
+    /// on the broker.
     pub fn log_identity(&mut self) -> io::Result<LogIdentity> {
         let created = match self.created {
             Some(created) => created,
@@ -485,7 +500,10 @@ impl JetStreamSource {
         LogIdentity::new(
             "jetstream",
             self.config.stream.clone(),
-            format!("created={created}"),
+            format!(
+                "created={created} filter={}",
+                self.config.filter_subject.as_deref().unwrap_or(">")
+            ),
         )
     }
 
@@ -515,13 +533,21 @@ impl JetStreamSource {
     }
 
     /// Resumes after a [checkpoint](wal_index::checkpoint)'s `position` (replay-on-boot;
-    /// a durable consumer resumes from its own acknowledgement floor instead): checks that
-    /// the stream still holds the checkpoint's last record at its sequence, with the same
-    /// payload, then starts the next consumer right after it. A stream that discarded that
-    /// sequence (its limits), or holds another record there, is refused with
-    /// [`Refusal::Fingerprint`]; the pool then replays from the beginning. A stream deleted
-    /// and re-created under the same name has another [`log_identity`](Self::log_identity),
-    /// which the restore already refuses.
+    /// a durable consumer resumes from its own acknowledgement floor instead), then starts
+    /// the next consumer right after it. The stream must still hold what the position
+    /// names, or have lost nothing after it:
+    ///
+    /// - the message at the position's sequence is there with the same payload, and its
+    ///   subject is one this source's filter reads; or
+    /// - it is gone because the stream's limits discarded it and everything before it
+    ///   (the stream's first sequence is the next one): nothing after the position is
+    ///   missing.
+    ///
+    /// Anything else is refused with [`Refusal::Fingerprint`] (another record there, a
+    /// message of another filter, a gap after the position); the pool then tries an older
+    /// checkpoint, then replays from the beginning. A stream deleted and re-created under
+    /// the same name, or read through another filter, has another
+    /// [`log_identity`](Self::log_identity), which the restore already refuses.
     pub fn resume(mut self, position: &Position) -> Result<Self, Refusal> {
         if !matches!(self.config.mode, ConsumerMode::ReplayOnBoot) {
             return Err(Refusal::Io(
@@ -529,32 +555,52 @@ impl JetStreamSource {
                     .to_owned(),
             ));
         }
-        let sequence = position.last.sequence;
+        let last = position.last();
+        let sequence = last.sequence;
         let (context, name) = (self.context.clone(), self.config.stream.clone());
-        let held = self
+        let looked = self
             .runtime
             .block_on_for(self.config.api_timeout, async move {
-                let stream = context.get_stream(&name).await.map_err(|e| e.to_string())?;
-                let message = stream
-                    .get_raw_message(sequence)
+                let mut stream = context.get_stream(&name).await.map_err(|e| e.to_string())?;
+                let first = stream
+                    .info()
                     .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(message.payload)
+                    .map_err(|e| e.to_string())?
+                    .state
+                    .first_sequence;
+                let held = stream.get_raw_message(sequence).await;
+                Ok::<_, String>((first, held.map(|m| (m.subject.to_string(), m.payload))))
             })
             .unwrap_or_else(|| Err("the broker did not answer in time".to_owned()));
-        let payload = held.map_err(|why| Refusal::Fingerprint {
-            why: format!("the stream does not hold sequence {sequence}: {why}"),
-        })?;
-        if Fingerprint::of(sequence, &payload) != position.last {
-            return Err(Refusal::Fingerprint {
-                why: format!("the stream holds another record at sequence {sequence}"),
-            });
+        let refused = |why: String| Refusal::Fingerprint { why };
+        let (first, held) =
+            looked.map_err(|why| refused(format!("cannot look at sequence {sequence}: {why}")))?;
+        match held {
+            Ok((subject, payload)) => {
+                if let Some(filter) = &self.config.filter_subject
+                    && !crate::subject::matches(filter, &subject)
+                {
+                    return Err(refused(format!(
+                        "sequence {sequence} is a message on {subject:?}, which filter {filter:?} does not read"
+                    )));
+                }
+                if Fingerprint::of(sequence, &payload) != last {
+                    return Err(refused(format!(
+                        "the stream holds another record at sequence {sequence}"
+                    )));
+                }
+            }
+            Err(why) if first == sequence + 1 => {
+                tracing::info!(sequence, %why, "the checkpoint's last message expired; nothing after it is missing");
+            }
+            Err(why) => {
+                return Err(refused(format!(
+                    "the stream does not hold sequence {sequence} and its first sequence is {first}: {why}"
+                )));
+            }
         }
         self.next_sequence = sequence + 1;
-        self.handed = [
-            Some(Handed::Known(position.last)),
-            position.before.map(Handed::Known),
-        ];
+        self.handed = Some(Handed::Known(last));
         Ok(self)
     }
 }
