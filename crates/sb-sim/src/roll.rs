@@ -488,7 +488,11 @@ impl NewStart {
     /// run's records on a writer from its cursor + 1 (one shard: with several, the least
     /// advanced shard's, a lower bound).
     fn covered(&self, positions: &[Position]) -> u64 {
-        let least = positions.iter().map(|p| p.last.sequence).min().unwrap_or(0);
+        let least = positions
+            .iter()
+            .map(|p| p.last().sequence)
+            .min()
+            .unwrap_or(0);
         match &self.pool_wal {
             PoolWal::Channel => least + 1,
             PoolWal::JetStream { .. } => least,

@@ -297,3 +297,75 @@ fn a_record_resent_under_its_sequence_is_served_live_once_and_stored_twice() {
     );
     assert_eq!(served(&writer), vec![1, 2, 3, 3, 4], "stored: twice");
 }
+
+/// Publishes `records` in order, each acknowledged under its own sequence.
+fn publish_records(writer: &Writer, records: &[LogRecord]) {
+    let mut publisher = EhdbPublisher::connect(&writer.ingest, Duration::from_secs(10)).unwrap();
+    for r in records {
+        let execution: i64 = r.execution_id.parse().unwrap();
+        let ack = publisher
+            .publish(r.global_sequence, execution, "t", &r.payload)
+            .unwrap();
+        assert_eq!(ack, r.global_sequence);
+    }
+}
+
+/// The checkpoint position of a drain handed the writer's first `n` records.
+fn position_after(writer: &Writer, n: usize) -> wal_index::checkpoint::Position {
+    let mut source = EhdbSource::connect(fast(&writer.feed)).unwrap();
+    let got = pull_until(&mut source, |got| got.len() >= n);
+    assert_eq!(got.len(), n);
+    source.position().unwrap().positions.remove(0)
+}
+
+/// The real writer, SIGKILLed with its 60 records unsealed: it comes back without them, and
+/// producers publish again. Records 59 and 60 were re-sent unchanged (their
+/// acknowledgements were lost), the others' numbers went to other records. The last two
+/// records the checkpoint applied are the same; a record below them is not: refused.
+#[test]
+fn a_lost_tail_refilled_below_the_record_before_is_refused_on_the_real_writer() {
+    let Some(mut writer) = Writer::start("refill_below") else {
+        return;
+    };
+    publish(&writer, 0..60);
+    let position = position_after(&writer, 60);
+    writer.kill();
+    writer.restart();
+    let tip = writer.tip;
+    assert!(
+        tip < 58,
+        "the unsealed tail was lost (tip {tip}): nothing to refill"
+    );
+    let refill: Vec<LogRecord> = (tip..60)
+        .map(|n| {
+            if n >= 58 {
+                record(n)
+            } else {
+                LogRecord::event(n + 1, 900, n as i64 + 1, None)
+            }
+        })
+        .collect();
+    publish_records(&writer, &refill);
+    let source = EhdbSource::connect(fast(&writer.feed).resume_from([position])).unwrap();
+    let refused = source.wait_resumed(Duration::from_secs(30)).unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
+}
+
+/// A pool resumed on a real writer with nothing after its checkpoint reads as caught up
+/// (stall clocks run, the backfilling gauge drops) without waiting for a next record.
+#[test]
+fn a_resumed_quiet_shard_is_caught_up_on_the_real_writer() {
+    use wal_index::ingest::Backfill;
+    let Some(writer) = Writer::start("quiet_resume") else {
+        return;
+    };
+    publish(&writer, 0..30);
+    let position = position_after(&writer, 30);
+    let mut source = EhdbSource::connect(fast(&writer.feed).resume_from([position])).unwrap();
+    assert_eq!(source.wait_resumed(Duration::from_secs(30)), Ok(true));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while source.backfill() != Backfill::CaughtUp {
+        assert!(Instant::now() < deadline, "still {:?}", source.backfill());
+        let _ = source.pull(10, Duration::from_millis(20));
+    }
+}

@@ -171,7 +171,7 @@ impl CheckpointStore for DirStore {
             .filter_map(|entry| entry.file_name().into_string().ok())
             .filter_map(|name| Some((parse_name(&name)?, name)))
             .collect();
-        found.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        found.sort_unstable_by_key(|(key, _)| std::cmp::Reverse(*key));
         Ok(found.into_iter().map(|(_, name)| name).collect())
     }
 
