@@ -163,8 +163,16 @@ pub struct BadRecord {
 pub struct DrainReport {
     /// Batches applied.
     pub batches: u64,
-    /// Events applied.
+    /// Events applied, each as often as it was delivered.
     pub events: u64,
+    /// Of those, the events whose id the index did not hold when they were applied: the
+    /// distinct records a replay delivers once (an execution re-created after its eviction
+    /// counts again).
+    pub new_events: u64,
+    /// Of those, the events whose id the index already held (a redelivery, a record stored
+    /// twice): `events - new_events`. A loss never hides behind a full `events` count: the
+    /// distinct count is `new_events`.
+    pub redelivered: u64,
     /// Records that failed to decode (skipped; their neighbours were applied).
     pub bad: u64,
     /// The first [`DrainReport::BAD_SAMPLES`] bad records.
@@ -209,11 +217,14 @@ impl DrainReport {
 ///
 /// let wal = "{\"event_id\":1,\"execution_id\":5,\"event_type\":\"playbook_started\"}\n\
 ///            not json\n\
+///            {\"event_id\":2,\"execution_id\":5,\"prev_event_id\":1}\n\
 ///            {\"event_id\":2,\"execution_id\":5,\"prev_event_id\":1}\n";
 /// let index = Arc::new(WalIndex::default());
 /// let mut drain = Drain::new(index.clone(), JsonLinesSource::new(wal.as_bytes()), DrainConfig::default());
 /// let report = drain.run_until_closed().unwrap();
-/// assert_eq!((report.events, report.bad), (2, 1));
+/// assert_eq!((report.events, report.bad), (3, 1));
+/// // The record stored twice is counted apart: two distinct events, one redelivery.
+/// assert_eq!((report.new_events, report.redelivered), (2, 1));
 /// assert_eq!(report.bad_samples[0].position, 2);
 /// assert_eq!(index.build(5, Some(2)).spine.unwrap().ids(), vec![1, 2]);
 /// ```
@@ -315,6 +326,8 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 if !events.is_empty() {
                     let batch = self.index.apply_batch_async(events).await;
                     self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
+                    self.report.new_events += batch.new as u64;
+                    self.report.redelivered += batch.applied.saturating_sub(batch.new) as u64;
                 }
                 if let Err(error) = self.source.commit() {
                     return self.source_failed(error);
