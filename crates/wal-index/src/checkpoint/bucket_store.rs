@@ -198,9 +198,15 @@ impl CheckpointStore for BucketStore {
     /// other writers publish in between), then deletes the bodies it pushed out. After a
     /// failed publish the body stays until a later write finds no pointer naming it.
     fn write(&self, bytes: &[u8]) -> io::Result<String> {
+        self.write_owned(bytes.to_vec())
+    }
+
+    /// [`write`](CheckpointStore::write) without a copy: the body goes to the client as it
+    /// is, and in parts as slices of it.
+    fn write_owned(&self, bytes: Vec<u8>) -> io::Result<String> {
         let name = self.next_name();
         let (store, prefix, keep) = (Arc::clone(&self.store), self.prefix.clone(), self.keep);
-        let body = bytes.to_vec();
+        let body = bytes::Bytes::from(bytes);
         let published = name.clone();
         self.block_on(async move {
             let key = prefix.clone().join(published.as_str());
@@ -245,7 +251,11 @@ impl CheckpointStore for BucketStore {
 
 /// Uploads a body: one put, or parts of [`PART_BYTES`] above it, at most
 /// [`PARTS_IN_FLIGHT`] at once, the upload aborted on a failure so no part outlives it.
-async fn upload(store: &dyn ObjectStore, key: &Path, body: Vec<u8>) -> object_store::Result<()> {
+async fn upload(
+    store: &dyn ObjectStore,
+    key: &Path,
+    body: bytes::Bytes,
+) -> object_store::Result<()> {
     if body.len() <= PART_BYTES {
         store.put(key, PutPayload::from(body)).await?;
         return Ok(());
@@ -253,12 +263,16 @@ async fn upload(store: &dyn ObjectStore, key: &Path, body: Vec<u8>) -> object_st
     let mut parts =
         WriteMultipart::new_with_chunk_size(store.put_multipart(key).await?, PART_BYTES);
     let mut sent = Ok(());
-    for chunk in body.chunks(PART_BYTES) {
+    let mut at = 0;
+    while at < body.len() {
         sent = parts.wait_for_capacity(PARTS_IN_FLIGHT).await;
         if sent.is_err() {
             break;
         }
-        parts.write(chunk);
+        let end = (at + PART_BYTES).min(body.len());
+        // A slice of the one body: no part is a copy.
+        parts.put(body.slice(at..end));
+        at = end;
     }
     if sent.is_ok() {
         sent = parts.wait_for_capacity(0).await;

@@ -27,6 +27,13 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     /// then forgets checkpoints past the newest the store keeps. Returns the new name.
     fn write(&self, bytes: &[u8]) -> io::Result<String>;
 
+    /// [`write`](Self::write), taking the bytes: a store that must own them (a bucket's
+    /// client sends them from a task of its own) keeps them instead of copying them. The
+    /// drain's checkpoint writer calls this, so its peak is one encoded copy of the image.
+    fn write_owned(&self, bytes: Vec<u8>) -> io::Result<String> {
+        self.write(&bytes)
+    }
+
     /// The checkpoints present, newest first.
     fn newest_first(&self) -> io::Result<Vec<String>>;
 

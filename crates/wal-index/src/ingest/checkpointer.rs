@@ -353,13 +353,12 @@ fn write_loop(
         let _done = Done(busy);
         let bytes = checkpoint.encode();
         drop(checkpoint);
+        let len = bytes.len() as u64;
         // Relaxed counters: see `Checkpointer::report`.
-        match store.write(&bytes) {
+        match store.write_owned(bytes) {
             Ok(_) => {
                 outcomes.written.fetch_add(1, Ordering::Relaxed);
-                outcomes
-                    .last_bytes
-                    .store(bytes.len() as u64, Ordering::Relaxed);
+                outcomes.last_bytes.store(len, Ordering::Relaxed);
             }
             Err(error) => {
                 outcomes.failed.fetch_add(1, Ordering::Relaxed);
