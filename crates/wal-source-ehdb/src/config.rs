@@ -28,10 +28,11 @@ pub struct EhdbConfig {
     pub queue_records: usize,
     /// How long a connection attempt may take (default 2 s).
     pub connect_timeout: Duration,
-    /// If set, a connection that delivers no byte for this long is taken as dead and
-    /// redialled: a writer that accepts and never sends (stopped, not killed). Off by
-    /// default: this writer version sends nothing while it has nothing new, so a deadline
-    /// must be longer than the quietest stretch of the feed.
+    /// If set, a connection that delivers no byte for this long while its reader waits on
+    /// it is taken as dead and redialled: a writer that accepts and never sends (stopped,
+    /// not killed). Off by default: a writer that predates heartbeats sends nothing while
+    /// it has nothing new, so a deadline must be longer than the quietest stretch of the
+    /// feed; a writer that heartbeats is held to [`heartbeat`](Self::heartbeat) instead.
     pub idle_deadline: Option<Duration>,
     /// TCP keepalive's idle time and probe interval (default 10 s; `None` turns it off):
     /// a connection to a host that went away fails within a few probes instead of

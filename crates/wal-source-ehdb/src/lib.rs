@@ -3,12 +3,22 @@
 //! # The feed
 //!
 //! The writer serves each shard's log over plain TCP. A frame is a `u32` big-endian length,
-//! then that many bytes of JSON. A subscriber sends one frame, `{"shard": S, "cursor": C}`
-//! (the sort key of the last record it holds; `0` is from the beginning), and reads frames
-//! back: each a JSON array of records in ascending `global_sequence`,
-//! `{"global_sequence": N, "execution_id": "…", "transaction_id": "…", "payload": "<the event
-//! envelope as a JSON string>"}`. Everything after the cursor comes in one frame, then one
-//! frame per later poll (possibly empty). A record's shard is XxHash64 (seed 0) of its
+//! then that many bytes of JSON. A subscriber sends one frame, `{"shard": S, "cursor": C,
+//! "heartbeat_ms": H}` (the sort key of the last record it holds, `0` from the beginning;
+//! the heartbeat interval it asks for, which a writer that predates heartbeats ignores), and
+//! reads frames back:
+//!
+//! - a batch: a JSON array of records in ascending `global_sequence`, never empty, at most
+//!   the writer's `EHDB_FEED_BATCH_LIMIT` (2,000 by default) to a frame, back to back while
+//!   a backlog lasts; a record is `{"global_sequence": N, "execution_id": "…",
+//!   "transaction_id": "…", "payload": "<the event envelope as a JSON string>"}`, with an
+//!   optional `event_id` and possibly keys this reader does not know (ignored);
+//! - a heartbeat, when asked for: the object `{"heartbeat":true}`, one at once after the
+//!   subscription (before the writer's first poll), then one each time the writer has been
+//!   parked an interval with nothing new.
+//!
+//! Nothing on the wire names the head: it is reached at a batch shorter than the cap or at
+//! any heartbeat after the first. A record's shard is XxHash64 (seed 0) of its
 //! `execution_id` text modulo the shard count ([`shard_of`]).
 //!
 //! # What this crate does with it
@@ -44,10 +54,11 @@
 //!   again for what was skipped. The real writer never sends one.
 //! - A shard's records wait in the queue behind other shards' when the drain is slower
 //!   than the feed: the queue is one, shared, and first come first served.
-//! - A stopped writer (accepting, never sending) is found only with
-//!   [`EhdbConfig::idle_deadline`], off by default because this writer version sends
-//!   nothing while it has nothing new (and the first frame of a large backlog comes after a
-//!   long silence); keepalive finds a host that went away, not a process that stopped.
+//! - A writer that heartbeats is held to it: three intervals without a byte (15 s by
+//!   default) are an outage, and the shard is redialled. A writer that predates heartbeats
+//!   sends nothing while it has nothing new, so a stopped one (accepting, never sending) is
+//!   found only with [`EhdbConfig::idle_deadline`], off by default; keepalive finds a host
+//!   that went away, not a process that stopped.
 //! - Threads, not tasks: one blocking reader per shard, so a pool that drains many shards
 //!   has that many threads parked on sockets.
 //! - [`EhdbRehydrate`] blocks the calling thread for up to its deadline; a drive running as

@@ -260,14 +260,15 @@ impl Shared {
 ///
 /// The source reads as behind ([`WalSource::backfill`]) until each shard's frames have
 /// told where its backlog ends and the drain has pulled that far; stall clocks and early
-/// reads follow it. The feed states no head, so the end is read off the frames (the rule
-/// is [`EhdbConfig::feed_batch_limit`]'s): a frame of records that is not exactly the
-/// writer's cap, a heartbeat after records, or two heartbeats in a row before any record.
-/// A backlog of many capped frames is therefore behind until its last frame, whether or
-/// not a heartbeat came first, and a quiet shard reads as caught up at its second
-/// heartbeat. A writer that sends no heartbeat (older versions) leaves a quiet shard
-/// behind until its first live record, and a backlog that is an exact multiple of the cap
-/// behind until the next live frame: the feed cannot tell them from a slow writer.
+/// reads follow it. The feed states no head, so the end is read off the frames as the
+/// protocol allows: a batch that is not exactly the writer's cap
+/// ([`EhdbConfig::feed_batch_limit`]), or a heartbeat after the connection's first (the
+/// first precedes the writer's first poll). A quiet shard reads as caught up at its second
+/// heartbeat; a resumed shard whose log holds nothing after its checkpoint, once its
+/// checkpoint's records came. A writer that sends no heartbeat (older versions) leaves a
+/// quiet shard behind until its first live record, and a backlog that is an exact multiple
+/// of the cap behind until the next live batch: the feed cannot tell them from a slow
+/// writer.
 ///
 /// # Limits
 ///
