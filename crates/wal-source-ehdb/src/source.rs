@@ -665,7 +665,6 @@ impl ShardReader {
             Ok(stream) => stream,
             Err(error) => return self.failed(error.into(), progressed),
         };
-        let counters = &self.shared.counters;
         let feed = FeedStream {
             stream: &stream,
             shared: &self.shared,
@@ -705,7 +704,7 @@ impl ShardReader {
                 }
                 if send(sender, shared, (slot, record)) {
                     progressed = true;
-                    Counters::add(&counters.records, 1);
+                    Counters::add(&shared.counters.records, 1);
                     // Bad records too: they are counted once, and not asked for again.
                     *cursor = (*cursor).max(position);
                 } else {
@@ -721,23 +720,9 @@ impl ShardReader {
             match read {
                 Ok(Some(summary)) => {
                     progressed = true;
-                    if summary.heartbeat {
-                        // The writer speaks heartbeats: hold it to them from now on.
-                        input.get_mut().liveness = self
-                            .config
-                            .heartbeat
-                            .map(|beat| beat.saturating_mul(MISSED_HEARTBEATS));
+                    if let Some(end) = self.after_frame(&summary, &mut backlog, input.get_mut()) {
+                        return end;
                     }
-                    let ended = backlog.frame(&summary);
-                    if ended
-                        && let Some(Err(refused)) = self.expect.as_ref().map(ResumeCheck::ended)
-                    {
-                        return SessionEnd::Refused(refused.to_string());
-                    }
-                    if ended {
-                        self.shared.backlog_ended(self.slot, self.cursor);
-                    }
-                    counters.frame(&summary);
                 }
                 Ok(None) => {
                     let closed = io::Error::new(
@@ -749,6 +734,32 @@ impl ShardReader {
                 Err(error) => return self.failed(error, progressed),
             }
         }
+    }
+
+    /// What a frame read whole tells: a heartbeat holds the writer to its heartbeats from
+    /// then on; the backlog's end is the shard's head, or, for a resumed shard whose
+    /// checkpoint records have not all come, a log that ends below them (a refusal).
+    fn after_frame(
+        &self,
+        summary: &crate::frame::FrameSummary,
+        backlog: &mut BacklogWatch,
+        feed: &mut FeedStream<'_>,
+    ) -> Option<SessionEnd> {
+        if summary.heartbeat {
+            feed.liveness = self
+                .config
+                .heartbeat
+                .map(|beat| beat.saturating_mul(MISSED_HEARTBEATS));
+        }
+        self.shared.counters.frame(summary);
+        if !backlog.frame(summary) {
+            return None;
+        }
+        if let Some(Err(refused)) = self.expect.as_ref().map(ResumeCheck::ended) {
+            return Some(SessionEnd::Refused(refused.to_string()));
+        }
+        self.shared.backlog_ended(self.slot, self.cursor);
+        None
     }
 
     fn failed(&self, error: FeedError, progressed: bool) -> SessionEnd {

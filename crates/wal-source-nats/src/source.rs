@@ -219,6 +219,48 @@ impl JetStreamSource {
         Ok((feed, at_subscription))
     }
 
+    /// Creates the consumer (after the first one: again, after an interruption) from the
+    /// first sequence not returned yet.
+    fn open_consumer(&mut self) -> io::Result<()> {
+        let opened = self.runtime.block_on_for(
+            self.config.api_timeout,
+            Self::open_feed(&self.context, &self.config, self.next_sequence),
+        );
+        match opened {
+            Some(Ok((feed, at_subscription))) => {
+                // A stream deleted and re-created under this running source is another
+                // log: what the index holds came from the old one, and a checkpoint
+                // would name the new one's sequences under the old identity. The drain
+                // stops (not retried); the pool starts again from an empty index.
+                if let Some(created) = self.created
+                    && created != at_subscription.created
+                {
+                    return Err(self.interrupted(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "stream {:?} was re-created under this source (created {created}, now {}): its log is another one",
+                            self.config.stream, at_subscription.created
+                        ),
+                    )));
+                }
+                // The head is learned once: a consumer re-created after an outage
+                // resumes the same backfill, it does not start a new one.
+                self.created.get_or_insert(at_subscription.created);
+                self.backfill.get_or_insert(at_subscription);
+                self.feed = Some(feed);
+                self.stats.consumers_created += 1;
+            }
+            Some(Err(error)) => return Err(self.interrupted(error)),
+            None => {
+                return Err(self.interrupted(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("creating the consumer on {} timed out", self.config.stream),
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn interrupted(&mut self, error: io::Error) -> io::Error {
         self.feed = None;
         self.stats.interruptions += 1;
@@ -316,42 +358,7 @@ impl WalSource for JetStreamSource {
             }
         }
         if self.feed.is_none() {
-            let opened = self.runtime.block_on_for(
-                self.config.api_timeout,
-                Self::open_feed(&self.context, &self.config, self.next_sequence),
-            );
-            match opened {
-                Some(Ok((feed, at_subscription))) => {
-                    // A stream deleted and re-created under this running source is another
-                    // log: what the index holds came from the old one, and a checkpoint
-                    // would name the new one's sequences under the old identity. The drain
-                    // stops (not retried); the pool starts again from an empty index.
-                    if let Some(created) = self.created
-                        && created != at_subscription.created
-                    {
-                        return Err(self.interrupted(io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            format!(
-                                "stream {:?} was re-created under this source (created {created}, now {}): its log is another one",
-                                self.config.stream, at_subscription.created
-                            ),
-                        )));
-                    }
-                    // The head is learned once: a consumer re-created after an outage
-                    // resumes the same backfill, it does not start a new one.
-                    self.created.get_or_insert(at_subscription.created);
-                    self.backfill.get_or_insert(at_subscription);
-                    self.feed = Some(feed);
-                    self.stats.consumers_created += 1;
-                }
-                Some(Err(error)) => return Err(self.interrupted(error)),
-                None => {
-                    return Err(self.interrupted(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("creating the consumer on {} timed out", self.config.stream),
-                    )));
-                }
-            }
+            self.open_consumer()?;
         }
         let Some(feed) = self.feed.as_mut() else {
             return Ok(Pull::Idle);
