@@ -84,6 +84,16 @@ pub struct JetStreamConfig {
     /// this only bounds how long a message lost with a dead connection stays missing.
     /// Default 5 s. Takes effect when the durable consumer is created.
     pub ack_wait: Duration,
+    /// Replay-on-boot: after the feed breaks (a failover, a missed heartbeat, a lost
+    /// connection), the records handed over in this window before the break, and those
+    /// the next consumer hands over in this window after it was created, are checked
+    /// against the stream's leader once the window has passed; the source rewinds to the
+    /// first one the stream no longer holds. On a cluster a deposed leader (paused, cut
+    /// off) can serve a consumer records it never committed, at sequences the new leader
+    /// gives to other records moments later: without the check those are skipped for good.
+    /// Longer than an election and the deposed node's step-down. Default 5 s; zero turns
+    /// the check off.
+    pub verify_window: Duration,
 }
 
 impl JetStreamConfig {
@@ -101,6 +111,7 @@ impl JetStreamConfig {
             ping_interval: Duration::from_secs(2),
             api_timeout: Duration::from_secs(2),
             ack_wait: Duration::from_secs(5),
+            verify_window: Duration::from_secs(5),
         }
     }
 
@@ -113,6 +124,12 @@ impl JetStreamConfig {
     /// Only subjects matching `filter`.
     pub fn filter(mut self, filter: impl Into<String>) -> Self {
         self.filter_subject = Some(filter.into());
+        self
+    }
+
+    /// Another [`verify_window`](JetStreamConfig::verify_window) (zero: no check).
+    pub fn verify_window(mut self, window: Duration) -> Self {
+        self.verify_window = window;
         self
     }
 

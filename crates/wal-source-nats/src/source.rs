@@ -1,8 +1,9 @@
 //! The JetStream consumer behind a [`WalSource`]: a pull consumer read through a prefetching
 //! message stream, recreated whenever the connection or the consumer was lost.
 
+use std::collections::VecDeque;
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::connection::State;
 use async_nats::jetstream::{self, consumer};
@@ -35,8 +36,26 @@ use crate::connect::{JetStreamError, Runtime, open};
 ///
 /// - replay-on-boot: a new ephemeral consumer that starts right after the last stream
 ///   sequence this source returned, so the drain sees neither a gap nor a duplicate;
+///   then, once [`verify_window`](JetStreamConfig::verify_window) has passed, the records
+///   handed over around the break are checked against the stream (see below);
 /// - durable: the same durable name; the broker resumes after its acknowledgement floor,
 ///   so what was pulled but not yet committed is delivered again (at-least-once).
+///
+/// # Records a deposed leader served
+///
+/// A stream sequence names one record only once the cluster committed it. On a cluster a
+/// stream leader that was paused or cut off can, in the moment before it learns it was
+/// deposed, host the replacement consumer and hand it records it stored but never
+/// committed; the new leader gives those sequences to other records, and a consumer that
+/// resumes after the last sequence returned would skip them for good (nats-server 2.9,
+/// SIGSTOP of the stream leader: 20 sequences delivered twice over with re-sent copies, the
+/// 20 events the cluster kept there never delivered). So in replay-on-boot, after each
+/// break the records handed over in the window before it and by the next consumer in the
+/// window after its creation are kept as fingerprints; once that window has passed (an
+/// election and the deposed node's step-down) each is compared with what the stream's
+/// leader holds at its sequence, and at the first that differs (or that the stream no
+/// longer holds) the source drops its consumer and resumes *there*: the records from that
+/// sequence on are delivered again, the index absorbing the ones it already had.
 ///
 /// # Acknowledgement
 ///
@@ -76,6 +95,8 @@ pub struct JetStreamSource {
     /// The stream's creation time (nanoseconds since the Unix epoch), once looked up: what
     /// tells this stream from one deleted and re-created under its name.
     created: Option<i128>,
+    /// Replay-on-boot: the records to check against the stream after a break.
+    verifier: Verifier,
     stats: JetStreamStats,
     /// Last, so the client and consumer are dropped while their runtime still exists.
     runtime: Runtime,
@@ -97,6 +118,11 @@ pub struct JetStreamStats {
     /// Messages still pending on the consumer when the last one was delivered: 0 means the
     /// source had caught up with the stream at that moment.
     pub pending: u64,
+    /// Records checked against the stream after a break (replay-on-boot).
+    pub verified: u64,
+    /// Times the check found a record the stream no longer holds at its sequence, and the
+    /// source resumed there.
+    pub rewinds: u64,
 }
 
 impl JetStreamSource {
@@ -119,6 +145,7 @@ impl JetStreamSource {
             unacked: Vec::new(),
             handed: None,
             created: None,
+            verifier: Verifier::default(),
             stats: JetStreamStats::default(),
             runtime,
         };
@@ -249,6 +276,10 @@ impl JetStreamSource {
                 self.backfill.get_or_insert(at_subscription);
                 self.feed = Some(feed);
                 self.stats.consumers_created += 1;
+                if self.verifying() {
+                    self.verifier
+                        .consumer_created(Instant::now() + self.config.verify_window);
+                }
             }
             Some(Err(error)) => return Err(self.interrupted(error)),
             None => {
@@ -263,9 +294,82 @@ impl JetStreamSource {
 
     fn interrupted(&mut self, error: io::Error) -> io::Error {
         self.feed = None;
+        self.note_break();
         self.stats.interruptions += 1;
         tracing::warn!(stream = %self.config.stream, %error, "JetStream feed interrupted");
         error
+    }
+
+    /// Whether records are kept for the check after a break (replay-on-boot with a window).
+    fn verifying(&self) -> bool {
+        matches!(self.config.mode, ConsumerMode::ReplayOnBoot)
+            && !self.config.verify_window.is_zero()
+    }
+
+    /// The feed broke: what was handed over in the window before is suspect.
+    fn note_break(&mut self) {
+        if self.verifying() {
+            self.verifier
+                .broke(Instant::now(), self.config.verify_window);
+        }
+    }
+
+    /// Compares the suspect records with what the stream's leader holds at their sequences;
+    /// resumes at the first that differs. A check the broker did not answer is tried again
+    /// at a later pull.
+    fn verify_handed(&mut self) {
+        let records = self.verifier.suspects();
+        if records.is_empty() {
+            self.verifier.cleared();
+            return;
+        }
+        let (context, name) = (self.context.clone(), self.config.stream.clone());
+        // Each lookup is bounded by the context's API timeout; the whole by one per 256.
+        let limit = self.config.api_timeout
+            * (2 + u32::try_from(records.len() / 256).unwrap_or(u32::MAX / 4));
+        let checked = self
+            .runtime
+            .block_on_for(limit, held_at(context, name, records.clone()))
+            .unwrap_or_else(|| Err("the broker did not answer in time".to_owned()));
+        match checked {
+            Ok(held) => {
+                self.stats.verified += records.len() as u64;
+                match first_divergence(&records, &held) {
+                    None => self.verifier.cleared(),
+                    Some(sequence) => self.rewind(sequence),
+                }
+            }
+            Err(error) => {
+                tracing::debug!(
+                    stream = %self.config.stream,
+                    %error,
+                    "checking the records handed over around a break: later"
+                );
+                self.verifier
+                    .postpone(Instant::now() + Duration::from_millis(500));
+            }
+        }
+    }
+
+    /// The stream holds another record at `sequence` than the one this source returned (or
+    /// none): resume there.
+    fn rewind(&mut self, sequence: u64) {
+        tracing::warn!(
+            stream = %self.config.stream,
+            sequence,
+            returned_up_to = self.next_sequence - 1,
+            "the stream no longer holds a record this source returned (served by a deposed \
+             leader?): resuming at its sequence"
+        );
+        self.stats.rewinds += 1;
+        self.feed = None;
+        self.next_sequence = sequence;
+        // Not a position to checkpoint: the next record returned is.
+        self.handed = None;
+        // What the next consumer hands over is checked in its turn.
+        self.verifier = Verifier::default();
+        self.verifier
+            .broke(Instant::now(), self.config.verify_window);
     }
 
     fn take(&mut self, message: jetstream::Message, batch: &mut Vec<Record>) {
@@ -291,6 +395,13 @@ impl JetStreamSource {
             position,
             payload: message.payload.clone(),
         };
+        if self.verifying() {
+            self.verifier.handed(
+                Fingerprint::of(position, &record.payload),
+                Instant::now(),
+                self.config.verify_window,
+            );
+        }
         self.handed = Some(Handed::Record(record.clone()));
         batch.push(record);
         if matches!(self.config.mode, ConsumerMode::Durable { .. }) {
@@ -357,6 +468,9 @@ impl WalSource for JetStreamSource {
                 )));
             }
         }
+        if self.verifier.due(Instant::now()) {
+            self.verify_handed();
+        }
         if self.feed.is_none() {
             self.open_consumer()?;
         }
@@ -395,6 +509,7 @@ impl WalSource for JetStreamSource {
                 // A broken feed: the next pull opens a new consumer.
                 Some(Some(Err(_)) | None) => {
                     self.feed = None;
+                    self.note_break();
                     break;
                 }
                 None => break,
@@ -468,6 +583,139 @@ fn feed_error(what: &str, stream: &str, error: impl std::fmt::Display) -> io::Er
         io::ErrorKind::ConnectionAborted,
         format!("{what} stream {stream:?}: {error}"),
     )
+}
+
+/// At most this many fingerprints are kept per window (about 4 MiB): in a backfill faster
+/// than that, the oldest of a window go unchecked. A deposed leader's uncommitted records
+/// are the newest.
+const VERIFY_MAX: usize = 1 << 17;
+
+/// The records handed over recently, and after a break the ones to check.
+#[derive(Debug, Default)]
+struct Verifier {
+    /// Handed over in the last window, oldest first.
+    recent: VecDeque<(Fingerprint, Instant)>,
+    /// After a break: the records to check, and when.
+    suspect: Option<(Vec<Fingerprint>, Instant)>,
+}
+
+impl Verifier {
+    fn handed(&mut self, record: Fingerprint, now: Instant, window: Duration) {
+        while let Some(&(_, at)) = self.recent.front() {
+            if now.duration_since(at) <= window && self.recent.len() < VERIFY_MAX {
+                break;
+            }
+            self.recent.pop_front();
+        }
+        self.recent.push_back((record, now));
+        if let Some((records, _)) = &mut self.suspect
+            && records.len() < 2 * VERIFY_MAX
+        {
+            records.push(record);
+        }
+    }
+
+    /// The records of the window before `now` become suspect; the check waits a window.
+    fn broke(&mut self, now: Instant, window: Duration) {
+        let (records, due) = self.suspect.get_or_insert_with(|| (Vec::new(), now));
+        records.extend(
+            self.recent
+                .drain(..)
+                .filter(|&(_, at)| now.duration_since(at) <= window)
+                .map(|(record, _)| record),
+        );
+        *due = (*due).max(now + window);
+    }
+
+    /// A consumer created after a break: what it hands over until `due` is suspect too.
+    fn consumer_created(&mut self, due: Instant) {
+        if let Some((_, at)) = &mut self.suspect {
+            *at = (*at).max(due);
+        }
+    }
+
+    fn due(&self, now: Instant) -> bool {
+        self.suspect.as_ref().is_some_and(|&(_, at)| now >= at)
+    }
+
+    fn suspects(&self) -> Vec<Fingerprint> {
+        self.suspect
+            .as_ref()
+            .map(|(records, _)| records.clone())
+            .unwrap_or_default()
+    }
+
+    fn cleared(&mut self) {
+        self.suspect = None;
+    }
+
+    fn postpone(&mut self, to: Instant) {
+        if let Some((_, at)) = &mut self.suspect {
+            *at = to;
+        }
+    }
+}
+
+/// What the stream holds at a sequence, for the check after a break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// A record with this fingerprint.
+    Record(Fingerprint),
+    /// Below the stream's first sequence: discarded by its limits, nothing to compare.
+    Discarded,
+    /// Past the stream's last sequence, or deleted: not what was returned.
+    Nothing,
+}
+
+/// What the stream's leader holds at each of `records`' sequences (`STREAM.MSG.GET` is
+/// answered by the leader).
+async fn held_at(
+    context: jetstream::Context,
+    name: String,
+    records: Vec<Fingerprint>,
+) -> Result<Vec<Held>, String> {
+    let mut stream = context.get_stream(&name).await.map_err(|e| e.to_string())?;
+    let state = stream
+        .info()
+        .await
+        .map_err(|e| e.to_string())?
+        .state
+        .clone();
+    let mut held = Vec::with_capacity(records.len());
+    for record in &records {
+        let sequence = record.sequence;
+        held.push(if sequence < state.first_sequence {
+            Held::Discarded
+        } else if sequence > state.last_sequence {
+            Held::Nothing
+        } else {
+            match stream.get_raw_message(sequence).await {
+                Ok(message) => Held::Record(Fingerprint::of(sequence, &message.payload)),
+                Err(error)
+                    if error.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound =>
+                {
+                    Held::Nothing
+                }
+                Err(error) => return Err(error.to_string()),
+            }
+        });
+    }
+    Ok(held)
+}
+
+/// The lowest sequence among `records` where the stream holds something else (`held`, in
+/// the same order), if any.
+fn first_divergence(records: &[Fingerprint], held: &[Held]) -> Option<u64> {
+    records
+        .iter()
+        .zip(held)
+        .filter(|&(record, held)| match held {
+            Held::Record(stored) => stored != record,
+            Held::Discarded => false,
+            Held::Nothing => true,
+        })
+        .map(|(record, _)| record.sequence)
+        .min()
 }
 
 /// A record returned, kept for the next checkpoint's position, or a resumed checkpoint's.
@@ -609,5 +857,68 @@ impl JetStreamSource {
         self.next_sequence = sequence + 1;
         self.handed = Some(Handed::Known(last));
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(sequence: u64, payload: &str) -> Fingerprint {
+        Fingerprint::of(sequence, payload.as_bytes())
+    }
+
+    #[test]
+    fn the_first_divergence_is_the_lowest_sequence_the_stream_holds_otherwise() {
+        let returned = [fp(5, "a"), fp(6, "b"), fp(7, "c"), fp(8, "d")];
+        let same = returned.map(Held::Record);
+        assert_eq!(first_divergence(&returned, &same), None);
+        // The records a deposed leader served at 6 and 7, the cluster's own there since.
+        let replaced = [
+            same[0],
+            Held::Record(fp(6, "x")),
+            Held::Record(fp(7, "y")),
+            same[3],
+        ];
+        assert_eq!(first_divergence(&returned, &replaced), Some(6));
+        // Discarded by the stream's limits: nothing to compare. Not held: a divergence.
+        let limits = [Held::Discarded, same[1], Held::Nothing, same[3]];
+        assert_eq!(first_divergence(&returned, &limits), Some(7));
+        // Handed over out of order (a rewind): still the lowest.
+        let out_of_order = [fp(8, "d"), fp(6, "b")];
+        let held = [Held::Record(fp(8, "z")), Held::Record(fp(6, "w"))];
+        assert_eq!(first_divergence(&out_of_order, &held), Some(6));
+    }
+
+    #[test]
+    fn a_break_makes_the_window_before_it_and_after_the_next_consumer_suspect() {
+        let window = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let mut verifier = Verifier::default();
+        verifier.handed(fp(1, "old"), t0, window);
+        verifier.handed(fp(2, "a"), t0 + Duration::from_secs(6), window);
+        verifier.handed(fp(3, "b"), t0 + Duration::from_secs(7), window);
+        assert!(
+            !verifier.due(t0 + Duration::from_secs(100)),
+            "nothing broke"
+        );
+        let broke = t0 + Duration::from_secs(8);
+        verifier.broke(broke, window);
+        // The next consumer came two seconds later: what it hands over is suspect too.
+        verifier.consumer_created(broke + Duration::from_secs(2) + window);
+        verifier.handed(fp(4, "c"), broke + Duration::from_secs(3), window);
+        assert!(!verifier.due(broke + window));
+        assert!(verifier.due(broke + Duration::from_secs(2) + window));
+        assert_eq!(
+            verifier
+                .suspects()
+                .iter()
+                .map(|f| f.sequence)
+                .collect::<Vec<_>>(),
+            [2, 3, 4],
+            "the record older than the window before the break is not"
+        );
+        verifier.cleared();
+        assert!(!verifier.due(broke + Duration::from_secs(100)));
     }
 }

@@ -44,8 +44,11 @@ fn drill(cluster: &mut Cluster, down: Duration, faults: &[Fault]) {
         "every acknowledged event, once"
     );
     // What the stream stored: each acknowledged publication, and at most one more copy of
-    // each re-sent one; the drain consumed each stored message exactly once (replay-on-boot
-    // resumes after the last sequence it returned).
+    // each re-sent one; the drain consumed each stored message at least once: exactly once
+    // unless a deposed leader served the source records it never committed, and the source,
+    // checking what it returned around the break, resumed at the first of them (what follows
+    // is delivered again; the index absorbs it). Whether every stored record reached the
+    // index is `indexed == acknowledged` above and no stalled chain below.
     assert!(
         report.acknowledged <= report.stored
             && report.stored <= report.acknowledged + report.republished,
@@ -54,11 +57,13 @@ fn drill(cluster: &mut Cluster, down: Duration, faults: &[Fault]) {
         report.acknowledged,
         report.republished
     );
-    assert_eq!(
-        report.consumed, report.stored,
-        "each stored message consumed once"
+    assert!(
+        report.consumed >= report.stored,
+        "each stored message consumed: {} of {}",
+        report.consumed,
+        report.stored
     );
-    assert_eq!(report.drain.events, report.stored);
+    assert_eq!(report.drain.events, report.consumed);
     assert!(report.drain_ran_throughout, "the drain recovered by itself");
     assert_eq!(
         report.served, report.executions,
@@ -104,4 +109,24 @@ fn the_drain_rides_out_a_partitioned_leader() {
         Duration::from_secs(10),
         &[Fault::PartitionLeader],
     );
+}
+
+/// The fault that lost acknowledged events before the source checked what it returned
+/// around a break (a paused leader on nats-server 2.9, about one drill in three on two
+/// cores), alone and again on a fresh cluster each time: `SB_PAUSE_DRILLS` times (default
+/// 3; `scripts/nats-cluster.sh` runs more).
+#[test]
+fn a_paused_leader_loses_nothing_drill_after_drill() {
+    let runs: usize = std::env::var("SB_PAUSE_DRILLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3);
+    for run in 0..runs {
+        let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut cluster) = Cluster::start(&format!("cluster_pause_{run}"), 3) else {
+            return;
+        };
+        eprintln!("drill {} of {runs}", run + 1);
+        drill(&mut cluster, Duration::from_secs(4), &[Fault::PauseLeader]);
+    }
 }

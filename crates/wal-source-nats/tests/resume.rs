@@ -250,3 +250,69 @@ fn a_stream_re_created_under_a_running_source_stops_it() {
     };
     assert!(error.to_string().contains("re-created"), "{error}");
 }
+
+/// After a break, a record the stream no longer holds at a sequence the source returned is
+/// found once the source's verify window has passed, and the source resumes there. On a
+/// cluster this is a deposed stream leader that served the replacement consumer records it
+/// never committed (the new leader gave those sequences to other records: the drill's loss
+/// on nats-server 2.9); on one server the way to take records from under sequences the
+/// source returned is to delete them while the broker restarts. Without the check
+/// (`verify_window` zero) the source never looks back and never rewinds.
+#[test]
+fn records_gone_from_under_returned_sequences_rewind_the_source_there() {
+    let Some(mut broker) = Broker::start("gone_under_the_source") else {
+        return;
+    };
+    let stream = "t_gone_under_the_source";
+    publish(&broker, stream, 7, 40);
+    let config = JetStreamConfig::new(broker.url())
+        .stream(stream)
+        .verify_window(Duration::from_secs(2));
+    let mut source = JetStreamSource::connect(config.clone()).unwrap();
+    assert_eq!(pull(&mut source, 40), (1..=40).collect::<Vec<_>>());
+
+    // A break (the broker is killed, the source finds it down, the broker comes back),
+    // and records 30..=35 are gone from the stream.
+    broker.kill();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while source.pull(100, Duration::from_millis(50)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the source never saw the broker go"
+        );
+    }
+    broker.restart();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(broker.url()).await.unwrap();
+        let stream = async_nats::jetstream::new(client)
+            .get_stream(stream)
+            .await
+            .unwrap();
+        for sequence in 30..=35 {
+            stream.delete_message(sequence).await.unwrap();
+        }
+    });
+
+    let mut again = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && source.stats().rewinds == 0 {
+        if let Ok(Pull::Records(batch)) = source.pull(100, Duration::from_millis(100)) {
+            again.extend(batch.iter().map(|r| r.position));
+        }
+    }
+    assert_eq!(source.stats().rewinds, 1, "{:?}", source.stats());
+    while Instant::now() < deadline && again.len() < 5 {
+        if let Ok(Pull::Records(batch)) = source.pull(100, Duration::from_millis(100)) {
+            again.extend(batch.iter().map(|r| r.position));
+        }
+    }
+    assert_eq!(
+        again,
+        vec![36, 37, 38, 39, 40],
+        "resumed at the first record gone"
+    );
+}

@@ -118,7 +118,9 @@ pub struct DrillReport {
     pub served: usize,
     /// Executions published.
     pub executions: usize,
-    /// WAL records the drain consumed (each stored message once, in replay-on-boot).
+    /// WAL records the drain consumed (each stored message once, in replay-on-boot; more
+    /// when the source resumed at a record a deposed leader had served, see
+    /// [`JetStreamSource`]).
     pub consumed: u64,
     /// The drain was still running when the drill stopped it: it was never restarted.
     pub drain_ran_throughout: bool,
