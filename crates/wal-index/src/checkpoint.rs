@@ -5,20 +5,22 @@
 //!
 //! A [`Checkpoint`] holds every resident execution's events as the index holds them (their
 //! canonical bytes, slim or whole as configured, written as event images, so restoring
-//! never runs the canonical decoder again) and, per partition of the source (an EHDB
-//! shard, a JetStream stream), the [`Position`] of the last record the drain applied, with
-//! a [`Fingerprint`] of that record and of the one before it. Both come from one moment: the
-//! drain captures them between two batches, after applying the first and before pulling the
-//! second, so every record at or before the position is in the image. The cursor can never
-//! run ahead of the events.
+//! never runs the canonical decoder again), each with its recency, and, per partition of the
+//! source (an EHDB shard, a JetStream stream), the [`Position`]: [`Fingerprint`]s of the last
+//! records the drain applied, as many as the source's log needs ([`Position`] has the rule
+//! and each source's depth). Both come from one moment: the drain captures them between two
+//! batches, after applying the first and before pulling the second, so every record at or
+//! before the position is in the image. The cursor can never run ahead of the events.
 //!
 //! Events past the position may be in the image too (a drive's tail events, a rehydrate);
 //! the resumed drain applies them again, an overwrite by id that changes no byte.
 //!
-//! A position names a record by its sequence *and* a CRC-32C of its payload because a log can reuse sequence
-//! numbers: an EHDB writer that loses its unsealed tail writes new records under the lost
-//! ones' numbers. A source that resumes from a checkpoint re-reads the fingerprinted record
-//! and compares it, rather than trusting the number.
+//! A position names records by their sequences *and* CRC-32Cs of their payloads because a
+//! log can reuse sequence numbers: an EHDB writer that loses its unsealed tail writes new
+//! records under the lost ones' numbers, anywhere in that tail. A source that resumes from
+//! a checkpoint reads its log again from just below the position's oldest record and
+//! requires exactly the fingerprinted records up to its last ([`ResumeCheck`]), rather than
+//! trusting the numbers.
 //!
 //! # What a checkpoint does not carry
 //!
@@ -47,9 +49,10 @@
 //! A checkpoint that is torn, truncated, fails a block's checksum, has another format
 //! version, was taken with another index shape (slim or whole, spine order) or of another
 //! log is [refused](Refusal) with its reason; nothing from it is served. A pool then tries
-//! the next older one, then replays from the beginning ([`CheckpointStore::restore_newest`]). A
-//! source whose log can be checked before anything is served (EHDB) is resumed first and
-//! the index seeded after its word ([`CheckpointStore::load`], then [`Checkpoint::restore_into`]).
+//! the next older one, then replays from the beginning. Every source checks its log when it
+//! resumes, so a pool loads a checkpoint ([`CheckpointStore::load`]), resumes its source,
+//! and seeds its index ([`Checkpoint::restore_into`]) only after the source's word
+//! (docs/deployment.md has the sequence; [`CheckpointStore::restore_newest`] seeds at once).
 //! The format is specified in docs/checkpoint-format.md.
 //!
 //! ```

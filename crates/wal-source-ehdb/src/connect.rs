@@ -61,7 +61,8 @@ pub(crate) fn send_subscription(
     cursor: u64,
     heartbeat: Option<Duration>,
 ) -> io::Result<()> {
-    let request = match heartbeat.map(|h| h.as_millis().max(1)) {
+    // Zero asks for none, as the protocol reads it.
+    let request = match heartbeat.map(|h| h.as_millis()).filter(|&ms| ms > 0) {
         Some(ms) => format!(r#"{{"shard":{shard},"cursor":{cursor},"heartbeat_ms":{ms}}}"#),
         None => format!(r#"{{"shard":{shard},"cursor":{cursor}}}"#),
     };

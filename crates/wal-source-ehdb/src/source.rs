@@ -582,6 +582,7 @@ struct ShardReader {
 #[derive(Debug)]
 struct BacklogWatch {
     cap: Option<u64>,
+    /// Heartbeats on this connection so far.
     heartbeats: u32,
 }
 
@@ -745,17 +746,30 @@ impl ShardReader {
         backlog: &mut BacklogWatch,
         feed: &mut FeedStream<'_>,
     ) -> Option<SessionEnd> {
-        if summary.heartbeat {
+        self.shared.counters.frame(summary);
+        let ended = backlog.frame(summary);
+        // The writer heartbeats only while parked: after a heartbeat past the first (the
+        // first precedes its first poll) it owes one each interval, and three missed are
+        // an outage. A batch means it is polling again, which may take long: no deadline
+        // until its next heartbeat.
+        if summary.heartbeat && backlog.heartbeats >= 2 {
             feed.liveness = self
                 .config
                 .heartbeat
+                .filter(|beat| !beat.is_zero())
                 .map(|beat| beat.saturating_mul(MISSED_HEARTBEATS));
+        } else if summary.scanned > 0 {
+            feed.liveness = None;
         }
-        self.shared.counters.frame(summary);
-        if !backlog.frame(summary) {
+        if !ended {
             return None;
         }
-        if let Some(Err(refused)) = self.expect.as_ref().map(ResumeCheck::ended) {
+        // A log that ends below the checkpoint's records refuses it, on the protocol's
+        // sure sign (a heartbeat past the first); a batch shorter than the configured cap
+        // is sure only from a writer that does not heartbeat (a cap configured above the
+        // writer's would make every batch look short).
+        let sure = summary.heartbeat || backlog.heartbeats == 0;
+        if sure && let Some(Err(refused)) = self.expect.as_ref().map(ResumeCheck::ended) {
             return Some(SessionEnd::Refused(refused.to_string()));
         }
         self.shared.backlog_ended(self.slot, self.cursor);
@@ -929,15 +943,16 @@ fn check_resumed(
     let Some(check) = expect else {
         return Ok(false);
     };
+    let mut dropped = true;
     if record.event.is_ok() {
-        check.record(Fingerprint {
+        dropped = check.record(Fingerprint {
             sequence: record.position,
             hash: record.payload_crc,
         })?;
-        if check.done() {
-            *expect = None;
-            shared.resumed();
-        }
     }
-    Ok(true)
+    if check.done() {
+        *expect = None;
+        shared.resumed();
+    }
+    Ok(dropped)
 }

@@ -207,3 +207,20 @@ fn the_log_identity_does_not_depend_on_the_order_of_the_shards() {
         EhdbConfig::new("w:1").shards([1, 2, 3]).log_identity()
     );
 }
+
+/// A writer whose cap is below the configured one (500 against 2,000, say) sends full
+/// batches that look short: the resume is not refused for them; only a heartbeat past the
+/// first says the log ended.
+#[test]
+fn a_writer_capped_below_the_configured_cap_is_not_taken_for_a_short_log() {
+    let position = position_after(chain(10), 6);
+    let writer = FakeWriter::start(chain(10), vec![Behaviour::Capped { limit: 2 }]);
+    let mut config = fast(&writer.addr).resume_from([position]);
+    config.heartbeat = Some(Duration::from_millis(100));
+    let mut source = EhdbSource::connect(config).unwrap();
+    assert_eq!(source.wait_resumed(Duration::from_secs(10)), Ok(true));
+    assert_eq!(
+        pull(&mut source, 4, Duration::from_secs(10)).unwrap(),
+        vec![70, 80, 90, 100]
+    );
+}

@@ -531,3 +531,21 @@ fn a_source_told_slim_hands_over_events_already_slim() {
         }
     }
 }
+
+/// The writer's first heartbeat comes before its first poll, and a poll of a slow store can
+/// take longer than three intervals: that silence is not an outage. The deadline holds only
+/// once the writer is parked (a heartbeat past the first).
+#[test]
+fn a_slow_first_poll_after_the_first_heartbeat_is_not_an_outage() {
+    let writer = FakeWriter::start(
+        chain(3),
+        vec![Behaviour::SlowFirstPoll { limit: 2, ms: 800 }],
+    );
+    let mut source = EhdbSource::connect(beating(&writer.addr)).unwrap();
+    assert_eq!(
+        pull_positions(&mut source, 3, Duration::from_secs(10)),
+        vec![10, 20, 30]
+    );
+    assert_eq!(writer.cursors(), vec![0], "never redialled");
+    assert_eq!(source.stats().outages, 0);
+}

@@ -123,6 +123,10 @@ pub struct JetStreamStats {
     /// Times the check found a record the stream no longer holds at its sequence, and the
     /// source resumed there.
     pub rewinds: u64,
+    /// Checks given up after the broker failed to answer them repeatedly (the records
+    /// they held went unchecked; a permission that allows consuming but not direct gets
+    /// does this).
+    pub unverified: u64,
 }
 
 impl JetStreamSource {
@@ -345,8 +349,17 @@ impl JetStreamSource {
                     %error,
                     "checking the records handed over around a break: later"
                 );
-                self.verifier
-                    .postpone(Instant::now() + Duration::from_millis(500));
+                if !self
+                    .verifier
+                    .postpone(Instant::now() + Duration::from_millis(500))
+                {
+                    self.stats.unverified += 1;
+                    tracing::warn!(
+                        stream = %self.config.stream,
+                        %error,
+                        "gave up checking the records handed over around a break"
+                    );
+                }
             }
         }
     }
@@ -426,7 +439,14 @@ struct BackfillState {
 impl WalSource for JetStreamSource {
     /// The last message returned (its stream sequence and a CRC-32C of its payload), once
     /// the first consumer told the stream's creation time.
+    ///
+    /// None while records returned around a break are still to be checked against the
+    /// stream (see "Records a deposed leader served"): a checkpoint then would name a
+    /// position past records the stream may not hold, and a restore checks only the last.
     fn position(&self) -> Option<SourcePosition> {
+        if self.verifier.pending() {
+            return None;
+        }
         Some(SourcePosition {
             log: self.identity(self.created?),
             positions: vec![Position::new(
@@ -588,7 +608,11 @@ fn feed_error(what: &str, stream: &str, error: impl std::fmt::Display) -> io::Er
 /// At most this many fingerprints are kept per window (about 4 MiB): in a backfill faster
 /// than that, the oldest of a window go unchecked. A deposed leader's uncommitted records
 /// are the newest.
-const VERIFY_MAX: usize = 1 << 17;
+const VERIFY_MAX: usize = 2048;
+
+/// Checks that fail (the broker does not answer them) before the source gives up on one and
+/// counts it in [`JetStreamStats::unverified`].
+const VERIFY_ATTEMPTS: u32 = 5;
 
 /// The records handed over recently, and after a break the ones to check.
 #[derive(Debug, Default)]
@@ -597,6 +621,8 @@ struct Verifier {
     recent: VecDeque<(Fingerprint, Instant)>,
     /// After a break: the records to check, and when.
     suspect: Option<(Vec<Fingerprint>, Instant)>,
+    /// Checks of the current suspects that failed.
+    attempts: u32,
 }
 
 impl Verifier {
@@ -624,7 +650,20 @@ impl Verifier {
                 .filter(|&(_, at)| now.duration_since(at) <= window)
                 .map(|(record, _)| record),
         );
+        // Each sequence once (breaks in a row hand over the same records), and a bounded
+        // check: the newest before the break and the first after it are the ones a deposed
+        // leader serves.
+        records.sort_unstable_by_key(|r| r.sequence);
+        records.dedup_by_key(|r| r.sequence);
+        if records.len() > 2 * VERIFY_MAX {
+            records.drain(..records.len() - 2 * VERIFY_MAX);
+        }
         *due = (*due).max(now + window);
+    }
+
+    /// Whether records are waiting to be checked.
+    fn pending(&self) -> bool {
+        self.suspect.is_some()
     }
 
     /// A consumer created after a break: what it hands over until `due` is suspect too.
@@ -647,12 +686,21 @@ impl Verifier {
 
     fn cleared(&mut self) {
         self.suspect = None;
+        self.attempts = 0;
     }
 
-    fn postpone(&mut self, to: Instant) {
+    /// The check failed: try again at `to`; false once it has failed
+    /// [`VERIFY_ATTEMPTS`] times (then it is dropped).
+    fn postpone(&mut self, to: Instant) -> bool {
+        self.attempts += 1;
+        if self.attempts >= VERIFY_ATTEMPTS {
+            self.cleared();
+            return false;
+        }
         if let Some((_, at)) = &mut self.suspect {
             *at = to;
         }
+        true
     }
 }
 
@@ -828,8 +876,9 @@ impl JetStreamSource {
             })
             .unwrap_or_else(|| Err("the broker did not answer in time".to_owned()));
         let refused = |why: String| Refusal::Fingerprint { why };
-        let (first, held) =
-            looked.map_err(|why| refused(format!("cannot look at sequence {sequence}: {why}")))?;
+        // The broker not answering is not the log refusing: an `Io` refusal.
+        let (first, held) = looked
+            .map_err(|why| Refusal::Io(format!("cannot look at sequence {sequence}: {why}")))?;
         match held {
             Ok((subject, payload)) => {
                 if let Some(filter) = &self.config.filter_subject

@@ -3,26 +3,7 @@
 //! keeps them in ([`RecentRecords`]); and the check a resuming source runs against what its
 //! log holds now ([`ResumeCheck`]).
 //!
-//! # The rule every source follows
-//!
-//! A fingerprint is a record's sequence in its partition and a CRC-32C of the record's
-//! payload *as the log holds it*: the bytes a producer published (a JetStream message's
-//! payload, an EHDB record's `payload` string unescaped, a JSON-lines line without its line
-//! end), never a projection of them. A record whose link, type or any other field changed
-//! has another fingerprint, whatever the index keeps of it.
-//!
-//! A position holds the last `depth` records a source handed over in its partition, oldest
-//! first. A source resuming from it reads its log again from just below the oldest and
-//! requires the records it finds up to the newest to be exactly those, in order: a record
-//! missing, changed, or added between two of them refuses the checkpoint. How many records
-//! that must be is the source's to state, from what its log can do:
-//!
-//! | source | depth | why that many |
-//! |---|---|---|
-//! | EHDB | 1,024 (`EhdbConfig::resume_depth`) | a writer that crashes loses at most its unsealed part, which it seals at 1,024 records by default (EHDB's `DEFAULT_SEAL_MAX_RECORDS`); every record of ours it lost is among our newest 1,024, so a refill anywhere in the lost tail changes one of them |
-//! | JetStream | 1 | a stream never reuses a sequence while it exists, and a stream re-created under its name is another log (its creation time is in the identity) |
-//! | JSON-lines | 1,024 | a file truncated and written again: the same bound as EHDB's tail |
-//! | in-process channel | 2 | its log ends with its process |
+//! [`Position`] states the rule every source follows.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -51,7 +32,28 @@ impl Fingerprint {
 }
 
 /// Where the drain stands in one partition of its source: the last records it applied
-/// there, oldest first (see the module's rule).
+/// there, oldest first.
+///
+/// # The rule every source follows
+///
+/// A fingerprint is a record's sequence in its partition and a CRC-32C of the record's
+/// payload *as the log holds it*: the bytes a producer published (a JetStream message's
+/// payload, an EHDB record's `payload` string unescaped, a JSON-lines line without its line
+/// end), never a projection of them. A record whose link, type or any other field changed
+/// has another fingerprint, whatever the index keeps of it.
+///
+/// A position holds the last `depth` records a source handed over in its partition, oldest
+/// first. A source resuming from it reads its log again from just below the oldest and
+/// requires the records it finds up to the newest to be exactly those, in order: a record
+/// missing, changed, or added between two of them refuses the checkpoint. How many records
+/// that must be is the source's to state, from what its log can do:
+///
+/// | source | depth | why that many |
+/// |---|---|---|
+/// | EHDB | 1,024 (`EhdbConfig::resume_depth`) | a writer that crashes loses at most its unsealed part, which it seals at 1,024 records by default (EHDB's `DEFAULT_SEAL_MAX_RECORDS`); every record of ours it lost is among our newest 1,024, so a refill anywhere in the lost tail changes one of them |
+/// | JetStream | 1 | a stream never reuses a sequence while it exists, and a stream re-created under its name is another log (its creation time is in the identity) |
+/// | JSON-lines | 1,024 | a file truncated and written again: the same bound as EHDB's tail |
+/// | in-process channel | 2 | its log ends with its process |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Position {
     /// The partition's name as the source knows it (`"shard 3"`, a subject filter).
@@ -248,6 +250,11 @@ impl ResumeCheck {
     /// records (the index holds it: drop it), `Ok(false)` once they were all found (a new
     /// record: hand it on), and the refusal when the log holds another record where the
     /// checkpoint's next one was, or a record the checkpoint did not see among its own.
+    ///
+    /// A log whose oldest records of the position are gone is refused too, even when the
+    /// rest match: a retention that reclaimed old parts looks the same on the wire as a
+    /// crash whose lost records went to other partitions while re-sent ones kept their
+    /// sequences. The refusal costs a replay; accepting would serve a record the log lost.
     pub fn record(&mut self, found: Fingerprint) -> Result<bool, Refusal> {
         let Some(&expected) = self.expect.front() else {
             return Ok(false);

@@ -30,7 +30,19 @@ pub(super) fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
         .flat_map(|e| &e.events)
         .map(Event::image_len)
         .sum();
-    let mut out = Vec::with_capacity(images + 4096);
+    // The file's size, so the buffer is never grown: each execution's 20 bytes of header,
+    // a block header per block of about `TARGET_BLOCK_BYTES` (one more for a large
+    // execution at most per execution), the header's positions and texts, the trailer.
+    let positions: usize = checkpoint
+        .positions
+        .iter()
+        .map(|p| 8 + p.partition.len() + 12 * p.records.len())
+        .sum();
+    let executions = checkpoint.executions.len();
+    let blocks = images / TARGET_BLOCK_BYTES + 1 + executions.min(images / TARGET_BLOCK_BYTES + 1);
+    let mut out = Vec::with_capacity(
+        images + 20 * executions + (BLOCK_HEADER_BYTES + 4) * (blocks + 2) + positions + 4096,
+    );
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     let mut blocks = 0u32;

@@ -96,6 +96,9 @@ pub enum Behaviour {
     /// As `Capped`, but after `beats` heartbeats in all the writer goes silent and keeps
     /// the connection open: a half-open socket, as far as the subscriber can tell.
     GoesSilentAfter { limit: usize, beats: u32 },
+    /// As `Capped`, but its first poll takes `ms` (a slow store): the first heartbeat, then
+    /// silence that long, then the batches.
+    SlowFirstPoll { limit: usize, ms: u64 },
 }
 
 /// The writer's heartbeat frame: the JSON object `{"heartbeat":true}`, 18 bytes.
@@ -150,21 +153,26 @@ impl FakeWriter {
                     assert!(
                         matches!(
                             behaviour,
-                            Behaviour::Capped { .. } | Behaviour::GoesSilentAfter { .. }
+                            Behaviour::Capped { .. }
+                                | Behaviour::GoesSilentAfter { .. }
+                                | Behaviour::SlowFirstPoll { .. }
                         ),
                         "only a capped writer serves other shards"
                     );
                 }
                 match behaviour {
-                    Behaviour::Capped { .. } | Behaviour::GoesSilentAfter { .. } => {
-                        let (limit, beats) = match behaviour {
-                            Behaviour::GoesSilentAfter { limit, beats } => (limit, beats),
-                            Behaviour::Capped { limit } => (limit, u32::MAX),
+                    Behaviour::Capped { .. }
+                    | Behaviour::GoesSilentAfter { .. }
+                    | Behaviour::SlowFirstPoll { .. } => {
+                        let (limit, beats, poll_ms) = match behaviour {
+                            Behaviour::GoesSilentAfter { limit, beats } => (limit, beats, 0),
+                            Behaviour::SlowFirstPoll { limit, ms } => (limit, u32::MAX, ms),
+                            Behaviour::Capped { limit } => (limit, u32::MAX, 0),
                             _ => unreachable!(),
                         };
                         std::thread::spawn(move || {
                             let mut connection =
-                                capped(connection, &after, limit, heartbeat_ms, beats);
+                                capped(connection, &after, limit, heartbeat_ms, beats, poll_ms);
                             // Open (and silent) until the subscriber closes it.
                             let mut sink = [0u8; 64];
                             while matches!(connection.read(&mut sink), Ok(n) if n > 0) {}
@@ -238,6 +246,7 @@ fn capped(
     limit: usize,
     heartbeat_ms: Option<u64>,
     beats: u32,
+    first_poll_ms: u64,
 ) -> TcpStream {
     let mut sent = 0u32;
     let beat = |connection: &mut TcpStream, sent: &mut u32| {
@@ -250,6 +259,7 @@ fn capped(
     if !beat(&mut connection, &mut sent) {
         return connection;
     }
+    std::thread::sleep(std::time::Duration::from_millis(first_poll_ms));
     for chunk in after.chunks(limit.max(1)) {
         if connection.write_all(&frame_of(chunk)).is_err() {
             return connection;
