@@ -29,7 +29,7 @@ pub enum WalTarget {
     #[default]
     InProcess,
     /// A JetStream broker at this `nats://HOST:PORT`: each engine run gets its own stream
-    /// (`sb_sim_<pid>_<engine>`, deleted afterwards); the backlog is published before the
+    /// (`sb_sim_<pid>_<engine>_<n>`, deleted afterwards); the backlog is published before the
     /// drain starts, so the cold start is a replay-on-boot from the broker.
     Nats(String),
     /// An EHDB writer: the producer publishes through its ingest face, the drain reads its
@@ -170,10 +170,18 @@ impl Feed {
             }
             WalTarget::Ehdb(target) => Ok(Feed::Ehdb(Box::new(EhdbFeed::open(target)?))),
             WalTarget::Nats(url) => {
-                let stream = format!("sb_sim_{}_{engine}", std::process::id());
-                let subjects =
-                    Subjects::with_prefix(format!("sb_sim.{}.{engine}", std::process::id()))
-                        .ok_or_else(|| io::Error::other("engine name is not a subject token"))?;
+                // A name never used before in this process: a roll runs the same engine
+                // twice, and a broker still deleting the first run's stream (a large one can
+                // take longer than the delete's timeout) must not share files with the next.
+                static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                // Relaxed: only unique numbers are needed.
+                let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let stream = format!("sb_sim_{}_{engine}_{run}", std::process::id());
+                let subjects = Subjects::with_prefix(format!(
+                    "sb_sim.{}.{engine}.{run}",
+                    std::process::id()
+                ))
+                .ok_or_else(|| io::Error::other("engine name is not a subject token"))?;
                 let config = JetStreamConfig::new(url.clone()).stream(&stream);
                 let mut publisher = JetStreamPublisher::connect(&config, subjects.clone(), 1)
                     .map_err(io::Error::other)?;
