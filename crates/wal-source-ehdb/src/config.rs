@@ -54,16 +54,25 @@ pub struct EhdbConfig {
     /// redialled from the last record handed over: a half-open socket is found within
     /// 15 s. A writer that predates heartbeats ignores the request and is never held to it.
     pub heartbeat: Option<Duration>,
-    /// How many of a shard's last records a checkpoint names, and a resume checks (default
-    /// [`DEFAULT_RESUME_DEPTH`]). A writer that crashes loses at most its unsealed part,
-    /// whose size is its seal threshold by records; this must be at least that threshold
-    /// for a refill of the lost tail to be seen wherever it starts.
+    /// How many of a shard's last records a checkpoint names at most, and a resume checks
+    /// (default [`DEFAULT_RESUME_DEPTH`]). A writer that crashes loses at most its shard's
+    /// unsealed part, which it seals at a number of records or of bytes, whichever comes
+    /// first; this must be at least the writer's record threshold.
     pub resume_depth: usize,
+    /// Fewer records are named once the newest of them cover this many payload bytes
+    /// (default [`DEFAULT_RESUME_BYTES`]); it must be at least the writer's byte threshold.
+    /// With production's ~73 KB envelopes a checkpoint names ~116 records, and a resume
+    /// reads back ~8 MiB instead of ~75 MB.
+    pub resume_bytes: u64,
 }
 
 /// EHDB's default seal threshold by record count (its `DEFAULT_SEAL_MAX_RECORDS`): the most
-/// records a writer's crash can lose from a shard, so the depth a resume checks.
+/// records a writer's crash can lose from a shard, so the most a resume checks.
 pub const DEFAULT_RESUME_DEPTH: usize = 1024;
+
+/// EHDB's default seal threshold by size (its `DEFAULT_SEAL_MAX_BYTES`, 8 MiB): the most
+/// bytes a writer's crash can lose from a shard.
+pub const DEFAULT_RESUME_BYTES: u64 = 8 << 20;
 
 /// Missed heartbeats after which a connection is taken as dead (upstream's client's rule).
 pub(crate) const MISSED_HEARTBEATS: u32 = 3;
@@ -85,6 +94,7 @@ impl EhdbConfig {
             resume: Vec::new(),
             heartbeat: Some(Duration::from_secs(5)),
             resume_depth: DEFAULT_RESUME_DEPTH,
+            resume_bytes: DEFAULT_RESUME_BYTES,
         }
     }
 
@@ -102,8 +112,8 @@ impl EhdbConfig {
 
     /// Resumes after a [checkpoint](wal_index::checkpoint)'s positions (the ones an
     /// [`EhdbSource`](crate::EhdbSource) reported, partitions named `shard N`): each such
-    /// shard subscribes from just below the oldest record its position names (up to
-    /// [`resume_depth`](Self::resume_depth) of them), and its reader checks that the good
+    /// shard subscribes from just below the oldest record its position names (see
+    /// [`resume_depth`](Self::resume_depth) and [`resume_bytes`](Self::resume_bytes)), and its reader checks that the good
     /// records delivered up to the last applied one are exactly the fingerprinted ones
     /// (their sequences and the CRC-32C of their payloads as the log holds them), none
     /// missing, changed or added, before it hands on anything, and drops them (the index

@@ -237,6 +237,7 @@ impl FrameReader {
                 each(Decoded {
                     position: last_sequence,
                     payload_crc: 0,
+                    payload_len: 0,
                     event: Err(RecordError::Envelope(format!(
                         "the frame's array is broken at byte {}: {why}; the rest of the frame ({} bytes) was skipped",
                         body.read, body.remaining
@@ -475,12 +476,14 @@ impl FrameReader {
         };
         // The fingerprint's hash: the payload as the log holds it, whatever the index keeps.
         let payload_crc = Fingerprint::of(position, &self.payload).hash;
+        let payload_len = u32::try_from(self.payload.len()).unwrap_or(u32::MAX);
         let event = match self.mode.decode(&self.payload) {
             Ok(event) => event,
             Err(error) => {
                 return Decoded {
                     position,
                     payload_crc,
+                    payload_len,
                     event: Err(error.into()),
                 };
             }
@@ -497,6 +500,7 @@ impl FrameReader {
         Decoded {
             position,
             payload_crc,
+            payload_len,
             event: Ok(event),
         }
     }
@@ -506,6 +510,7 @@ fn bad(position: u64, why: String) -> Decoded {
     Decoded {
         position,
         payload_crc: 0,
+        payload_len: 0,
         event: Err(RecordError::Envelope(why)),
     }
 }

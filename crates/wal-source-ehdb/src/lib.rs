@@ -89,7 +89,9 @@ mod source;
 #[cfg(feature = "test-writer")]
 pub mod test_writer;
 
-pub use config::{DEFAULT_FEED_BATCH_LIMIT, DEFAULT_RESUME_DEPTH, EhdbConfig};
+pub use config::{
+    DEFAULT_FEED_BATCH_LIMIT, DEFAULT_RESUME_BYTES, DEFAULT_RESUME_DEPTH, EhdbConfig,
+};
 pub use publisher::EhdbPublisher;
 pub use rehydrate::{EhdbRehydrate, read_retained};
 pub use shard::shard_of;

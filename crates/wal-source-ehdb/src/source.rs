@@ -360,9 +360,13 @@ impl EhdbSource {
             handed: config
                 .shards
                 .iter()
-                .map(|&shard| match config.resume_of(shard) {
-                    Some(p) => RecentRecords::resumed(p, config.resume_depth),
-                    None => RecentRecords::new(config.resume_depth),
+                .map(|&shard| {
+                    let mut recent =
+                        RecentRecords::covering(config.resume_depth, config.resume_bytes);
+                    if let Some(p) = config.resume_of(shard) {
+                        recent.extend_resumed(p);
+                    }
+                    recent
                 })
                 .collect(),
         };
@@ -408,10 +412,13 @@ impl EhdbSource {
         // A position names good records: a bad one's position can move (one without a
         // readable sequence takes its neighbour's), so it is never fingerprinted.
         if record.event.is_ok() {
-            self.handed[slot].push(Fingerprint {
-                sequence: record.position,
-                hash: record.payload_crc,
-            });
+            self.handed[slot].push_sized(
+                Fingerprint {
+                    sequence: record.position,
+                    hash: record.payload_crc,
+                },
+                record.payload_len as usize,
+            );
         }
         record
     }

@@ -177,11 +177,9 @@ impl Feed {
                 // Relaxed: only unique numbers are needed.
                 let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let stream = format!("sb_sim_{}_{engine}_{run}", std::process::id());
-                let subjects = Subjects::with_prefix(format!(
-                    "sb_sim.{}.{engine}.{run}",
-                    std::process::id()
-                ))
-                .ok_or_else(|| io::Error::other("engine name is not a subject token"))?;
+                let subjects =
+                    Subjects::with_prefix(format!("sb_sim.{}.{engine}.{run}", std::process::id()))
+                        .ok_or_else(|| io::Error::other("engine name is not a subject token"))?;
                 let config = JetStreamConfig::new(url.clone()).stream(&stream);
                 let mut publisher = JetStreamPublisher::connect(&config, subjects.clone(), 1)
                     .map_err(io::Error::other)?;

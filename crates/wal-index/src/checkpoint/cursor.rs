@@ -50,7 +50,7 @@ impl Fingerprint {
 ///
 /// | source | depth | why that many |
 /// |---|---|---|
-/// | EHDB | 1,024 (`EhdbConfig::resume_depth`) | a writer that crashes loses at most its unsealed part, which it seals at 1,024 records by default (EHDB's `DEFAULT_SEAL_MAX_RECORDS`); every record of ours it lost is among our newest 1,024, so a refill anywhere in the lost tail changes one of them |
+/// | EHDB | the last 1,024, fewer once the newest cover 8 MiB of payload (`EhdbConfig::resume_depth`, `resume_bytes`) | a writer that crashes loses at most its shard's unsealed part, which it seals at 1,024 records or 8 MiB, whichever comes first (EHDB's `DEFAULT_SEAL_MAX_RECORDS`, `DEFAULT_SEAL_MAX_BYTES`); every record of ours it lost is among those, so a refill anywhere in the lost tail changes one of them |
 /// | JetStream | 1 | a stream never reuses a sequence while it exists, and a stream re-created under its name is another log (its creation time is in the identity) |
 /// | JSON-lines | 1,024 | a file truncated and written again: the same bound as EHDB's tail |
 /// | in-process channel | 2 | its log ends with its process |
@@ -154,7 +154,13 @@ pub struct SourcePosition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecentRecords {
     depth: usize,
-    ring: VecDeque<Fingerprint>,
+    /// With [`RecentRecords::covering`]: the payload bytes the newest records must cover
+    /// before older ones are let go.
+    cover_bytes: Option<u64>,
+    /// The records and their payloads' sizes (0 where not known: a resumed position's).
+    ring: VecDeque<(Fingerprint, u32)>,
+    /// The sizes in `ring`, summed.
+    bytes: u64,
 }
 
 impl RecentRecords {
@@ -163,37 +169,82 @@ impl RecentRecords {
         let depth = depth.max(1);
         RecentRecords {
             depth,
+            cover_bytes: None,
             ring: VecDeque::with_capacity(depth.min(4096)),
+            bytes: 0,
+        }
+    }
+
+    /// A ring that keeps at most `depth` records, and fewer once the newest of them cover
+    /// `bytes` of payload ([`push_sized`](Self::push_sized)): what a log that can lose at
+    /// most `depth` records *or* `bytes` of them (a writer that seals its part at whichever
+    /// comes first) needs checked.
+    ///
+    /// ```
+    /// use wal_index::checkpoint::{Fingerprint, RecentRecords};
+    ///
+    /// let mut recent = RecentRecords::covering(1024, 100);
+    /// for seq in 1..=10u64 {
+    ///     recent.push_sized(Fingerprint::of(seq, b"x"), 40);
+    /// }
+    /// // The newest three cover 100 bytes (120): the older ones are let go.
+    /// let kept = recent.position("shard 0").unwrap().records;
+    /// assert_eq!(kept.iter().map(|f| f.sequence).collect::<Vec<_>>(), vec![8, 9, 10]);
+    /// ```
+    pub fn covering(depth: usize, bytes: u64) -> RecentRecords {
+        RecentRecords {
+            cover_bytes: Some(bytes),
+            ..RecentRecords::new(depth)
         }
     }
 
     /// A ring that carries on from a checkpoint's `position` (its newest `depth` records).
     pub fn resumed(position: &Position, depth: usize) -> RecentRecords {
         let mut ring = RecentRecords::new(depth);
-        for &record in &position.records {
-            ring.push(record);
-        }
+        ring.extend_resumed(position);
         ring
+    }
+
+    /// Carries on from a checkpoint's `position` (its records' sizes are not known: they
+    /// are let go once newer records cover the ring's bytes, or past its depth).
+    pub fn extend_resumed(&mut self, position: &Position) {
+        for &record in &position.records {
+            self.push_sized(record, 0);
+        }
     }
 
     /// Notes a record handed over.
     pub fn push(&mut self, record: Fingerprint) {
-        if self.ring.len() == self.depth {
+        self.push_sized(record, 0);
+    }
+
+    /// Notes a record handed over whose payload is `len` bytes long.
+    pub fn push_sized(&mut self, record: Fingerprint, len: usize) {
+        let len = u32::try_from(len).unwrap_or(u32::MAX);
+        self.ring.push_back((record, len));
+        self.bytes += u64::from(len);
+        while let Some(&(_, oldest)) = self.ring.front() {
+            let covered = self
+                .cover_bytes
+                .is_some_and(|cover| self.bytes - u64::from(oldest) >= cover);
+            if self.ring.len() <= self.depth && !covered {
+                break;
+            }
             self.ring.pop_front();
+            self.bytes -= u64::from(oldest);
         }
-        self.ring.push_back(record);
     }
 
     /// The newest record noted.
     pub fn last(&self) -> Option<Fingerprint> {
-        self.ring.back().copied()
+        self.ring.back().map(|&(record, _)| record)
     }
 
     /// The position these records make in `partition`, or `None` before the first.
     pub fn position(&self, partition: impl Into<String>) -> Option<Position> {
         (!self.ring.is_empty()).then(|| Position {
             partition: partition.into(),
-            records: self.ring.iter().copied().collect(),
+            records: self.ring.iter().map(|&(record, _)| record).collect(),
         })
     }
 }

@@ -24,6 +24,8 @@ pub struct Decoded {
     /// CRC-32C of the record's payload as the log holds it (before any decoding), the hash
     /// of its [`Fingerprint`]; 0 for a record without a payload.
     pub payload_crc: u32,
+    /// The payload's length as the log holds it (0 for a record without a payload).
+    pub payload_len: u32,
     /// The event, or why the record is not one (the drain counts it as bad).
     pub event: Result<Event, RecordError>,
 }
