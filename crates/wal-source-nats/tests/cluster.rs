@@ -114,7 +114,7 @@ fn the_drain_rides_out_a_partitioned_leader() {
 /// The fault that lost acknowledged events before the source checked what it returned
 /// around a break (a paused leader on nats-server 2.9, about one drill in three on two
 /// cores), alone and again on a fresh cluster each time: `SB_PAUSE_DRILLS` times (default
-/// 3; `scripts/nats-cluster.sh` runs more).
+/// 3; set it higher for a longer proof).
 #[test]
 fn a_paused_leader_loses_nothing_drill_after_drill() {
     let runs: usize = std::env::var("SB_PAUSE_DRILLS")
