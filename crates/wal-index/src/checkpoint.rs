@@ -173,8 +173,7 @@ impl Checkpoint {
             .execution_ids()
             .into_iter()
             .filter_map(|execution_id| {
-                let chain = index.chain(execution_id)?;
-                let idle = index.idle_at(execution_id, now)?;
+                let (chain, idle) = index.chain_and_idle_at(execution_id, now)?;
                 let events: Vec<Event> = chain.iter().cloned().collect();
                 (!events.is_empty()).then_some(ExecutionImage {
                     execution_id,

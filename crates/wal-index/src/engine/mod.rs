@@ -126,17 +126,17 @@ impl WalIndex {
         self.clock.at(at)
     }
 
-    /// How long `execution_id` had been neither applied to nor built for at `now` (its
-    /// recency, as sweeps judge it); `None` if it is not resident.
-    pub(crate) fn idle_at(
+    /// `execution_id`'s published chain and how long it had been neither applied to nor
+    /// built for at `now` (its recency, as sweeps judge it), from one lookup; `None` if it
+    /// is not resident.
+    pub(crate) fn chain_and_idle_at(
         &self,
         execution_id: ExecutionId,
         now: Instant,
-    ) -> Option<std::time::Duration> {
+    ) -> Option<(Arc<Chain>, std::time::Duration)> {
         let slot = self.lookup(execution_id)?;
-        Some(std::time::Duration::from_nanos(
-            self.nanos(now).saturating_sub(slot.last_used()),
-        ))
+        let idle = self.nanos(now).saturating_sub(slot.last_used());
+        Some((slot.chain(), std::time::Duration::from_nanos(idle)))
     }
 
     /// Executions the index does not hold that drives are waiting for, each in a waiting

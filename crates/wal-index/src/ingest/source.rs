@@ -286,18 +286,20 @@ impl WalSource for ChannelSource {
     /// one before. An in-process channel ends with its process, so nothing resumes from
     /// it; its checkpoints measure what checkpointing costs the drain.
     fn position(&self) -> Option<SourcePosition> {
-        let fingerprint = |r: &Record| Fingerprint::of(r.position, &r.payload);
+        self.handed[0].as_ref()?;
         Some(SourcePosition {
             log: LogIdentity::new("channel", "in-process", ""),
-            positions: vec![Position::new(
-                "channel",
-                &self.handed[1]
-                    .as_ref()
-                    .map(fingerprint)
-                    .into_iter()
-                    .collect::<Vec<_>>(),
-                fingerprint(self.handed[0].as_ref()?),
-            )],
+            positions: vec![Position {
+                partition: "channel".to_owned(),
+                // `handed` is newest first; a position is oldest first.
+                records: self
+                    .handed
+                    .iter()
+                    .rev()
+                    .flatten()
+                    .map(|r| Fingerprint::of(r.position, &r.payload))
+                    .collect(),
+            }],
         })
     }
 }
