@@ -715,6 +715,21 @@ enum Held {
     Nothing,
 }
 
+/// The stream `name` and its state as the broker reports it now.
+async fn stream_now(
+    context: &jetstream::Context,
+    name: &str,
+) -> Result<(jetstream::stream::Stream, jetstream::stream::State), String> {
+    let mut stream = context.get_stream(name).await.map_err(|e| e.to_string())?;
+    let state = stream
+        .info()
+        .await
+        .map_err(|e| e.to_string())?
+        .state
+        .clone();
+    Ok((stream, state))
+}
+
 /// What the stream's leader holds at each of `records`' sequences (`STREAM.MSG.GET` is
 /// answered by the leader).
 async fn held_at(
@@ -722,13 +737,7 @@ async fn held_at(
     name: String,
     records: Vec<Fingerprint>,
 ) -> Result<Vec<Held>, String> {
-    let mut stream = context.get_stream(&name).await.map_err(|e| e.to_string())?;
-    let state = stream
-        .info()
-        .await
-        .map_err(|e| e.to_string())?
-        .state
-        .clone();
+    let (stream, state) = stream_now(&context, &name).await?;
     let mut held = Vec::with_capacity(records.len());
     for record in &records {
         let sequence = record.sequence;
@@ -864,13 +873,8 @@ impl JetStreamSource {
         let looked = self
             .runtime
             .block_on_for(self.config.api_timeout, async move {
-                let mut stream = context.get_stream(&name).await.map_err(|e| e.to_string())?;
-                let first = stream
-                    .info()
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .state
-                    .first_sequence;
+                let (stream, state) = stream_now(&context, &name).await?;
+                let first = state.first_sequence;
                 let held = stream.get_raw_message(sequence).await;
                 Ok::<_, String>((first, held.map(|m| (m.subject.to_string(), m.payload))))
             })
