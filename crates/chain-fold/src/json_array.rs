@@ -259,7 +259,8 @@ impl Buf for JsonBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Chain, SpineOrder};
+    use crate::chain::Chain;
+    use crate::spine::SpineOrder;
 
     fn spine_of(payloads: &[&str]) -> Spine {
         let events: Vec<Event> = payloads

@@ -18,9 +18,10 @@ use shuttle::thread;
 
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
 use crate::index::StateIndex;
+use crate::index::flow::DriveFlow;
 use crate::report::IndexStats;
 use crate::test_events::ev;
-use crate::{DriveFlow, Event};
+use chain_fold::Event;
 
 /// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
 fn advance_clock<I: StateIndex>(index: &I, by: Duration) {
@@ -118,7 +119,7 @@ fn workload<I: StateIndex>() {
     // deadlock if one waits for a wake-up that the terminal eviction never sends. Only the
     // engine knows that an execution finished; the comparators' drives, like today's, wait
     // out their budget (which has no clock under the model), so they are not run there.
-    if I::NAME == crate::WalIndex::NAME {
+    if I::NAME == crate::engine::WalIndex::NAME {
         threads.push(spawn(Box::new(|index: &I| {
             let budget = DriveBudget {
                 attempts: 10_000,
@@ -166,8 +167,8 @@ fn workload<I: StateIndex>() {
 /// the drain applies and the drive's wait races it), counting its reads.
 struct Retained(Vec<Event>, usize, std::sync::atomic::AtomicU32);
 
-impl crate::DriveFallbacks for Retained {
-    fn retained(&self, _: crate::ExecutionId) -> crate::flow::FallbackRead<'_> {
+impl crate::index::flow::DriveFallbacks for Retained {
+    fn retained(&self, _: chain_fold::ExecutionId) -> crate::index::flow::FallbackRead<'_> {
         self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (events, yields) = (self.0.clone(), self.1);
         Box::pin(async move {
@@ -208,7 +209,7 @@ fn async_backfill_workload() {
 /// drain's bytes, none may read early twice, and every replay permit is given back.
 fn restart_behind_the_drain(asynchronous: bool) {
     use crate::ingest::Backfill;
-    let index = Arc::new(crate::WalIndex::default());
+    let index = Arc::new(crate::engine::WalIndex::default());
     index.note_backfill(Backfill::Behind { remaining: None });
     let history: Vec<Event> = (1..=3)
         .map(|id| ev(7, id, (id > 1).then(|| id - 1)))
@@ -239,7 +240,7 @@ fn restart_behind_the_drain(asynchronous: bool) {
             thread::spawn(move || {
                 let yields = if asynchronous { yields } else { 0 };
                 let retained = Retained(read, yields, Default::default());
-                let flow = crate::DriveFlow::new(DriveBudget {
+                let flow = crate::index::flow::DriveFlow::new(DriveBudget {
                     attempts: 10_000,
                     retry: Duration::from_secs(1),
                 })
@@ -326,7 +327,7 @@ fn async_backfill_pct() {
 }
 
 engines!(
-    lockfree: crate::WalIndex,
+    lockfree: crate::engine::WalIndex,
     papaya: crate::baseline::PapayaIndex,
     sharded: crate::baseline::ShardedMutexIndex,
     mutex: crate::baseline::MutexIndex,

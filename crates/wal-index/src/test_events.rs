@@ -1,6 +1,6 @@
 //! The events the crate's own tests and models build chains from.
 
-use crate::Event;
+use chain_fold::Event;
 
 /// Event `id` of `execution`, linking to `prev`: the genesis when it links to nothing, a
 /// step otherwise.

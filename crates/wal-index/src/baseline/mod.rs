@@ -40,7 +40,9 @@ macro_rules! comparator_basics {
 
         impl Default for $index {
             fn default() -> Self {
-                <$index as $crate::StateIndex>::with_config($crate::IndexConfig::default())
+                <$index as $crate::index::StateIndex>::with_config(
+                    $crate::config::IndexConfig::default(),
+                )
             }
         }
 

@@ -12,10 +12,11 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::config::{DriveBudget, EvictionPolicy, IndexConfig};
+use crate::engine::WalIndex;
+use crate::index::flow::DriveFlow;
 use crate::index::{IndexHooks, StateIndex};
 use crate::report::IndexStats;
 use crate::test_events::ev;
-use crate::{DriveFlow, WalIndex};
 
 /// Moves `index`'s model clock forward by `by` (model time stands still otherwise).
 fn advance_clock(index: &WalIndex, by: Duration) {

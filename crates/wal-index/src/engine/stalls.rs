@@ -575,10 +575,11 @@ mod out_of_order_departures {
 
     use super::super::slot::{Slot, SlotEviction};
     use crate::config::IndexConfig;
+    use crate::engine::WalIndex;
     use crate::index::StateIndex;
     use crate::sync::Arc;
     use crate::test_events::ev;
-    use crate::{Event, WalIndex};
+    use chain_fold::Event;
 
     const BOUND: Duration = Duration::from_secs(30);
 

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Cluster;
-use crate::{JetStreamConfig, JetStreamPublisher, JetStreamSource, Subjects};
+use crate::config::{JetStreamConfig, Subjects};
+use crate::publisher::JetStreamPublisher;
+use crate::source::JetStreamSource;
 use bytes::Bytes;
 use wal_index::ingest::DrainReport;
 use wal_index::stall::StalledChain;
