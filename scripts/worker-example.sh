@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The worker-pool example (crates/sb-sim/examples/worker_pool.rs) as a pool's engineer runs
-# it: first on its default (an in-process WAL, 20 s, a clean shutdown by itself), then
-# through a real NATS JetStream broker for 5 s, then through the real EHDB writer for 5 s.
-# Each run must exit 0 having served drives.
+# it: first on its default (an in-process WAL, 20 s, a clean shutdown by itself); then a
+# roll on a JSON-lines WAL that outlives the run (stopped with SIGTERM, started again: the
+# second run must restore the first one's last checkpoint, replay nothing, and serve
+# drives); then through a real NATS JetStream broker for 5 s, then through the real EHDB
+# writer for 5 s. Each run must exit 0 having served drives.
 #
 # Usage: scripts/worker-example.sh     (NATS_SERVER=/path/to/nats-server to pick the binary;
 #        without one the broker run is skipped, or fails when SB_REQUIRE_NATS is set;
@@ -12,6 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+# Exits 0 when the URL answers 200 (a 503 or no answer: 1).
+probe() { python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "$1" 2>/dev/null; }
 run() { cargo run --locked -q -p sb-sim --example worker_pool -- --metrics-addr "127.0.0.1:$(free_port)" "$@"; }
 
 echo "worker_pool on its default (in-process WAL):"
@@ -22,6 +26,50 @@ cdir=$(mktemp -d)
 NOETL_STATE_INDEX_CHECKPOINT_DIR="$cdir" NOETL_STATE_INDEX_CHECKPOINT_SECS=1 run --duration 5
 ls "$cdir"/checkpoint-*.sbix >/dev/null || { echo "no checkpoint was written to $cdir"; exit 1; }
 rm -rf "$cdir"
+
+# A roll: the example's binary run directly (cargo run would not pass SIGTERM on), on a WAL
+# file, stopped with SIGTERM once it is ready, then started again on the same file and
+# checkpoint directory.
+roll_on_a_file() {
+  local bin rdir port pid lines
+  bin=$(cargo build --locked -q -p sb-sim --example worker_pool --message-format=json \
+    | python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "worker_pool" and m.get("executable"):
+        print(m["executable"])')
+  rdir=$(mktemp -d)
+  port=$(free_port)
+  echo "worker_pool rolled on a JSON-lines WAL ($rdir/wal.jsonl): SIGTERM, then a warm start"
+  NOETL_STATE_INDEX_CHECKPOINT_DIR="$rdir/ckpt" "$bin" --wal "file:$rdir/wal.jsonl" --duration 0 \
+    --metrics-addr "127.0.0.1:$port" >"$rdir/first.out" 2>"$rdir/first.err" &
+  pid=$!
+  for _ in $(seq 200); do
+    probe "http://127.0.0.1:$port/ready" && break
+    sleep 0.05
+  done
+  probe "http://127.0.0.1:$port/ready" || { echo "the first run never became ready"; cat "$rdir/first.err"; exit 1; }
+  probe "http://127.0.0.1:$port/livez" || { echo "the first run is not live"; exit 1; }
+  sleep 3
+  kill -TERM "$pid"
+  wait "$pid" || { echo "the first run did not exit 0 after SIGTERM"; cat "$rdir/first.err"; exit 1; }
+  cat "$rdir/first.out"
+  grep -q '^worker pool: last checkpoint written' "$rdir/first.out" \
+    || { echo "the first run took no last checkpoint"; exit 1; }
+  lines=$(wc -l <"$rdir/wal.jsonl")
+  NOETL_STATE_INDEX_CHECKPOINT_DIR="$rdir/ckpt" "$bin" --wal "file:$rdir/wal.jsonl" --duration 3 \
+    --metrics-addr "127.0.0.1:$(free_port)" >"$rdir/second.out" 2>"$rdir/second.err" \
+    || { echo "the second run failed"; cat "$rdir/second.err"; exit 1; }
+  cat "$rdir/second.out"
+  # Restored the first run's last checkpoint, which holds every line the file had: nothing
+  # of the first run is replayed.
+  grep -q "^worker pool: restored checkpoint-.*resumed after lines $lines;" "$rdir/second.out" \
+    || { echo "the second run did not resume after line $lines, the first run's last"; exit 1; }
+  grep -Eq '^drives: [1-9][0-9]* \([1-9][0-9]* served' "$rdir/second.out" \
+    || { echo "the second run served no drive"; exit 1; }
+  rm -rf "$rdir"
+}
+roll_on_a_file
 
 through_writer() {
   if [ -z "${EHDB_WRITER:-}" ]; then

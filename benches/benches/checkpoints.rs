@@ -22,8 +22,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sb_benches::{interleaved, linear, payload};
-use wal_index::checkpoint::DirStore;
-use wal_index::ingest::{Checkpointing, channel_wal};
+use wal_index::checkpoint::{Checkpointing, DirStore};
+use wal_index::ingest::channel_wal;
 use wal_index::{Drain, DrainConfig, IndexConfig, StateIndex, WalIndex};
 
 /// How often a checkpoint comes due.

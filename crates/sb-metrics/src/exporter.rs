@@ -2,9 +2,8 @@
 
 use std::net::SocketAddr;
 
-use metrics_exporter_prometheus::{
-    BuildError, Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
-};
+pub use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusRecorder};
 
 use crate::series::{BUILD_DURATION_BUCKETS, CHAIN_HOPS_BUCKETS, name};
 
@@ -27,6 +26,12 @@ pub fn builder(prefix: &str) -> Result<PrometheusBuilder, BuildError> {
 /// exporter starts its own single-threaded runtime on a background thread.
 pub fn install(addr: SocketAddr, prefix: &str) -> Result<(), BuildError> {
     builder(prefix)?.with_http_listener(addr).install()
+}
+
+/// Installs the global recorder without a listener, and returns its handle: a process that
+/// serves `/metrics` itself (beside its own probes) answers it with `handle.render()`.
+pub fn install_recorder(prefix: &str) -> Result<PrometheusHandle, BuildError> {
+    builder(prefix)?.install_recorder()
 }
 
 /// A recorder that is not installed globally, and its handle: use it with

@@ -6,16 +6,25 @@
 //!   deadline loop, rehydrate from the retained WAL on a miss, then fallback), at most two
 //!   at a time, as a worker runs two commands;
 //! - the `noetl_worker_state_builder_*` series on `/metrics` (Prometheus);
-//! - checkpoints of the index where `NOETL_STATE_INDEX_CHECKPOINT_DIR` says (every 60 s by
-//!   default, `NOETL_STATE_INDEX_CHECKPOINT_SECS`);
-//! - a clean shutdown on Ctrl-C, or after `--duration` seconds: dispatching stops, the
-//!   drives in flight finish, the drain drains, and the run prints what it served.
+//! - a warm start: with `NOETL_STATE_INDEX_CHECKPOINT_DIR` (or `_URL`) set, the pool starts
+//!   from its newest checkpoint that the WAL still holds (`Drain::warm_start`), and
+//!   checkpoints the index there (every 60 s by default, `NOETL_STATE_INDEX_CHECKPOINT_SECS`);
+//! - the probes Kubernetes calls next to `/metrics`: `/ready` (503 until the drain has
+//!   reached the WAL's head, restored or not) and `/livez` (503 once the drain has not
+//!   returned from a step for 30 s);
+//! - a graceful shutdown on SIGTERM or Ctrl-C, or after `--duration` seconds: dispatching
+//!   stops, the drives in flight finish, the drain applies what the WAL holds, takes its last
+//!   checkpoint (within `NOETL_STATE_INDEX_CHECKPOINT_LAST_SECS`, 10 s), and the run prints
+//!   what it served.
 //!
 //! ```sh
 //! cargo run --release -p sb-sim --example worker_pool                  # in-process WAL, 20 s
 //! cargo run --release -p sb-sim --example worker_pool -- --wal nats://127.0.0.1:4222
 //! cargo run --release -p sb-sim --example worker_pool -- --wal 'ehdb://127.0.0.1:7070?ingest=7071'
+//! NOETL_STATE_INDEX_CHECKPOINT_DIR=/tmp/ckpt \
+//!   cargo run --release -p sb-sim --example worker_pool -- --wal file:/tmp/wal.jsonl  # run it twice
 //! curl -s 127.0.0.1:9464/metrics | grep drive_builds_total             # while it runs
+//! curl -si 127.0.0.1:9464/ready | head -1
 //! ```
 //!
 //! On its default the WAL is an in-process channel fed by the simulator's generator
@@ -23,7 +32,11 @@
 //! nats://HOST:PORT` the same events go through a JetStream stream made for the run (and
 //! deleted afterwards), and the drain consumes it with a replay-on-boot `JetStreamSource` on
 //! its own thread; with `--wal ehdb://…` they go through an EHDB writer's ingest face and the
-//! drain reads its feed with an `EhdbSource`, from the run's own first sequence.
+//! drain reads its feed with an `EhdbSource`, from the run's own first sequence (or from its
+//! checkpoint); with `--wal file:PATH` they are appended to a JSON-lines file that outlives
+//! the run, which the drain follows (`JsonLinesSource::following`). The WALs that outlive a
+//! run (the file, the writer) are where a second run restores the first one's checkpoint;
+//! each run's executions have ids of their own (from the clock), as a new day's would.
 //!
 //! The simulator's `Feed` plays the server that publishes; the pool's side of the WAL (the
 //! drain's source and the drives' per-execution read) is built in [`pool_side`] with each
@@ -33,16 +46,20 @@
 //! (`EhdbRehydrate`, which waits for the writer's replay of the shard), and the records the
 //! producer published on the in-process channel, which has no transport to read.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sb_metrics::{StateBuilderMetrics, exporter, series::DEFAULT_PREFIX};
+use sb_metrics::exporter::{self, PrometheusHandle};
+use sb_metrics::{StateBuilderMetrics, series::DEFAULT_PREFIX};
 use sb_sim::wal::{Feed, PoolWal, RetainedWal, WalTarget};
-use sb_sim::workload::{Generator, Shape};
-use wal_index::ingest::{Checkpointing, DrainReport};
+use sb_sim::workload::{Generator, Item, Shape};
+use wal_index::checkpoint::{Checkpointing, LastCheckpoint};
+use wal_index::ingest::{DrainHealth, DrainReport, JsonLinesSource, WarmStart};
 use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{
@@ -56,7 +73,7 @@ use wal_source_nats::{JetStreamRehydrate, JetStreamSource};
 #[derive(Parser)]
 struct Args {
     /// The WAL: `nats://HOST:PORT` for a JetStream broker, `ehdb://HOST:FEED_PORT?ingest=PORT`
-    /// for an EHDB writer; omitted, an in-process WAL.
+    /// for an EHDB writer, `file:PATH` for a JSON-lines file; omitted, an in-process WAL.
     #[arg(long)]
     wal: Option<String>,
     /// Seconds of dispatches before a clean shutdown (0: until Ctrl-C).
@@ -107,41 +124,52 @@ type Index = WalIndex;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let target = WalTarget::parse(args.wal.as_deref())?;
+    let target = Target::parse(args.wal.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
 
     // Metrics first: handles registered before the recorder is installed record nowhere.
-    {
-        let _inside = runtime.enter();
-        exporter::install(args.metrics_addr, DEFAULT_PREFIX)?;
-    }
+    let metrics = exporter::install_recorder(DEFAULT_PREFIX)?;
     let consumed = Arc::new(ConsumedRecords::default());
     let observer: Arc<Observer> =
         Arc::new((StateBuilderMetrics::register(), Arc::clone(&consumed)));
     let index = Arc::new(Index::with_observer(IndexConfig::from_env()?, observer));
 
-    let mut wal = Feed::open(&target, "worker")?;
+    // The producer side (the simulator's server), then the pool's start in one call.
+    let mut wal = Producer::open(&target)?;
     let retained = Arc::new(RetainedWal::default());
-    let (source, reads) = pool_side(&mut wal, Arc::clone(&retained))?;
-    let stop_drain = Arc::new(AtomicBool::new(false));
-    let drain = checkpointed(Drain::new(
+    let (make_source, reads) = pool_side(&mut wal, Arc::clone(&retained))?;
+    let checkpoints = Checkpointing::from_env()?;
+    if let Some(c) = &checkpoints {
+        eprintln!(
+            "worker pool: checkpoints in {} every {:?}",
+            c.store.location(),
+            c.every
+        );
+    }
+    let (drain, start) = Drain::warm_start(
         Arc::clone(&index),
-        source,
+        checkpoints,
+        make_source,
         DrainConfig::from_env()?,
-    ))?;
-    let drain_task = start_drain(&runtime, &target, drain, &stop_drain);
-    let interrupted = watch_ctrl_c(&runtime);
+    )?;
+    report_start(&start, &index);
+    let health = drain.health();
+    serve_probes(args.metrics_addr, metrics, Arc::clone(&health))?;
+    announce_ready(&runtime, Arc::clone(&health), Arc::clone(&consumed));
+    let stop_drain = Arc::new(AtomicBool::new(false));
+    let drain_task = start_drain(&runtime, target.blocks(), drain, &stop_drain);
+    let interrupted = watch_signals(&runtime);
     eprintln!(
-        "worker pool: WAL {}, metrics on http://{}/metrics, {}",
+        "worker pool: WAL {}, metrics and probes on http://{}/metrics, /ready, /livez; {}",
         target.describe(),
         args.metrics_addr,
         if args.duration == 0 {
-            "until Ctrl-C".to_owned()
+            "until SIGTERM or Ctrl-C".to_owned()
         } else {
-            format!("{} s (Ctrl-C stops it sooner)", args.duration)
+            format!("{} s (SIGTERM or Ctrl-C stops it sooner)", args.duration)
         }
     );
 
@@ -159,7 +187,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (drives, published) = dispatch(&args, &runtime, &mut wal, &pool, &interrupted)?;
 
     // Shutdown: no more dispatches; the drives in flight finish; the WAL is flushed and
-    // the drain consumes what it holds, then stops.
+    // the drain applies what it holds, then takes its last checkpoint.
     eprintln!(
         "worker pool: shutting down ({} drives in flight or queued)",
         { drives.iter().filter(|d| !d.is_finished()).count() }
@@ -170,7 +198,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     close_wal(wal, &consumed, published, &stop_drain)?;
-    let report = runtime.block_on(drain_task)??;
+    let mut drain = runtime.block_on(drain_task)??;
+    report_last_checkpoint(drain.shut_down());
+    let report = drain.report().clone();
+    drop(drain);
     let served = pool.served.lock().map_err(|_| "a drive panicked")?;
     summarize(&served, &report, published, started.elapsed(), &index);
     if served.latencies.is_empty() {
@@ -179,94 +210,255 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The drain, checkpointing where `NOETL_STATE_INDEX_CHECKPOINT_DIR` (or, with wal-index's
-/// `object-store-aws` feature, `_URL`) says. A pool restarted on the same WAL restores the
-/// newest (`CheckpointStore::restore_newest`, docs/deployment.md); this example's WAL is
-/// made for the run, so it only writes them.
-fn checkpointed(
-    drain: Drain<Index, Box<dyn WalSource>>,
-) -> std::io::Result<Drain<Index, Box<dyn WalSource>>> {
-    let Some(checkpointing) = Checkpointing::from_env()? else {
-        return Ok(drain);
-    };
-    eprintln!(
-        "worker pool: checkpoints to {} every {:?}",
-        checkpointing.store.location(),
-        checkpointing.every
-    );
-    drain.checkpoint_to(checkpointing)
+/// The pool's drain source and its drives' per-execution read.
+type PoolSide = (
+    Box<dyn FnMut() -> std::io::Result<Box<dyn WalSource>>>,
+    Arc<dyn DriveFallbacks>,
+);
+
+/// Says where the pool started: the checkpoint restored and what is left to replay, or a
+/// replay from the WAL's start, and each checkpoint refused with its reason.
+fn report_start(start: &WarmStart, index: &Index) {
+    for (name, why) in &start.refused {
+        eprintln!("worker pool: checkpoint {name} refused: {why}");
+    }
+    match &start.checkpoint {
+        Some(name) => {
+            let at = start.resumed_at.iter().flatten();
+            let at: Vec<String> = at
+                .map(|p| format!("{} {}", p.partition, p.last().sequence))
+                .collect();
+            let to_replay = start
+                .to_replay
+                .map_or("an unknown number of".to_owned(), |n| n.to_string());
+            println!(
+                "worker pool: restored {name} ({} bytes, {} executions, {} events) in {:.3} s; resumed after {}; {to_replay} records to replay",
+                start.bytes,
+                start.restore.restored,
+                index.stats().events,
+                start.took.as_secs_f64(),
+                at.join(", "),
+            );
+        }
+        None => println!("worker pool: no checkpoint restored; replaying the WAL from its start"),
+    }
 }
 
-/// The pool's side of the WAL: the drain's source and the drives' per-execution read, each
-/// built with its source crate's own constructor from where the run's WAL is.
-fn pool_side(
-    wal: &mut Feed,
-    retained: Arc<RetainedWal>,
-) -> std::io::Result<(Box<dyn WalSource>, Arc<dyn DriveFallbacks>)> {
-    Ok(match wal.pool_wal()? {
-        PoolWal::Channel => (wal.source()?, retained),
-        PoolWal::JetStream { config, layout } => (
-            Box::new(JetStreamSource::connect((*config).clone()).map_err(std::io::Error::other)?),
-            Arc::new(JetStreamRehydrate::connect(*config, layout).map_err(std::io::Error::other)?),
+/// Says, once, when the drain has reached the WAL's head (what `/ready` answers), and how
+/// many records it had consumed by then: after a restore, the ones it replayed (and any
+/// published since the start).
+fn announce_ready(
+    runtime: &tokio::runtime::Runtime,
+    health: Arc<DrainHealth>,
+    consumed: Arc<ConsumedRecords>,
+) {
+    let started = Instant::now();
+    runtime.spawn(async move {
+        while !health.is_ready() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        println!(
+            "worker pool: ready {:.3} s after the start, {} records consumed by then",
+            started.elapsed().as_secs_f64(),
+            consumed.get()
+        );
+    });
+}
+
+/// Says what became of the last checkpoint.
+fn report_last_checkpoint(last: Option<LastCheckpoint>) {
+    match last {
+        None => {}
+        Some(LastCheckpoint::Written { bytes, took }) => println!(
+            "worker pool: last checkpoint written ({bytes} bytes in {:.3} s)",
+            took.as_secs_f64()
         ),
+        Some(other) => println!("worker pool: last checkpoint: {other:?}"),
+    }
+}
+
+/// Where the run's WAL is: the simulator's targets, or a JSON-lines file.
+enum Target {
+    Feed(WalTarget),
+    File(PathBuf),
+}
+
+impl Target {
+    fn parse(wal: Option<&str>) -> Result<Target, String> {
+        match wal.and_then(|w| w.strip_prefix("file:")) {
+            Some(path) => Ok(Target::File(PathBuf::from(path))),
+            None => WalTarget::parse(wal).map(Target::Feed),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Target::Feed(target) => target.describe(),
+            Target::File(path) => format!("JSON-lines file {}", path.display()),
+        }
+    }
+
+    /// Whether the drain's source blocks while it waits (and so runs on a thread).
+    fn blocks(&self) -> bool {
+        match self {
+            Target::Feed(target) => target.blocks(),
+            Target::File(_) => true,
+        }
+    }
+}
+
+/// The producer's end of the WAL.
+enum Producer {
+    Feed(Feed),
+    /// A JSON-lines file, appended to; it outlives the run.
+    File(PathBuf, std::io::BufWriter<std::fs::File>),
+}
+
+impl Producer {
+    fn open(target: &Target) -> std::io::Result<Producer> {
+        Ok(match target {
+            Target::Feed(target) => Producer::Feed(Feed::open(target, "worker")?),
+            Target::File(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?;
+                Producer::File(path.clone(), std::io::BufWriter::new(file))
+            }
+        })
+    }
+
+    fn append(&mut self, item: &Item) -> std::io::Result<()> {
+        match self {
+            Producer::Feed(feed) => feed.append(item),
+            Producer::File(_, file) => {
+                file.write_all(&item.payload)?;
+                file.write_all(b"\n")?;
+                // Each record is in the file once published, as a broker's would be.
+                file.flush()
+            }
+        }
+    }
+}
+
+/// The pool's side of the WAL: how to make the drain's source at the WAL's start (again
+/// after a refused checkpoint), and the drives' per-execution read, each built with its
+/// source crate's own constructor from where the run's WAL is.
+fn pool_side(wal: &mut Producer, retained: Arc<RetainedWal>) -> std::io::Result<PoolSide> {
+    let feed = match wal {
+        Producer::File(path, _) => {
+            let path = path.clone();
+            let make = move || -> std::io::Result<Box<dyn WalSource>> {
+                Ok(Box::new(JsonLinesSource::open(&path)?.following()))
+            };
+            return Ok((Box::new(make), retained));
+        }
+        Producer::Feed(feed) => feed,
+    };
+    Ok(match feed.pool_wal()? {
+        PoolWal::Channel => {
+            let mut channel = Some(feed.source()?);
+            let make = move || {
+                channel
+                    .take()
+                    .ok_or_else(|| std::io::Error::other("an in-process WAL cannot be read again"))
+            };
+            (Box::new(make), retained)
+        }
+        PoolWal::JetStream { config, layout } => {
+            let source_config = (*config).clone();
+            let make = move || -> std::io::Result<Box<dyn WalSource>> {
+                let source = JetStreamSource::connect(source_config.clone());
+                Ok(Box::new(source.map_err(std::io::Error::other)?))
+            };
+            let reads = JetStreamRehydrate::connect(*config, layout);
+            (
+                Box::new(make),
+                Arc::new(reads.map_err(std::io::Error::other)?),
+            )
+        }
         PoolWal::Ehdb {
             feed,
             shards,
             cursor,
-        } => (
-            Box::new(EhdbSource::connect(
-                EhdbConfig::new(feed.clone())
-                    .shards(0..shards)
-                    .cursor(cursor),
-            )?),
-            Arc::new(EhdbRehydrate::new(feed, shards)),
-        ),
+        } => {
+            let config = EhdbConfig::new(feed.clone())
+                .shards(0..shards)
+                .cursor(cursor);
+            let make = move || -> std::io::Result<Box<dyn WalSource>> {
+                Ok(Box::new(EhdbSource::connect(config.clone())?))
+            };
+            (Box::new(make), Arc::new(EhdbRehydrate::new(feed, shards)))
+        }
     })
 }
 
 /// Flushes the WAL and ends it: an in-process WAL closes, and the drain ends when it has
-/// consumed it; a broker stream stays open, so the drain is stopped once it consumed every
-/// record (or after 60 s, saying so), then the run's stream is deleted.
+/// consumed it; a broker stream, a writer or a file stays open, so the drain is stopped once
+/// it has consumed every record published and the WAL has been quiet for a moment (or after
+/// 60 s, saying so), then the run's stream is deleted (the file and the writer stay).
 fn close_wal(
-    mut wal: Feed,
+    wal: Producer,
     consumed: &ConsumedRecords,
     published: u64,
     stop_drain: &AtomicBool,
 ) -> std::io::Result<()> {
-    wal.flush()?;
-    if wal.closes_on_drop() {
-        drop(wal);
-    } else {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while consumed.get() < published && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+    let mut feed = match wal {
+        Producer::Feed(mut feed) => {
+            feed.flush()?;
+            if feed.closes_on_drop() {
+                drop(feed);
+                return Ok(());
+            }
+            Some(feed)
         }
-        if consumed.get() < published {
-            eprintln!(
-                "worker pool: the drain consumed {} of {published} records in 60 s",
-                consumed.get()
-            );
+        Producer::File(_, mut file) => {
+            file.flush()?;
+            None
         }
-        stop_drain.store(true, Ordering::Relaxed);
-        wal.close()?;
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut seen, mut quiet_since) = (consumed.get(), Instant::now());
+    while Instant::now() < deadline
+        && (seen < published || quiet_since.elapsed() < Duration::from_millis(300))
+    {
+        std::thread::sleep(Duration::from_millis(20));
+        if consumed.get() != seen {
+            (seen, quiet_since) = (consumed.get(), Instant::now());
+        }
+    }
+    if seen < published {
+        eprintln!("worker pool: the drain consumed {seen} of {published} records in 60 s");
+    }
+    // Relaxed: the flag carries no data (as in `Drain::run_until`).
+    stop_drain.store(true, Ordering::Relaxed);
+    if let Some(feed) = feed.take() {
+        feed.close()?;
     }
     Ok(())
 }
 
-/// The drain: a task on the runtime over an in-process WAL; its own thread over a broker or
-/// a writer (their sources block while they wait for records), joined through a task so
-/// both shapes shut down the same way.
+/// The drain: a task on the runtime over an in-process WAL; its own thread over a broker, a
+/// writer or a file (their sources block while they wait for records), joined through a
+/// task so both shapes shut down the same way. Either returns the drain, for its last
+/// checkpoint.
 fn start_drain(
     runtime: &tokio::runtime::Runtime,
-    target: &WalTarget,
-    mut drain: Drain<Index, Box<dyn wal_index::WalSource>>,
+    blocks: bool,
+    mut drain: PoolDrain,
     stop: &Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<std::io::Result<DrainReport>> {
+) -> tokio::task::JoinHandle<std::io::Result<PoolDrain>> {
     let stop = Arc::clone(stop);
-    if !target.blocks() {
-        runtime.spawn(async move { drain.run_until_async(&stop).await.cloned() })
+    if !blocks {
+        runtime.spawn(async move {
+            drain.run_until_async(&stop).await?;
+            Ok(drain)
+        })
     } else {
-        let thread = std::thread::spawn(move || drain.run_until(&stop).cloned());
+        let thread = std::thread::spawn(move || {
+            drain.run_until(&stop)?;
+            Ok(drain)
+        });
         runtime.spawn_blocking(move || {
             thread
                 .join()
@@ -275,15 +467,83 @@ fn start_drain(
     }
 }
 
-/// A flag Ctrl-C sets.
-fn watch_ctrl_c(runtime: &tokio::runtime::Runtime) -> Arc<AtomicBool> {
+type PoolDrain = Drain<Index, Box<dyn WalSource>>;
+
+/// Serves `/metrics` (the Prometheus exposition), `/ready` and `/livez` (200 or 503) on
+/// `addr`, one request at a time on a thread of its own: a scrape and two probes every few
+/// seconds need no more.
+fn serve_probes(
+    addr: SocketAddr,
+    metrics: PrometheusHandle,
+    health: Arc<DrainHealth>,
+) -> std::io::Result<()> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    std::thread::Builder::new()
+        .name("probes".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = answer(stream, &metrics, &health);
+            }
+        })?;
+    Ok(())
+}
+
+/// Answers one HTTP/1.1 request on `stream`, then closes it.
+fn answer(
+    mut stream: std::net::TcpStream,
+    metrics: &PrometheusHandle,
+    health: &DrainHealth,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    let path = line.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body) = match path.split('?').next() {
+        Some("/metrics") => ("200 OK", metrics.render()),
+        Some("/ready") if health.is_ready() => ("200 OK", "ready\n".to_owned()),
+        Some("/ready") => ("503 Service Unavailable", "not caught up\n".to_owned()),
+        Some("/livez") if health.is_live(LIVE_WITHIN) => ("200 OK", "live\n".to_owned()),
+        Some("/livez") => ("503 Service Unavailable", "the drain is stuck\n".to_owned()),
+        _ => ("404 Not Found", "not found\n".to_owned()),
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// A drain whose step has not returned for this long is stuck (a step waits at most the
+/// drain's idle wait, 25 ms by default, plus one batch's apply).
+const LIVE_WITHIN: Duration = Duration::from_secs(30);
+
+/// A flag SIGTERM (a Kubernetes roll) or Ctrl-C sets.
+fn watch_signals(runtime: &tokio::runtime::Runtime) -> Arc<AtomicBool> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&interrupted);
     runtime.spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            // Relaxed: the flag carries no data; the loop only needs to see it eventually.
-            flag.store(true, Ordering::Relaxed);
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(term) => term.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminated => {}
         }
+        // Relaxed: the flag carries no data; the loop only needs to see it eventually.
+        flag.store(true, Ordering::Relaxed);
     });
     interrupted
 }
@@ -308,14 +568,20 @@ struct Pool {
 fn dispatch(
     args: &Args,
     runtime: &tokio::runtime::Runtime,
-    wal: &mut Feed,
+    wal: &mut Producer,
     pool: &Arc<Pool>,
     interrupted: &AtomicBool,
 ) -> std::io::Result<(Vec<tokio::task::JoinHandle<()>>, u64)> {
-    let mut generator = Generator::new(Shape {
+    // Ids of this run's own (from the clock), so a run after a restart does not reuse the
+    // previous run's.
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as i64);
+    let shape = Shape {
         payload_bytes: args.payload_bytes,
         ..Shape::default()
-    });
+    };
+    let mut generator = Generator::starting_at(shape, base, base.saturating_mul(1000));
     let started = Instant::now();
     let pace = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
     let (mut drives, mut published) = (Vec::new(), 0u64);

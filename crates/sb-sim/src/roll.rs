@@ -1,9 +1,10 @@
 //! A worker roll mid-run (`simulate --roll-at SECS`): a pool that has caught up with the
-//! backlog runs the live phase, and SECS into it is dropped without a goodbye (no last
-//! checkpoint, its drives in flight abandoned); a new pool starts while the producer keeps
-//! publishing. Three rolls of the same plan, side by side: the engine
-//! restoring its newest checkpoint and resuming the WAL after it, the engine replaying the
-//! WAL from its start, and today's design replaying it.
+//! backlog runs the live phase, and SECS into it is stopped (its drives in flight
+//! abandoned); a new pool starts while the producer keeps publishing. Four rolls of the
+//! same plan, side by side: the engine shut down gracefully (its drain's last checkpoint,
+//! as on SIGTERM) and restoring it; the engine dropped without a goodbye and restoring its
+//! newest periodic checkpoint; the engine replaying the WAL from its start; and today's
+//! design replaying it. Every new pool starts with [`Drain::warm_start`], as a pool does.
 //!
 //! Timed from the new process's start: its first served drive, the drives dispatched until
 //! its drain caught up with the log's head (the roll's drives), and the catch-up itself.
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use wal_index::baseline::MutexIndex;
-use wal_index::checkpoint::{CheckpointStore, Checkpointable, DirStore, LogIdentity, Position};
+use wal_index::checkpoint::{Checkpointable, Checkpointing, DirStore, Position};
 use wal_index::ingest::ChannelSource;
 use wal_index::{Drain, DriveFallbacks, StateIndex, WalIndex, WalSource};
 use wal_source_ehdb::{EhdbConfig, EhdbSource};
@@ -42,7 +43,11 @@ pub struct Roll {
 /// How the new pool starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Start {
-    /// From the newest checkpoint that verifies, the WAL resumed after it.
+    /// The old pool shut down gracefully (SIGTERM: its drain took a last checkpoint);
+    /// the new one restores it and resumes the WAL after it.
+    Graceful,
+    /// From the newest checkpoint that verifies, the WAL resumed after it (the old pool
+    /// was dropped without a goodbye: its newest periodic checkpoint).
     Checkpoint,
     /// Empty, replaying the WAL from its start.
     Replay,
@@ -108,6 +113,7 @@ pub fn run_rolls(
     workload: String,
 ) -> std::io::Result<RollReport> {
     let rolls = vec![
+        roll_one::<WalIndex>(Engine::Lockfree, plan, config, roll, Start::Graceful)?,
         roll_one::<WalIndex>(Engine::Lockfree, plan, config, roll, Start::Checkpoint)?,
         roll_one::<WalIndex>(Engine::Lockfree, plan, config, roll, Start::Replay)?,
         roll_one::<MutexIndex>(Engine::Mutex, plan, config, roll, Start::Replay)?,
@@ -175,7 +181,7 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         retained.record(item);
     }
     wal.flush()?;
-    let every = (start == Start::Checkpoint).then_some(roll.every);
+    let every = (start != Start::Replay).then_some(roll.every);
     let checkpoints = CheckpointDir::new(every, &format!("{}-roll", I::NAME));
     let new_start = NewStart {
         pool_wal: wal.pool_wal()?,
@@ -233,7 +239,7 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
 /// Publishes the live items at the configured rate, dispatching each drive to the pool of
 /// the moment, and rolls the pool at `roll.at`. Returns the new pool's drives' tasks.
 #[allow(clippy::type_complexity)]
-fn live_phase<I: StateIndex + Send + Sync + 'static>(
+fn live_phase<I: StateIndex + Checkpointable + Send + Sync + 'static>(
     plan: &Plan,
     config: &SimConfig,
     roll: Roll,
@@ -252,7 +258,8 @@ fn live_phase<I: StateIndex + Send + Sync + 'static>(
             std::thread::sleep(wait);
         }
         if let Some(pool) = old.take_if(|_| live_started.elapsed() >= roll.at) {
-            let (abandoned, stop_s, written) = drop_old_pool(runtime.handle(), pool)?;
+            let graceful = new_start.start == Start::Graceful;
+            let (abandoned, stop_s, written) = stop_old_pool(runtime.handle(), pool, graceful)?;
             let started = Instant::now();
             new_start.channel = wal.replay_channel();
             let published = (plan.backlog.len() + n) as u64;
@@ -287,18 +294,24 @@ fn live_phase<I: StateIndex + Send + Sync + 'static>(
     Ok((ready, tasks, rolled))
 }
 
-/// Drops the old pool without a goodbye: its drives in flight or queued are abandoned, its
-/// drain stopped after its current step (a checkpoint being written finishes; none is
-/// taken). Returns the drives abandoned, how long the stop took, and the checkpoints
-/// written before it.
-fn drop_old_pool<I: StateIndex>(
+/// Stops the old pool: its drives in flight or queued are abandoned, and its drain stopped
+/// after its current step, either without a goodbye (a checkpoint being written finishes;
+/// none is taken) or, `graceful`, shut down as on SIGTERM (its last checkpoint taken within
+/// its bound). Returns the drives abandoned, how long the stop took, and the checkpoints
+/// written before the new pool starts.
+fn stop_old_pool<I: StateIndex>(
     runtime: &tokio::runtime::Handle,
     old: OldPool<I>,
+    graceful: bool,
 ) -> std::io::Result<(usize, f64, u64)> {
     let abandoned = old.tasks.iter().filter(|t| !t.is_finished()).count();
     old.tasks.iter().for_each(tokio::task::JoinHandle::abort);
     let stopping = Instant::now();
-    let report = old.drain.stop(runtime)?;
+    let report = if graceful {
+        old.drain.shut_down(runtime)?
+    } else {
+        old.drain.stop(runtime)?
+    };
     Ok((
         abandoned,
         stopping.elapsed().as_secs_f64(),
@@ -345,8 +358,10 @@ impl NewStart {
     }
 
     /// The new process: its index (restored or empty), its source, its drain, and then its
-    /// drives, handed to the dispatches waiting for it.
-    fn run<I: StateIndex + Send + Sync + 'static>(
+    /// drives, handed to the dispatches waiting for it. It starts as a pool does, with
+    /// [`Drain::warm_start`]: the newest checkpoint its log still holds, else an older one,
+    /// else a replay from the log's start.
+    fn run<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         mut self,
         config: &SimConfig,
         runtime: &tokio::runtime::Handle,
@@ -354,13 +369,27 @@ impl NewStart {
         ready: &Ready<I>,
     ) -> std::io::Result<NewPool<I>> {
         let observer = Arc::new(SimObserver::new(0, Vec::new()));
-        let index = I::with_observer(config.index, observer.clone());
-        let (source, restore) = match self.start {
-            Start::Checkpoint => self.restored(&index, config)?,
-            Start::Replay => (self.log_from_its_start()?, Restore::default()),
+        let index = Arc::new(I::with_observer(config.index, observer.clone()));
+        let checkpoints = match self.start {
+            Start::Checkpoint | Start::Graceful => Some(
+                Checkpointing::new(DirStore::open(&self.dir, 2)?)
+                    .every(Duration::from_secs(3600))
+                    .resume_within(Duration::from_secs(120)),
+            ),
+            Start::Replay => None,
         };
-        let index = Arc::new(index);
-        let drain = Drain::new(Arc::clone(&index), source, config.drain);
+        let (pool_wal, mut channel) = (self.pool_wal.clone(), self.channel.take());
+        let make_source = move || source_at_start(&pool_wal, &mut channel);
+        let (drain, start) =
+            Drain::warm_start(Arc::clone(&index), checkpoints, make_source, config.drain)?;
+        let restore = Restore {
+            seconds: start.checkpoint.as_ref().map(|_| start.took.as_secs_f64()),
+            bytes: start.bytes,
+            refused: (start.refused.iter())
+                .map(|(name, why)| format!("{name}: {why}"))
+                .collect(),
+            covered: start.resumed_at.as_deref().map_or(0, |p| self.covered(p)),
+        };
         let drain = DrainRun::start(runtime, drain, config);
         let reads = Arc::clone(&self.reads);
         let drives = Arc::new(DriveContext::new(
@@ -379,111 +408,6 @@ impl NewStart {
         })
     }
 
-    /// Seeds `index` from the newest checkpoint whose log still holds its position, and
-    /// returns the source resumed after it; with none, an empty index and the log from its
-    /// start. The source checks the log before anything is seeded.
-    fn restored<I: StateIndex>(
-        &mut self,
-        index: &I,
-        config: &SimConfig,
-    ) -> std::io::Result<(Box<dyn WalSource>, Restore)> {
-        let started = Instant::now();
-        let store = DirStore::open(&self.dir, 2)?;
-        let log = self.log_identity()?;
-        let mut refused = Vec::new();
-        for name in store.newest_first()? {
-            let (checkpoint, bytes) = match store.load(&name, &config.index, &log) {
-                Ok(loaded) => loaded,
-                Err(why) => {
-                    refused.push(format!("{name}: {why}"));
-                    continue;
-                }
-            };
-            match self.resumed(&checkpoint.positions) {
-                Ok(source) => {
-                    checkpoint.restore_into(index);
-                    let covered = self.covered(&checkpoint.positions);
-                    let seconds = Some(started.elapsed().as_secs_f64());
-                    let restore = Restore {
-                        seconds,
-                        bytes,
-                        refused,
-                        covered,
-                    };
-                    return Ok((source, restore));
-                }
-                Err(why) => refused.push(format!("{name}: {why}")),
-            }
-        }
-        let restore = Restore {
-            refused,
-            ..Restore::default()
-        };
-        Ok((self.log_from_its_start()?, restore))
-    }
-
-    /// The log's identity as the pool's source names it.
-    fn log_identity(&self) -> std::io::Result<LogIdentity> {
-        Ok(match &self.pool_wal {
-            PoolWal::Channel => LogIdentity::new("channel", "in-process", ""),
-            PoolWal::JetStream { config, .. } => JetStreamSource::connect((**config).clone())
-                .map_err(std::io::Error::other)?
-                .log_identity()?,
-            PoolWal::Ehdb { .. } => self.ehdb_config().log_identity(),
-        })
-    }
-
-    fn ehdb_config(&self) -> EhdbConfig {
-        match &self.pool_wal {
-            PoolWal::Ehdb {
-                feed,
-                shards,
-                cursor,
-            } => EhdbConfig::new(feed.clone())
-                .shards(0..*shards)
-                .cursor(*cursor),
-            _ => EhdbConfig::new(String::new()),
-        }
-    }
-
-    /// The source resumed after `positions`, once it has checked that the log holds them.
-    fn resumed(&mut self, positions: &[Position]) -> Result<Box<dyn WalSource>, String> {
-        let first = positions.first().ok_or("a checkpoint without a position")?;
-        match &self.pool_wal {
-            PoolWal::Channel => {
-                let channel = self.channel.take().ok_or("the channel was taken")?;
-                Ok(Box::new(channel.resume(first).map_err(|e| e.to_string())?))
-            }
-            PoolWal::JetStream { config, .. } => {
-                let source =
-                    JetStreamSource::connect((**config).clone()).map_err(|e| e.to_string())?;
-                Ok(Box::new(source.resume(first).map_err(|e| e.to_string())?))
-            }
-            PoolWal::Ehdb { .. } => {
-                let config = self.ehdb_config().resume_from(positions.to_vec());
-                let source = EhdbSource::connect(config).map_err(|e| e.to_string())?;
-                match source.wait_resumed(Duration::from_secs(120)) {
-                    Ok(true) => Ok(Box::new(source)),
-                    Ok(false) => Err("the writer did not answer in 120 s".to_owned()),
-                    Err(why) => Err(why.to_string()),
-                }
-            }
-        }
-    }
-
-    /// The log from its start (the run's first record).
-    fn log_from_its_start(&mut self) -> std::io::Result<Box<dyn WalSource>> {
-        Ok(match &self.pool_wal {
-            PoolWal::Channel => Box::new(self.channel.take().ok_or_else(|| {
-                std::io::Error::other("the in-process log was taken by a refused resume")
-            })?),
-            PoolWal::JetStream { config, .. } => Box::new(
-                JetStreamSource::connect((**config).clone()).map_err(std::io::Error::other)?,
-            ),
-            PoolWal::Ehdb { .. } => Box::new(EhdbSource::connect(self.ehdb_config())?),
-        })
-    }
-
     /// Records at or before `positions`: a channel numbers from 0, a stream from 1, the
     /// run's records on a writer from its cursor + 1 (one shard: with several, the least
     /// advanced shard's, a lower bound).
@@ -499,6 +423,32 @@ impl NewStart {
             PoolWal::Ehdb { cursor, .. } => least.saturating_sub(*cursor),
         }
     }
+}
+
+/// The pool's source at the log's start, as a pool makes it: the in-process log replayed
+/// into a fresh channel (once: a second is an error), a replay-on-boot consumer of the
+/// stream, or the writer's feed from the run's first record.
+fn source_at_start(
+    pool_wal: &PoolWal,
+    channel: &mut Option<ChannelSource>,
+) -> std::io::Result<Box<dyn WalSource>> {
+    Ok(match pool_wal {
+        PoolWal::Channel => Box::new(channel.take().ok_or_else(|| {
+            std::io::Error::other("the in-process log was taken by a refused resume")
+        })?),
+        PoolWal::JetStream { config, .. } => {
+            Box::new(JetStreamSource::connect((**config).clone()).map_err(std::io::Error::other)?)
+        }
+        PoolWal::Ehdb {
+            feed,
+            shards,
+            cursor,
+        } => Box::new(EhdbSource::connect(
+            EhdbConfig::new(feed.clone())
+                .shards(0..*shards)
+                .cursor(*cursor),
+        )?),
+    })
 }
 
 /// The figures of one roll.
@@ -568,7 +518,8 @@ impl RollReport {
 /// A roll's name in the report.
 fn title(r: &RollFigures) -> String {
     let start = match r.start {
-        Start::Checkpoint => "from its checkpoint",
+        Start::Graceful => "graceful: its last checkpoint",
+        Start::Checkpoint => "crash: its newest checkpoint",
         Start::Replay => "replaying from 0",
     };
     let engine = match r.engine {
@@ -589,7 +540,7 @@ fn row(r: &RollFigures) -> String {
             r.restore_bytes as f64 / 1e6,
             r.checkpoints_written
         ),
-        None if r.start == Start::Checkpoint => "none used".to_owned(),
+        None if r.start != Start::Replay => "none used".to_owned(),
         None => "—".to_owned(),
     };
     let during = if r.during.samples == 0 {

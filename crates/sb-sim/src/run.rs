@@ -12,9 +12,9 @@ use chain_fold::ExecutionId;
 
 use indicatif::ProgressBar;
 use sb_metrics::StateBuilderMetrics;
-use wal_index::checkpoint::{Checkpointable, DirStore};
+use wal_index::checkpoint::{Checkpointable, Checkpointing, DirStore};
 use wal_index::config::EvictionPolicy;
-use wal_index::ingest::{Checkpointing, DrainReport};
+use wal_index::ingest::DrainReport;
 use wal_index::labels::{DriveLabel, RehydrateLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::report::IndexStats;
@@ -521,6 +521,8 @@ pub(crate) enum DrainRun {
     Task {
         task: tokio::task::JoinHandle<std::io::Result<DrainReport>>,
         stop: Arc<AtomicBool>,
+        /// Set before `stop` for a shutdown that takes the last checkpoint.
+        graceful: Arc<AtomicBool>,
     },
     Thread(wal_index::ingest::DrainHandle),
 }
@@ -535,11 +537,25 @@ impl DrainRun {
     ) -> DrainRun {
         match config.drain_on {
             RunOn::Task if !config.wal.blocks() => {
-                let stop = Arc::new(AtomicBool::new(false));
-                let flag = Arc::clone(&stop);
-                let task =
-                    runtime.spawn(async move { drain.run_until_async(&flag).await.cloned() });
-                DrainRun::Task { task, stop }
+                let (stop, graceful) = (
+                    Arc::new(AtomicBool::new(false)),
+                    Arc::new(AtomicBool::new(false)),
+                );
+                let (flag, last) = (Arc::clone(&stop), Arc::clone(&graceful));
+                let task = runtime.spawn(async move {
+                    drain.run_until_async(&flag).await?;
+                    // Acquire pairs with the Release store of `stop` in `stop_with`.
+                    if flag.load(Ordering::Acquire) && last.load(Ordering::Relaxed) {
+                        // The last checkpoint's bounded wait, off the runtime's workers.
+                        tokio::task::block_in_place(|| drain.shut_down());
+                    }
+                    Ok(drain.report().clone())
+                });
+                DrainRun::Task {
+                    task,
+                    stop,
+                    graceful,
+                }
             }
             _ => DrainRun::Thread(drain.spawn()),
         }
@@ -563,14 +579,43 @@ impl DrainRun {
         }
     }
 
-    /// Stops after the current step.
+    /// Stops after the current step, taking no last checkpoint.
     pub(crate) fn stop(self, runtime: &tokio::runtime::Handle) -> std::io::Result<DrainReport> {
+        self.stop_with(runtime, false)
+    }
+
+    /// Shuts down after the current step: the drain takes its last checkpoint
+    /// ([`wal_index::Drain::shut_down`]).
+    pub(crate) fn shut_down(
+        self,
+        runtime: &tokio::runtime::Handle,
+    ) -> std::io::Result<DrainReport> {
+        self.stop_with(runtime, true)
+    }
+
+    fn stop_with(
+        self,
+        runtime: &tokio::runtime::Handle,
+        last_checkpoint: bool,
+    ) -> std::io::Result<DrainReport> {
         match self {
-            DrainRun::Task { task, stop } => {
-                // Relaxed: the flag carries no data (as in `Drain::run_until`).
-                stop.store(true, Ordering::Relaxed);
-                DrainRun::Task { task, stop }.join(runtime)
+            DrainRun::Task {
+                task,
+                stop,
+                graceful,
+            } => {
+                // Relaxed: published by the Release store below.
+                graceful.store(last_checkpoint, Ordering::Relaxed);
+                // Release pairs with the task's Acquire load after its loop.
+                stop.store(true, Ordering::Release);
+                let run = DrainRun::Task {
+                    task,
+                    stop,
+                    graceful,
+                };
+                run.join(runtime)
             }
+            DrainRun::Thread(handle) if last_checkpoint => handle.shut_down(),
             DrainRun::Thread(handle) => handle.stop(),
         }
     }

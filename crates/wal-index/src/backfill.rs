@@ -32,4 +32,14 @@ impl Backfill {
     pub fn is_behind(self) -> bool {
         matches!(self, Backfill::Behind { .. })
     }
+
+    /// Records still to come before the head, where the source can count them (0 once
+    /// caught up).
+    pub fn remaining(self) -> Option<u64> {
+        match self {
+            Backfill::Behind { remaining } => remaining,
+            Backfill::CaughtUp => Some(0),
+            Backfill::Unknown => None,
+        }
+    }
 }

@@ -50,14 +50,22 @@
 //! version, was taken with another index shape (slim or whole, spine order) or of another
 //! log is [refused](Refusal) with its reason; nothing from it is served. A pool then tries
 //! the next older one, then replays from the beginning. Every source checks its log when it
-//! resumes, so a pool loads a checkpoint ([`CheckpointStore::load`]), resumes its source,
-//! and seeds its index ([`Checkpoint::restore_into`]) only after the source's word
-//! (docs/deployment.md has the sequence; [`CheckpointStore::restore_newest`] seeds at once).
-//! The format is specified in docs/checkpoint-format.md.
+//! resumes ([`WalSource::resume`](crate::WalSource::resume)), and the index is seeded only
+//! after the source's word: [`restore_newest`] holds that rule, and
+//! [`Drain::warm_start`](crate::Drain::warm_start) is the one call a pool makes (it makes the
+//! source, restores, resumes, and starts the drain with checkpoints). The format is
+//! specified in docs/checkpoint-format.md.
+//!
+//! # Layout
+//!
+//! `cursor` (where a checkpoint stands in the log: fingerprints, positions, the log's
+//! identity), `format` (the bytes), `store`, `dir_store` and `bucket_store` (where they
+//! are kept), `restore` (which one a pool takes, and seeding an index from it), `writer`
+//! (the drain's cadence and the thread that writes). No module here imports the drain.
 //!
 //! ```
-//! use wal_index::checkpoint::{Checkpoint, CheckpointStore, DirStore, LogIdentity, SourcePosition};
-//! use wal_index::{Event, IndexConfig, StateIndex, WalIndex};
+//! use wal_index::checkpoint::{self, Checkpoint, CheckpointStore, DirStore, LogIdentity, SourcePosition};
+//! use wal_index::{Event, StateIndex, WalIndex};
 //!
 //! let index = WalIndex::default();
 //! index.apply(Event::minimal(1, 7, None, "playbook_started"));
@@ -69,9 +77,9 @@
 //! let store = DirStore::open(&dir, 2)?;
 //! store.write(&Checkpoint::capture(&index, at).encode())?;
 //!
-//! let restored = store.restore_newest(IndexConfig::default(), &log);
-//! let index = restored.index;
-//! assert_eq!(index.build(7, Some(2)).spine.unwrap().ids(), vec![1, 2]);
+//! let restarted = WalIndex::default();
+//! let restored = checkpoint::restore_newest(&store, &restarted, &log, |_| Ok(()));
+//! assert_eq!(restarted.build(7, Some(2)).spine.unwrap().ids(), vec![1, 2]);
 //! assert!(restored.refused.is_empty());
 //! # std::fs::remove_dir_all(&dir)?;
 //! # Ok::<(), std::io::Error>(())
@@ -82,14 +90,16 @@ mod bucket_store;
 mod cursor;
 mod dir_store;
 mod format;
+mod restore;
 mod store;
+mod writer;
 
 use std::time::Instant;
 
 use chain_fold::{Event, ExecutionId, SpineOrder};
 
-use crate::WalIndex;
 use crate::config::IndexConfig;
+use crate::engine::WalIndex;
 use crate::index::StateIndex;
 use crate::labels::RefusalLabel;
 
@@ -97,7 +107,10 @@ use crate::labels::RefusalLabel;
 pub use bucket_store::BucketStore;
 pub use cursor::{Fingerprint, LogIdentity, Position, RecentRecords, ResumeCheck, SourcePosition};
 pub use dir_store::DirStore;
-pub use store::{CheckpointStore, Restored};
+pub use restore::{RestoreReport, Restored, load, restore_newest};
+pub use store::CheckpointStore;
+pub(crate) use writer::Checkpointer;
+pub use writer::{CheckpointReport, Checkpointing, LastCheckpoint};
 
 /// What of the index's configuration shapes its image: a checkpoint is restored only into
 /// an index of the same shape.
@@ -115,21 +128,6 @@ impl IndexShape {
         IndexShape {
             slim: config.slim,
             order: config.order,
-        }
-    }
-
-    fn order_code(self) -> u8 {
-        match self.order {
-            SpineOrder::Causal => 0,
-            SpineOrder::EventId => 1,
-        }
-    }
-
-    fn order_from_code(code: u8) -> Option<SpineOrder> {
-        match code {
-            0 => Some(SpineOrder::Causal),
-            1 => Some(SpineOrder::EventId),
-            _ => None,
         }
     }
 }
@@ -227,86 +225,6 @@ impl Checkpoint {
         }
         Ok(())
     }
-
-    /// Seeds `index` (empty) with this checkpoint's executions, after
-    /// [`check`](Checkpoint::check), as a replay of the log up to the checkpoint's position
-    /// would have left it:
-    ///
-    /// - an execution whose image holds a terminal event is applied as one batch, so it is
-    ///   evicted and remembered as finished, as the batch that held that event evicted it
-    ///   (the sink gate's marks are not carried, so nothing holds it);
-    /// - the others keep their recency: an execution idle past the index's TTL is not
-    ///   restored (the old pool's next sweep would have evicted it), the most recent ones
-    ///   are kept within the execution cap and, by their images' bytes, the byte ceiling,
-    ///   and they are restored least recent first, so the LRU order among them is the old
-    ///   pool's; one sweep of the index's limits then ends the restore, so the index is
-    ///   within its caps by its own ledger before the drain starts. The TTL clocks of the
-    ///   restored executions start again at the restore.
-    ///
-    /// Each restored execution is one replay ([`StateIndex::rehydrate`]): on the engine one
-    /// published snapshot, its events as the image holds them. Any index takes it; only the
-    /// engine captures one.
-    pub fn restore_into<I: StateIndex>(&self, index: &I) -> RestoreReport {
-        let config = index.config();
-        let mut report = RestoreReport::default();
-        let (finished, mut live): (Vec<&ExecutionImage>, Vec<&ExecutionImage>) = self
-            .executions
-            .iter()
-            .partition(|e| e.events.iter().any(Event::is_terminal));
-        for execution in finished {
-            index.apply_batch(execution.events.clone());
-            report.finished += 1;
-        }
-        let ttl_ms = config
-            .eviction
-            .ttl
-            .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-        // Most recent first; ties by id, so a restore is deterministic.
-        live.sort_by_key(|e| (e.idle_ms, e.execution_id));
-        let (mut kept, mut bytes) = (Vec::with_capacity(live.len()), 0usize);
-        for execution in live {
-            if ttl_ms.is_some_and(|ttl| execution.idle_ms >= ttl) {
-                report.past_ttl += 1;
-                continue;
-            }
-            let size: usize = execution.events.iter().map(Event::image_len).sum();
-            let over_count = config
-                .eviction
-                .max_executions
-                .is_some_and(|max| kept.len() >= max);
-            let over_bytes = config
-                .eviction
-                .max_bytes
-                .is_some_and(|max| bytes.saturating_add(size) > max);
-            if over_count || over_bytes {
-                report.over_caps += 1;
-                continue;
-            }
-            bytes += size;
-            kept.push(execution);
-        }
-        for execution in kept.iter().rev() {
-            index.rehydrate(execution.execution_id, execution.events.iter().cloned());
-        }
-        report.restored = kept.len();
-        let swept = index.enforce_limits_at(Instant::now()).evicted.len();
-        report.restored -= swept.min(report.restored);
-        report.over_caps += swept;
-        report
-    }
-}
-
-/// What [`Checkpoint::restore_into`] did with a checkpoint's executions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RestoreReport {
-    /// Executions restored and resident.
-    pub restored: usize,
-    /// Executions whose image held a terminal event: applied and evicted as finished.
-    pub finished: usize,
-    /// Executions idle past the index's TTL at capture: not restored.
-    pub past_ttl: usize,
-    /// The least recent executions that the execution cap or the byte ceiling left out.
-    pub over_caps: usize,
 }
 
 /// An index a drain can checkpoint ([`Drain::checkpoint_to`](crate::Drain::checkpoint_to)).
@@ -389,8 +307,12 @@ pub enum Refusal {
         /// What the source found instead.
         why: String,
     },
-    /// The file could not be read.
-    #[error("cannot read it: {0}")]
+    /// The pool's source cannot resume from a checkpoint (the default of
+    /// [`WalSource::resume`](crate::WalSource::resume)).
+    #[error("the source cannot resume from a checkpoint")]
+    CannotResume,
+    /// The file could not be read, or the log did not answer in time.
+    #[error("i/o: {0}")]
     Io(String),
 }
 
@@ -406,6 +328,7 @@ impl Refusal {
             Refusal::Shape { .. } => RefusalLabel::IndexShape,
             Refusal::OtherLog { .. } => RefusalLabel::OtherLog,
             Refusal::Fingerprint { .. } => RefusalLabel::Fingerprint,
+            Refusal::CannotResume => RefusalLabel::CannotResume,
             Refusal::Io(_) => RefusalLabel::Io,
         }
     }

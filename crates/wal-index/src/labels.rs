@@ -143,7 +143,9 @@ label_enum! {
         OtherLog = "other_log",
         /// The log no longer holds the checkpoint's last record at its position.
         Fingerprint = "fingerprint",
-        /// The file could not be read.
+        /// The pool's source cannot resume from a checkpoint.
+        CannotResume = "cannot_resume",
+        /// The file could not be read, or the log did not answer.
         Io = "io",
     }
 }

@@ -17,6 +17,7 @@
 //! | [`IndexConfig`] | eviction limits, spine order, slim payloads, sink gate (`from_env` reads today's variables) |
 //! | [`DriveBudget`], [`DriveFlow`], [`DriveFallbacks`], [`Drive`], [`DriveOutcome`] | the worker's drive: its deadline, tail events, shard and rehydrate steps, and what it returned |
 //! | [`Drain`], [`DrainConfig`], [`WalSource`] | the loop that pulls the WAL into the index, and what it pulls from |
+//! | [`Drain::warm_start`], [`checkpoint::Checkpointing`] | a pool's start from its newest checkpoint the log still holds, and the checkpoints it takes |
 //! | [`IndexObserver`] | where builds, drives, residency and evictions are reported (`sb-metrics` implements it) |
 //! | [`Event`], [`Spine`], [`Chain`], [`Incomplete`], ... | the `chain-fold` types that appear in those signatures, re-exported |
 //!
@@ -58,8 +59,12 @@
 //! The crate reads from the pure core outwards: `chain-fold` (a separate crate) decides
 //! what a build returns; `sync` is the one place synchronization primitives come from
 //! (std, loom or shuttle); `engine` is [`WalIndex`]; `index` holds [`StateIndex`] and the
-//! one drive every index shares; [`ingest`] feeds an index; `baseline` holds the comparators. Imports run one
-//! way: the engine never imports a comparator, and no module imports the crate root.
+//! one drive every index shares; [`checkpoint`] keeps an index across a restart (where a
+//! checkpoint stands in the log, its bytes, its stores, the restore and the writer), and
+//! imports neither the drain nor a source; [`ingest`] feeds an index and starts a pool from
+//! a checkpoint; `baseline` holds the comparators. Imports run one way: the engine never
+//! imports a comparator, and no module imports the crate root (`scripts/module-cycles.py`
+//! checks both in CI).
 
 mod backfill;
 pub mod checkpoint;

@@ -5,10 +5,22 @@
 use std::path::PathBuf;
 
 use wal_index::checkpoint::{
-    Checkpoint, CheckpointStore, DirStore, Fingerprint, LogIdentity, Position, Refusal,
-    SourcePosition,
+    self, Checkpoint, CheckpointStore, DirStore, Fingerprint, LogIdentity, Position, Refusal,
+    Restored, SourcePosition,
 };
-use wal_index::{Event, IndexConfig, SpineOrder, StateIndex, WalIndex};
+use wal_index::{Event, IndexConfig, SpineOrder, StateIndex, WalIndex, WalSource};
+
+/// A new index with `config`, restored from `store`'s newest checkpoint of `log` that
+/// verifies (no source to ask: every checkpoint that verifies is accepted).
+fn restore(
+    store: &dyn CheckpointStore,
+    config: IndexConfig,
+    log: &LogIdentity,
+) -> (WalIndex, Restored) {
+    let index = WalIndex::new(config);
+    let restored = checkpoint::restore_newest(store, &index, log, |_| Ok(()));
+    (index, restored)
+}
 
 fn log() -> LogIdentity {
     LogIdentity::new("ehdb", "127.0.0.1:7070", "shards=1")
@@ -254,20 +266,20 @@ fn the_store_keeps_the_newest_and_falls_back_past_a_damaged_one() {
         b"half",
     )
     .unwrap();
-    let restored = store.restore_newest(config, &log());
+    let (index, restored) = restore(&store, config, &log());
     assert_eq!(restored.used.as_ref(), Some(&kept[1]));
     assert_eq!(restored.refused.len(), 1);
     assert!(matches!(restored.refused[0].1, Refusal::Checksum { .. }));
     assert_eq!(restored.positions, Some(position().positions));
-    assert_eq!(served(&restored.index), served(&newer_index));
+    assert_eq!(served(&index), served(&newer_index));
 
     // Every checkpoint refused: an empty index, and no position (replay from 0).
     std::fs::write(&paths[1], &damaged[..100]).unwrap();
-    let restored = store.restore_newest(config, &log());
+    let (index, restored) = restore(&store, config, &log());
     assert_eq!(restored.used, None);
     assert_eq!(restored.positions, None);
     assert_eq!(restored.refused.len(), 2);
-    assert!(restored.index.execution_ids().is_empty());
+    assert!(index.execution_ids().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -278,11 +290,12 @@ fn a_checkpoint_of_another_log_is_never_served() {
     store
         .write(&Checkpoint::capture(&index_with(IndexConfig::default()), position()).encode())
         .unwrap();
-    let restored = store.restore_newest(
+    let (index, restored) = restore(
+        &store,
         IndexConfig::default(),
         &LogIdentity::new("jetstream", "noetl_events", "created=1"),
     );
-    assert!(restored.index.execution_ids().is_empty());
+    assert!(index.execution_ids().is_empty());
     assert_eq!(restored.refused[0].1.label(), "other_log");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -322,43 +335,53 @@ fn a_pool_restarted_from_its_checkpoint_replays_only_the_rest_and_serves_what_a_
  {
     use std::sync::Arc;
     use wal_index::Drain;
-    use wal_index::ingest::{Checkpointing, JsonLinesSource};
+    use wal_index::checkpoint::Checkpointing;
+    use wal_index::ingest::JsonLinesSource;
 
     let dir = temp_dir("resume");
     std::fs::create_dir_all(&dir).unwrap();
     let wal = wal_file(&dir, 20, 30); // 600 records
     let store = DirStore::open(dir.join("checkpoints"), 3).unwrap();
     let config = IndexConfig::default();
+    let checkpoints = || {
+        Checkpointing::new(DirStore::open(store.dir(), 3).unwrap()).every(std::time::Duration::ZERO)
+    };
 
     // The first pool drains 8 batches of 50, checkpointing after every batch, then dies.
-    let source = JsonLinesSource::open(&wal).unwrap();
-    let log = source.log().clone();
     let first = Arc::new(WalIndex::new(config));
-    let checkpoints = Checkpointing::new(DirStore::open(store.dir(), 3).unwrap())
-        .every(std::time::Duration::ZERO);
-    let mut drain = Drain::new(Arc::clone(&first), source, drain_config())
-        .checkpoint_to(checkpoints)
-        .unwrap();
+    let (mut drain, start) = Drain::warm_start(
+        Arc::clone(&first),
+        Some(checkpoints()),
+        || JsonLinesSource::open(&wal),
+        drain_config(),
+    )
+    .unwrap();
+    assert!(start.checkpoint.is_none() && start.refused.is_empty());
     for _ in 0..8 {
         drain.step().unwrap();
     }
     drop(drain); // the write in flight finishes; nothing else is said
 
     // The second pool restores the newest checkpoint and resumes the file after it.
-    let restored = store.restore_newest(config, &log);
-    assert!(restored.refused.is_empty(), "{:?}", restored.refused);
-    let positions = restored.positions.expect("a checkpoint was used");
-    let held = restored.index.stats().events;
+    let second = Arc::new(WalIndex::new(config));
+    let (mut drain, start) = Drain::warm_start(
+        Arc::clone(&second),
+        Some(checkpoints()),
+        || JsonLinesSource::open(&wal),
+        drain_config(),
+    )
+    .unwrap();
+    assert!(start.refused.is_empty(), "{:?}", start.refused);
+    assert_eq!(
+        start.checkpoint,
+        store.newest_first().unwrap().first().cloned()
+    );
+    let positions = start.resumed_at.expect("a checkpoint was used");
+    let held = second.stats().events;
     assert!(
         held >= 50,
         "the checkpoint holds at least one batch ({held})"
     );
-    let source = JsonLinesSource::open(&wal)
-        .unwrap()
-        .resume(&positions[0])
-        .unwrap();
-    let second = Arc::new(restored.index);
-    let mut drain = Drain::new(Arc::clone(&second), source, drain_config());
     let replayed = drain.run_until_closed().unwrap().events;
     assert_eq!(
         replayed as usize + positions[0].last().sequence as usize,
@@ -391,13 +414,14 @@ fn a_log_rewritten_under_the_checkpoints_position_is_refused() {
     source.pull(7, std::time::Duration::ZERO).unwrap();
     let position = source.position().unwrap().positions.remove(0);
     assert_eq!(position.last().sequence, 7);
-    // The same file resumes.
-    assert!(
+    let resume = |position: &Position| {
+        let positions = [position.clone()];
         JsonLinesSource::open(&wal)
             .unwrap()
-            .resume(&position)
-            .is_ok()
-    );
+            .resume(&positions, std::time::Duration::ZERO)
+    };
+    // The same file resumes.
+    assert!(resume(&position).is_ok());
     // A log that lost its tail and was written again with other records under the same
     // line numbers: refused, so the pool replays from the beginning.
     let text = std::fs::read_to_string(&wal).unwrap();
@@ -405,17 +429,11 @@ fn a_log_rewritten_under_the_checkpoints_position_is_refused() {
     let mut rewritten = lines[..6].join("\n");
     rewritten.push_str("\n{\"event_id\":99,\"execution_id\":1}\n");
     std::fs::write(&wal, rewritten).unwrap();
-    let refused = JsonLinesSource::open(&wal)
-        .unwrap()
-        .resume(&position)
-        .unwrap_err();
+    let refused = resume(&position).unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
     // Shorter than the position: refused too.
     std::fs::write(&wal, lines[..3].join("\n")).unwrap();
-    let refused = JsonLinesSource::open(&wal)
-        .unwrap()
-        .resume(&position)
-        .unwrap_err();
+    let refused = resume(&position).unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -424,7 +442,8 @@ fn a_log_rewritten_under_the_checkpoints_position_is_refused() {
 fn a_checkpoint_that_cannot_be_written_is_reported_and_the_drain_keeps_applying() {
     use std::sync::Arc;
     use wal_index::Drain;
-    use wal_index::ingest::{Checkpointing, JsonLinesSource};
+    use wal_index::checkpoint::Checkpointing;
+    use wal_index::ingest::JsonLinesSource;
 
     let dir = temp_dir("unwritable");
     std::fs::create_dir_all(&dir).unwrap();
@@ -468,7 +487,8 @@ fn a_checkpoint_that_cannot_be_written_is_reported_and_the_drain_keeps_applying(
 fn a_full_disk_fails_the_write_and_the_previous_checkpoint_is_used() {
     use std::sync::Arc;
     use wal_index::Drain;
-    use wal_index::ingest::{Checkpointing, JsonLinesSource};
+    use wal_index::checkpoint::Checkpointing;
+    use wal_index::ingest::JsonLinesSource;
 
     let Some(small) = std::env::var_os("SBIX_SMALL_TMPFS").map(PathBuf::from) else {
         assert!(
@@ -485,8 +505,8 @@ fn a_full_disk_fails_the_write_and_the_previous_checkpoint_is_used() {
     let store = DirStore::open(&checkpoints_dir, 3).unwrap();
     let checkpoints = Checkpointing::new(DirStore::open(&checkpoints_dir, 3).unwrap())
         .every(std::time::Duration::ZERO);
-    let source = JsonLinesSource::open(&wal).unwrap();
-    let log = source.log().clone();
+    let mut source = JsonLinesSource::open(&wal).unwrap();
+    let log = source.log().unwrap().unwrap();
     let config = IndexConfig::default();
     let index = Arc::new(WalIndex::new(config));
     let mut drain = Drain::new(Arc::clone(&index), source, drain_config())
@@ -518,18 +538,17 @@ fn a_full_disk_fails_the_write_and_the_previous_checkpoint_is_used() {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    let restored = store.restore_newest(config, &log);
+    let mut resumed = JsonLinesSource::open(&wal).unwrap();
+    let second = Arc::new(WalIndex::new(config));
+    let restored = checkpoint::restore_newest(&store, &*second, &log, |checkpoint| {
+        resumed.resume(&checkpoint.positions, std::time::Duration::ZERO)
+    });
     assert!(restored.refused.is_empty(), "{:?}", restored.refused);
     let positions = restored.positions.expect("a checkpoint was used");
     assert!(
         positions[0].last().sequence < 600,
         "the last one did not fit"
     );
-    let second = Arc::new(restored.index);
-    let resumed = JsonLinesSource::open(&wal)
-        .unwrap()
-        .resume(&positions[0])
-        .unwrap();
     Drain::new(Arc::clone(&second), resumed, drain_config())
         .run_until_closed()
         .unwrap();
@@ -578,7 +597,7 @@ fn a_writer_killed_at_any_point_leaves_only_whole_checkpoints() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let store = DirStore::open(&dir, 2).unwrap();
-        let restored = store.restore_newest(IndexConfig::default(), &log());
+        let (index, restored) = restore(&store, IndexConfig::default(), &log());
         assert!(
             restored.refused.is_empty(),
             "round {round}: {:?}",
@@ -586,9 +605,9 @@ fn a_writer_killed_at_any_point_leaves_only_whole_checkpoints() {
         );
         if restored.used.is_some() {
             restored_some += 1;
-            assert_eq!(served(&restored.index), expected, "round {round}");
+            assert_eq!(served(&index), expected, "round {round}");
         } else {
-            assert!(restored.index.execution_ids().is_empty());
+            assert!(index.execution_ids().is_empty());
         }
     }
     assert!(
@@ -738,17 +757,17 @@ mod bucket {
         let middle = damaged.len() / 2;
         damaged[middle] ^= 0x10;
         std::fs::write(&file, &damaged).unwrap();
-        let restored = store.restore_newest(config, &log());
+        let (index, restored) = restore(&store, config, &log());
         assert_eq!(restored.used.as_ref(), Some(&kept[1]));
         assert!(matches!(restored.refused[0].1, Refusal::Checksum { .. }));
-        assert_eq!(served(&restored.index), served(&newer));
+        assert_eq!(served(&index), served(&newer));
 
         // A pool on another node (a new client, a new store) finds the same.
         let elsewhere = BucketStore::new(server.client(), "pool-a", 2).unwrap();
         assert_eq!(elsewhere.newest_first().unwrap(), kept);
         // Another pool's prefix holds nothing: a replay from the beginning.
         let other = BucketStore::new(server.client(), "pool-b", 2).unwrap();
-        let restored = other.restore_newest(config, &log());
+        let (_, restored) = restore(&other, config, &log());
         assert_eq!(restored.used, None);
         assert!(restored.refused.is_empty());
     }
@@ -773,7 +792,8 @@ mod bucket {
     #[test]
     fn a_server_stopped_mid_upload_keeps_the_previous_checkpoint_and_the_drain_applying() {
         use wal_index::Drain;
-        use wal_index::ingest::{Checkpointing, JsonLinesSource};
+        use wal_index::checkpoint::Checkpointing;
+        use wal_index::ingest::JsonLinesSource;
 
         let Some(mut server) = S3Server::start("s3-outage") else {
             return;
@@ -785,8 +805,8 @@ mod bucket {
         let store = BucketStore::new(server.client(), "pool", 3).unwrap();
         let checkpoints = Checkpointing::new(BucketStore::new(server.client(), "pool", 3).unwrap())
             .every(Duration::ZERO);
-        let source = JsonLinesSource::open(&wal).unwrap();
-        let log = source.log().clone();
+        let mut source = JsonLinesSource::open(&wal).unwrap();
+        let log = source.log().unwrap().unwrap();
         let index = Arc::new(WalIndex::new(config));
         let mut drain = Drain::new(Arc::clone(&index), source, drain_config())
             .checkpoint_to(checkpoints)
@@ -836,14 +856,13 @@ mod bucket {
             drain.step().unwrap();
         }
         drop(drain);
-        let restored = store.restore_newest(config, &log);
+        let mut resumed = JsonLinesSource::open(&wal).unwrap();
+        let second = Arc::new(WalIndex::new(config));
+        let restored = checkpoint::restore_newest(&store, &*second, &log, |checkpoint| {
+            resumed.resume(&checkpoint.positions, Duration::ZERO)
+        });
         assert!(restored.refused.is_empty(), "{:?}", restored.refused);
-        let positions = restored.positions.expect("a checkpoint was used");
-        let second = Arc::new(restored.index);
-        let resumed = JsonLinesSource::open(&wal)
-            .unwrap()
-            .resume(&positions[0])
-            .unwrap();
+        assert!(restored.positions.is_some(), "a checkpoint was used");
         Drain::new(Arc::clone(&second), resumed, drain_config())
             .run_until_closed()
             .unwrap();
@@ -960,7 +979,7 @@ fn a_file_refilled_below_the_line_before_the_position_is_refused() {
     std::fs::write(&wal, lines.join("\n") + "\n").unwrap();
     let refused = JsonLinesSource::open(&wal)
         .unwrap()
-        .resume(&position)
+        .resume(std::slice::from_ref(&position), std::time::Duration::ZERO)
         .unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
     // A line added between two the checkpoint applied (an extra record where the log
@@ -970,7 +989,7 @@ fn a_file_refilled_below_the_line_before_the_position_is_refused() {
     std::fs::write(&wal, lines.join("\n") + "\n").unwrap();
     let refused = JsonLinesSource::open(&wal)
         .unwrap()
-        .resume(&position)
+        .resume(std::slice::from_ref(&position), std::time::Duration::ZERO)
         .unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -11,11 +11,14 @@
 //!   the writer's N records; then it picks 20 resident executions and their tips (the
 //!   probes, written to DIR/probes.txt) and ends without a last checkpoint, as a rolled pod
 //!   does.
-//! - `resume`: a new process loads the newest checkpoint in DIR, resumes the feed after
-//!   its position (`EhdbConfig::resume_from`), waits for the feed to confirm the
-//!   checkpoint's records (`EhdbSource::wait_resumed`), then seeds its index.
+//! - `resume`: a new process starts as a pool with checkpoints does (`Drain::warm_start`):
+//!   it loads the newest checkpoint in DIR, resumes the feed after its position
+//!   (`WalSource::resume`, which waits for the feed to confirm the checkpoint's records),
+//!   then seeds its index. The newest checkpoint must be the one taken (none refused), and
+//!   the restarted drain takes no checkpoint of its own, so DIR stays as `checkpoint` left
+//!   it.
 //! - `replay`: a new process starts empty and replays the feed from the beginning, as a
-//!   pool without checkpoints does.
+//!   pool without checkpoints does (`Drain::warm_start` without checkpoints).
 //!
 //! `resume` and `replay` report, from the process's start: the restore, the first probe
 //! served by a build at its tip and the last one, the first event the drain applied, and
@@ -25,8 +28,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use wal_index::checkpoint::{CheckpointStore, DirStore};
-use wal_index::ingest::{Backfill, Checkpointing};
+use wal_index::checkpoint::{Checkpointing, DirStore};
+use wal_index::ingest::Backfill;
 use wal_index::{Drain, DrainConfig, IndexConfig, IndexObserver, StateIndex, WalIndex};
 use wal_source_ehdb::{EhdbConfig, EhdbSource};
 
@@ -156,25 +159,34 @@ fn restart(args: &Args, resume: bool) {
     let index = Arc::new(WalIndex::with_observer(config(), observer));
     // A resumed pool: the newest checkpoint, loaded; the source resumed after it and its
     // word that the log still holds the checkpoint's records; only then the index seeded,
-    // so nothing of a checkpoint the log refuses is ever served.
-    let (mut restore_s, mut bytes, mut restored_events) = (None, 0, 0);
-    let source = if resume {
+    // so nothing of a checkpoint the log refuses is ever served. `Drain::warm_start` does
+    // all of that; without checkpoints it starts empty at the feed's beginning.
+    let checkpoints = resume.then(|| {
         let store = DirStore::open(&args.dir, 2).expect("the checkpoint directory");
-        let newest = store.newest_first().expect("listed")[0].clone();
-        let (checkpoint, size) = store
-            .load(&newest, &config(), &source_config.log_identity())
-            .expect("the newest checkpoint verifies");
-        let source = EhdbSource::connect(source_config.resume_from(checkpoint.positions.clone()))
-            .expect("the source starts");
-        assert_eq!(source.wait_resumed(Duration::from_secs(120)), Ok(true));
-        checkpoint.restore_into(&*index);
-        (restore_s, bytes) = (Some(started.elapsed().as_secs_f64()), size);
+        // The restart is measured, not checkpointed: no checkpoint falls due during it.
+        Checkpointing::new(store)
+            .resume_within(Duration::from_secs(120))
+            .every(Duration::MAX)
+            .every_bytes(u64::MAX)
+    });
+    let (drain, start) = Drain::warm_start(
+        Arc::clone(&index),
+        checkpoints,
+        || EhdbSource::connect(source_config.clone()),
+        DrainConfig::default(),
+    )
+    .expect("the source starts");
+    let (mut restore_s, mut bytes, mut restored_events) = (None, 0, 0);
+    if resume {
+        assert!(
+            start.refused.is_empty() && start.checkpoint.is_some(),
+            "the newest checkpoint verifies and the feed still holds its records: {:?}",
+            start.refused
+        );
+        (restore_s, bytes) = (Some(started.elapsed().as_secs_f64()), start.bytes);
         restored_events = index.stats().events;
-        source
-    } else {
-        EhdbSource::connect(source_config).expect("the source starts")
-    };
-    let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
+    }
+    let drain = drain.spawn();
     let (mut first_probe, mut all_probes, mut first_event, mut caught_up) =
         (None, None, None, None);
     let mut served = vec![false; probes.len()];

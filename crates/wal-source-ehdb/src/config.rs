@@ -45,9 +45,10 @@ pub struct EhdbConfig {
     /// backlog in one frame. It decides when a shard's backfill is over (see
     /// [`EhdbSource`](crate::EhdbSource), "Backfill"); it never limits what is read.
     pub feed_batch_limit: Option<u64>,
-    /// A checkpoint's positions to resume from ([`EhdbConfig::resume_from`]); empty: every
-    /// shard starts at [`cursor`](Self::cursor).
-    pub resume: Vec<Position>,
+    /// A checkpoint's positions to resume from (set by the source's
+    /// [`resume`](wal_index::WalSource::resume)); empty: every shard starts at
+    /// [`cursor`](Self::cursor).
+    pub(crate) resume: Vec<Position>,
     /// The heartbeat interval asked of the writer (`heartbeat_ms` in the subscription;
     /// default 5 s, upstream's own client's; `None` asks for none). Once a connection has
     /// received a heartbeat, three intervals without a byte are an outage, and the shard is
@@ -107,26 +108,6 @@ impl EhdbConfig {
     /// Starts after `cursor` instead of at the beginning.
     pub fn cursor(mut self, cursor: u64) -> EhdbConfig {
         self.cursor = cursor;
-        self
-    }
-
-    /// Resumes after a [checkpoint](wal_index::checkpoint)'s positions (the ones an
-    /// [`EhdbSource`](crate::EhdbSource) reported, partitions named `shard N`): each such
-    /// shard subscribes from just below the oldest record its position names (see
-    /// [`resume_depth`](Self::resume_depth) and [`resume_bytes`](Self::resume_bytes)), and its reader checks that the good
-    /// records delivered up to the last applied one are exactly the fingerprinted ones
-    /// (their sequences and the CRC-32C of their payloads as the log holds them), none
-    /// missing, changed or added, before it hands on anything, and drops them (the index
-    /// holds them). A writer whose log no longer holds them (it lost its tail, or wrote
-    /// other records under the same numbers anywhere in it) ends the shard's reader with a
-    /// refusal ([`EhdbSource::refusal`](crate::EhdbSource::refusal)).
-    /// A pool seeds its index from the checkpoint only once
-    /// [`EhdbSource::wait_resumed`](crate::EhdbSource::wait_resumed) says every shard
-    /// matched, so nothing of a refused checkpoint is served; after a refusal it tries an
-    /// older checkpoint, then an empty index from cursor 0. Shards without a position start
-    /// at [`cursor`](Self::cursor).
-    pub fn resume_from(mut self, positions: impl IntoIterator<Item = Position>) -> EhdbConfig {
-        self.resume = positions.into_iter().collect();
         self
     }
 

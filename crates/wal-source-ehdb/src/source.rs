@@ -14,7 +14,9 @@ use wal_index::ingest::{Backfill, DecodeMode, Decoded, Pull};
 use crate::config::{EhdbConfig, MISSED_HEARTBEATS, partition};
 use crate::connect::{after, dial, keepalive, send_subscription};
 use crate::frame::{FeedError, FrameReader};
-use wal_index::checkpoint::{Fingerprint, RecentRecords, Refusal, ResumeCheck, SourcePosition};
+use wal_index::checkpoint::{
+    Fingerprint, LogIdentity, Position, RecentRecords, Refusal, ResumeCheck, SourcePosition,
+};
 
 /// How often a reader blocked on its socket looks at the stop flag and the idle deadline:
 /// the bound on how long dropping the source waits for a reader that is reading.
@@ -288,6 +290,9 @@ pub struct EhdbSource {
     config: EhdbConfig,
     /// Each record with the slot of the shard that read it.
     queue: Receiver<(usize, Decoded)>,
+    /// The readers' end of the queue, until they are started (at the first pull, or at a
+    /// resume).
+    sender: Option<Sender<(usize, Decoded)>>,
     shared: Arc<Shared>,
     readers: Vec<JoinHandle<()>>,
     /// The highest `global_sequence` handed to the drain, per shard slot (a resumed
@@ -335,41 +340,38 @@ impl EhdbSource {
             counters: Counters::default(),
             shards: Mutex::new(vec![ShardState::default(); config.shards.len()]),
             refusal: Mutex::new(None),
-            unverified: AtomicUsize::new(
-                config
-                    .shards
-                    .iter()
-                    .filter(|&&shard| config.resume_of(shard).is_some())
-                    .count(),
-            ),
+            unverified: AtomicUsize::new(0),
         });
-        let mut source = EhdbSource {
+        Ok(EhdbSource {
             config: config.clone(),
             queue,
-            shared: Arc::clone(&shared),
+            sender: Some(sender),
+            shared,
             readers: Vec::with_capacity(config.shards.len()),
-            pulled: config
-                .shards
-                .iter()
-                .map(|&shard| {
-                    config
-                        .resume_of(shard)
-                        .map_or(config.cursor, |p| p.last().sequence)
-                })
-                .collect(),
+            pulled: vec![config.cursor; config.shards.len()],
             handed: config
                 .shards
                 .iter()
-                .map(|&shard| {
-                    let mut recent =
-                        RecentRecords::covering(config.resume_depth, config.resume_bytes);
-                    if let Some(p) = config.resume_of(shard) {
-                        recent.extend_resumed(p);
-                    }
-                    recent
-                })
+                .map(|_| RecentRecords::covering(config.resume_depth, config.resume_bytes))
                 .collect(),
+        })
+    }
+
+    /// Starts the shard readers now rather than at the first pull, so the writer's backlog
+    /// queues (as far as [`EhdbConfig::queue_records`] holds) while the pool does something
+    /// else. A source resumes only before its readers start
+    /// ([`WalSource::resume`](wal_index::WalSource::resume) starts them itself).
+    pub fn start(&mut self) -> io::Result<()> {
+        self.start_readers()
+    }
+
+    /// Starts one reader per shard, once: at [`start`](Self::start), the first pull, or a
+    /// resume.
+    fn start_readers(&mut self) -> io::Result<()> {
+        let Some(sender) = self.sender.take() else {
+            return Ok(());
         };
+        let config = &self.config;
         for (slot, &shard) in config.shards.iter().enumerate() {
             let resume = config.resume_of(shard);
             // From just below the oldest record the position names, so the first good
@@ -382,14 +384,45 @@ impl EhdbSource {
                 cursor,
                 expect: resume.map(ResumeCheck::new),
                 sender: sender.clone(),
-                shared: Arc::clone(&shared),
+                shared: Arc::clone(&self.shared),
             };
             let thread = std::thread::Builder::new()
                 .name(format!("ehdb-feed-{shard}"))
                 .spawn(move || reader.run())?;
-            source.readers.push(thread);
+            self.readers.push(thread);
         }
-        Ok(source)
+        Ok(())
+    }
+
+    /// Takes a checkpoint's positions as where each named shard resumes: it counts as
+    /// pulled up to the position's last record, and its last records carry on from it.
+    fn resume_at(&mut self, positions: &[Position]) -> Result<(), Refusal> {
+        if self.sender.is_none() {
+            return Err(Refusal::Io(
+                "the source's readers were started: it resumes before its first pull".to_owned(),
+            ));
+        }
+        let names: Vec<String> = self.config.shards.iter().map(|&s| partition(s)).collect();
+        if let Some(foreign) = positions.iter().find(|p| !names.contains(&p.partition)) {
+            return Err(Refusal::Fingerprint {
+                why: format!(
+                    "the checkpoint names {:?}, a shard this source does not read",
+                    foreign.partition
+                ),
+            });
+        }
+        self.config.resume = positions.to_vec();
+        let mut resumed = 0;
+        for (slot, &shard) in self.config.shards.iter().enumerate() {
+            if let Some(p) = self.config.resume_of(shard) {
+                self.pulled[slot] = p.last().sequence;
+                self.handed[slot].extend_resumed(p);
+                resumed += 1;
+            }
+        }
+        // Relaxed: no reader runs yet; spawning them orders this store before their reads.
+        self.shared.unverified.store(resumed, Ordering::Relaxed);
+        Ok(())
     }
 
     /// What the source did so far.
@@ -424,13 +457,10 @@ impl EhdbSource {
     }
 
     /// Waits up to `limit` until every resumed shard's log delivered the checkpoint's
-    /// records and they matched (`Ok(true)`), or a shard refused them (the refusal). A pool
-    /// seeds its index from the checkpoint only after this says yes, so nothing of a
-    /// checkpoint the log no longer holds is ever served. `Ok(false)` at the limit: the
-    /// writer has not answered yet (it may be down); wait again, or give up on the
-    /// checkpoint. Records of shards already checked queue meanwhile, as far as the queue
-    /// holds them.
-    pub fn wait_resumed(&self, limit: Duration) -> Result<bool, Refusal> {
+    /// records and they matched (`Ok(true)`), or a shard refused them (the refusal).
+    /// `Ok(false)` at the limit: the writer has not answered yet (it may be down). Records
+    /// of shards already checked queue meanwhile, as far as the queue holds them.
+    fn wait_resumed(&self, limit: Duration) -> Result<bool, Refusal> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(refused) = self.refusal() {
@@ -475,6 +505,7 @@ impl EhdbSource {
 
 impl WalSource for EhdbSource {
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
+        self.start_readers()?;
         // A fatal outage stops the drain even while other shards keep the queue full.
         if let Some(fatal) = self.shared.fatal_error(&self.config.addr) {
             return Err(fatal);
@@ -528,6 +559,36 @@ impl WalSource for EhdbSource {
             log: self.config.log_identity(),
             positions,
         })
+    }
+
+    /// The writer's address and the shards drained ([`EhdbConfig::log_identity`]).
+    fn log(&mut self) -> io::Result<Option<LogIdentity>> {
+        Ok(Some(self.config.log_identity()))
+    }
+
+    /// Each shard a position names (`shard N`) subscribes from just below the oldest
+    /// record its position names (see [`EhdbConfig::resume_depth`] and
+    /// [`EhdbConfig::resume_bytes`]), and its reader checks that the good records delivered
+    /// up to the last applied one are exactly the fingerprinted ones (their sequences and
+    /// the CRC-32C of their payloads as the log holds them), none missing, changed or
+    /// added, before it hands on anything, and drops them (the index holds them). Shards
+    /// without a position start at [`EhdbConfig::cursor`]. Returns once every resumed
+    /// shard matched; a writer whose log no longer holds the records (it lost its tail, or
+    /// wrote other records under the same numbers anywhere in it) is refused with
+    /// [`Refusal::Fingerprint`] ([`EhdbSource::refusal`] keeps it, and later pulls fail);
+    /// a writer that does not answer within `within` with [`Refusal::Io`]. Either way the
+    /// pool drops this source and makes a new one. Only before the first pull.
+    fn resume(&mut self, positions: &[Position], within: Duration) -> Result<(), Refusal> {
+        self.resume_at(positions)?;
+        self.start_readers()
+            .map_err(|e| Refusal::Io(format!("cannot start the shard readers: {e}")))?;
+        match self.wait_resumed(within)? {
+            true => Ok(()),
+            false => Err(Refusal::Io(format!(
+                "the writer at {} did not deliver the checkpoint's records within {within:?}",
+                self.config.addr
+            ))),
+        }
     }
 
     /// Behind until every shard's frames have told where its backlog ends (see

@@ -346,8 +346,10 @@ fn a_lost_tail_refilled_below_the_record_before_is_refused_on_the_real_writer() 
         })
         .collect();
     publish_records(&writer, &refill);
-    let source = EhdbSource::connect(fast(&writer.feed).resume_from([position])).unwrap();
-    let refused = source.wait_resumed(Duration::from_secs(30)).unwrap_err();
+    let mut source = EhdbSource::connect(fast(&writer.feed)).unwrap();
+    let refused = source
+        .resume(&[position], Duration::from_secs(30))
+        .unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
 }
 
@@ -361,8 +363,8 @@ fn a_resumed_quiet_shard_is_caught_up_on_the_real_writer() {
     };
     publish(&writer, 0..30);
     let position = position_after(&writer, 30);
-    let mut source = EhdbSource::connect(fast(&writer.feed).resume_from([position])).unwrap();
-    assert_eq!(source.wait_resumed(Duration::from_secs(30)), Ok(true));
+    let mut source = EhdbSource::connect(fast(&writer.feed)).unwrap();
+    assert_eq!(source.resume(&[position], Duration::from_secs(30)), Ok(()));
     let deadline = Instant::now() + Duration::from_secs(30);
     while source.backfill() != Backfill::CaughtUp {
         assert!(Instant::now() < deadline, "still {:?}", source.backfill());

@@ -1,6 +1,6 @@
-//! Resuming after a checkpoint (`EhdbConfig::resume_from`): the first record delivered must
-//! be the checkpoint's last one, checked by its fingerprint and dropped; a writer whose log
-//! no longer holds it (a lost tail refilled under the same numbers, or a head below the
+//! Resuming after a checkpoint (`WalSource::resume`): the first record delivered must be
+//! the checkpoint's last one, checked by its fingerprint and dropped; a writer whose log no
+//! longer holds it (a lost tail refilled under the same numbers, or a head below the
 //! position) is refused, and the drain stops rather than skip what it never saw.
 
 mod common;
@@ -13,6 +13,9 @@ use wal_index::WalSource;
 use wal_index::checkpoint::Position;
 use wal_index::ingest::Pull;
 use wal_source_ehdb::{EhdbConfig, EhdbSource};
+
+/// How long a resume waits for the fake writer to deliver the checkpoint's records.
+const WITHIN: Duration = Duration::from_secs(10);
 
 /// Execution 7's chain 1 ← 2 ← … ← n, at global sequences 10, 20, …
 fn chain(n: i64) -> Vec<LogRecord> {
@@ -72,8 +75,11 @@ fn a_resumed_shard_starts_after_the_checkpoints_record_and_drops_it() {
     );
 
     let writer = FakeWriter::start(chain(10), vec![Behaviour::Serve]);
-    let mut source =
-        EhdbSource::connect(fast(&writer.addr).resume_from([position.clone()])).unwrap();
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    assert_eq!(
+        source.resume(std::slice::from_ref(&position), WITHIN),
+        Ok(())
+    );
     // Before anything new arrives, a checkpoint would carry the same position.
     assert_eq!(source.position().unwrap().positions, vec![position]);
     let got = pull(&mut source, 4, Duration::from_secs(10)).unwrap();
@@ -87,7 +93,6 @@ fn a_resumed_shard_starts_after_the_checkpoints_record_and_drops_it() {
         vec![9],
         "subscribed from below the oldest record the position names"
     );
-    assert_eq!(source.wait_resumed(Duration::from_secs(1)), Ok(true));
     assert!(source.refusal().is_none());
 }
 
@@ -98,7 +103,10 @@ fn a_log_refilled_under_the_checkpoints_numbers_is_refused() {
     let mut refilled: Vec<LogRecord> = chain(5);
     refilled.extend((6..=10).map(|id| LogRecord::event(id * 10, 8, id as i64, None)));
     let writer = FakeWriter::start(refilled, vec![Behaviour::Serve]);
-    let mut source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let refused = source.resume(&[position], WITHIN).unwrap_err();
+    assert_eq!(refused.label(), "fingerprint", "{refused}");
+    // A pool drops a source that refused; one pulled anyway stops rather than serve.
     let error = pull(&mut source, 1, Duration::from_secs(10)).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
     let refusal = source.refusal().expect("refused");
@@ -112,8 +120,8 @@ fn a_log_that_lost_the_record_before_is_refused_before_anything_is_served() {
     let mut refilled = chain(10);
     refilled[4] = LogRecord::event(50, 8, 5, None);
     let writer = FakeWriter::start(refilled, vec![Behaviour::Serve]);
-    let source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
-    let refused = source.wait_resumed(Duration::from_secs(10)).unwrap_err();
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let refused = source.resume(&[position], WITHIN).unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
 }
 
@@ -122,7 +130,10 @@ fn a_writer_whose_log_ends_below_the_position_is_refused() {
     let position = position_after(chain(10), 6);
     // Restarted having lost everything after 40: its backlog ends below the position.
     let writer = FakeWriter::start(chain(4), vec![Behaviour::Capped { limit: 2000 }]);
-    let mut source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    source
+        .resume(&[position], WITHIN)
+        .expect_err("a log that ends below the position");
     let error = pull(&mut source, 1, Duration::from_secs(10)).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidInput, "{error}");
     assert!(source.refusal().is_some());
@@ -138,8 +149,8 @@ fn a_log_refilled_below_the_record_before_is_refused() {
     let mut refilled = chain(10);
     refilled[2] = LogRecord::event(30, 8, 1, None);
     let writer = FakeWriter::start(refilled, vec![Behaviour::Serve]);
-    let source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
-    let refused = source.wait_resumed(Duration::from_secs(10)).unwrap_err();
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let refused = source.resume(&[position], WITHIN).unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
     // A record added between two of the checkpoint's (a number reused where this shard
     // held none) is refused too.
@@ -147,8 +158,8 @@ fn a_log_refilled_below_the_record_before_is_refused() {
     let mut grown = chain(10);
     grown.insert(3, LogRecord::event(35, 7, 99, Some(3)));
     let writer = FakeWriter::start(grown, vec![Behaviour::Serve]);
-    let source = EhdbSource::connect(fast(&writer.addr).resume_from([position])).unwrap();
-    let refused = source.wait_resumed(Duration::from_secs(10)).unwrap_err();
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let refused = source.resume(&[position], WITHIN).unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
 }
 
@@ -167,11 +178,11 @@ fn a_changed_link_or_whole_only_field_at_the_checkpoints_record_is_refused() {
                 .to_owned(),
         };
         let writer = FakeWriter::start(changed, vec![Behaviour::Serve]);
-        let mut config = fast(&writer.addr).resume_from([position]);
+        let mut config = fast(&writer.addr);
         config.heartbeat = None;
         let mut source = EhdbSource::connect(config).unwrap();
         source.decode_as(wal_index::ingest::DecodeMode::Slim);
-        let refused = source.wait_resumed(Duration::from_secs(10)).unwrap_err();
+        let refused = source.resume(&[position], WITHIN).unwrap_err();
         assert_eq!(refused.label(), "fingerprint", "{change}: {refused}");
     }
 }
@@ -184,9 +195,11 @@ fn a_resumed_quiet_shard_is_caught_up() {
     let position = position_after(chain(6), 6);
     for behaviour in [Behaviour::Serve, Behaviour::Capped { limit: 2000 }] {
         let writer = FakeWriter::start(chain(6), vec![behaviour.clone()]);
-        let mut source =
-            EhdbSource::connect(fast(&writer.addr).resume_from([position.clone()])).unwrap();
-        assert_eq!(source.wait_resumed(Duration::from_secs(10)), Ok(true));
+        let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+        assert_eq!(
+            source.resume(std::slice::from_ref(&position), WITHIN),
+            Ok(())
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         while source.backfill() != Backfill::CaughtUp {
             assert!(
@@ -215,10 +228,10 @@ fn the_log_identity_does_not_depend_on_the_order_of_the_shards() {
 fn a_writer_capped_below_the_configured_cap_is_not_taken_for_a_short_log() {
     let position = position_after(chain(10), 6);
     let writer = FakeWriter::start(chain(10), vec![Behaviour::Capped { limit: 2 }]);
-    let mut config = fast(&writer.addr).resume_from([position]);
+    let mut config = fast(&writer.addr);
     config.heartbeat = Some(Duration::from_millis(100));
     let mut source = EhdbSource::connect(config).unwrap();
-    assert_eq!(source.wait_resumed(Duration::from_secs(10)), Ok(true));
+    assert_eq!(source.resume(&[position], WITHIN), Ok(()));
     assert_eq!(
         pull(&mut source, 4, Duration::from_secs(10)).unwrap(),
         vec![70, 80, 90, 100]

@@ -215,7 +215,8 @@ fn drops_within(source: EhdbSource, limit: Duration) -> bool {
 fn dropping_the_source_returns_while_its_reader_waits_on_a_silent_writer() {
     let writer = FakeWriter::start(Vec::new(), vec![Behaviour::Raw(Vec::new())]);
     for pause in [0, 5, 50, 300] {
-        let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+        let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+        source.start().unwrap();
         std::thread::sleep(Duration::from_millis(pause));
         assert!(
             drops_within(source, Duration::from_secs(5)),
@@ -231,7 +232,8 @@ fn a_drop_while_a_frame_is_still_streaming_in_returns_promptly() {
     let mut trickle = 10_000u32.to_be_bytes().to_vec();
     trickle.push(b'[');
     let writer = FakeWriter::start(Vec::new(), vec![Behaviour::Trickle(trickle)]);
-    let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    source.start().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         drops_within(source, Duration::from_secs(5)),
@@ -361,6 +363,7 @@ fn a_capped_backlog_is_behind_until_its_last_frame_whatever_came_first() {
     let writer = FakeWriter::start(chain(5), vec![Behaviour::Capped { limit: 2 }]);
     let mut source = EhdbSource::connect(beating(&writer.addr)).unwrap();
     // Let the heartbeat and the first frames arrive before the drain pulls anything.
+    source.start().unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(source.backfill().is_behind(), "a heartbeat is not the head");
     assert_eq!(
@@ -380,7 +383,8 @@ fn a_capped_backlog_is_behind_until_its_last_frame_whatever_came_first() {
 #[test]
 fn the_subscription_asks_for_heartbeats() {
     let writer = FakeWriter::start(chain(2), vec![Behaviour::Capped { limit: 2 }]);
-    let source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    let mut source = EhdbSource::connect(fast(&writer.addr)).unwrap();
+    source.start().unwrap();
     assert!(wait(Duration::from_secs(10), || !writer
         .heartbeats_asked
         .lock()
@@ -389,7 +393,8 @@ fn the_subscription_asks_for_heartbeats() {
     drop(source);
     let mut off = fast(&writer.addr);
     off.heartbeat = None;
-    let source = EhdbSource::connect(off).unwrap();
+    let mut source = EhdbSource::connect(off).unwrap();
+    source.start().unwrap();
     assert!(wait(Duration::from_secs(10), || writer
         .heartbeats_asked
         .lock()

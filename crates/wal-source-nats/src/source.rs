@@ -437,6 +437,45 @@ struct BackfillState {
 }
 
 impl WalSource for JetStreamSource {
+    /// The stream's name, its creation time and the subject filter (see
+    /// [`JetStreamSource`]'s checkpoints): looked up on the broker once.
+    fn log(&mut self) -> io::Result<Option<LogIdentity>> {
+        self.log_identity().map(Some)
+    }
+
+    /// Resumes after a [checkpoint](wal_index::checkpoint)'s one position (replay-on-boot;
+    /// a durable consumer resumes from its own acknowledgement floor instead), then starts
+    /// the next consumer right after it. The stream must still hold what the position
+    /// names, or have lost nothing after it:
+    ///
+    /// - the message at the position's sequence is there with the same payload, and its
+    ///   subject is one this source's filter reads; or
+    /// - it is gone because the stream's limits discarded it and everything before it
+    ///   (the stream's first sequence is the next one): nothing after the position is
+    ///   missing.
+    ///
+    /// Anything else is refused with [`Refusal::Fingerprint`] (another record there, a
+    /// message of another filter, a gap after the position); the pool then tries an older
+    /// checkpoint, then replays from the beginning. A stream deleted and re-created under
+    /// the same name, or read through another filter, has another [`log`](Self::log),
+    /// which the restore already refuses. The broker is given at most `within` (and the
+    /// source's `api_timeout`) to answer; one that does not is an [`Refusal::Io`].
+    fn resume(&mut self, positions: &[Position], within: Duration) -> Result<(), Refusal> {
+        match positions {
+            [position] if position.partition == self.partition() => {
+                self.resume_at(position, within)
+            }
+            _ => {
+                let named: Vec<&str> = positions.iter().map(|p| p.partition.as_str()).collect();
+                Err(Refusal::Fingerprint {
+                    why: format!(
+                        "the checkpoint's positions are in {named:?}, which this source does not read (it reads {:?} alone)",
+                        self.partition()
+                    ),
+                })
+            }
+        }
+    }
     /// The last message returned (its stream sequence and a CRC-32C of its payload), once
     /// the first consumer told the stream's creation time.
     ///
@@ -797,7 +836,7 @@ impl JetStreamSource {
     /// filter (a pool reading another filter reads another log: a checkpoint of one never
     /// restores on the other, even from a shared directory or prefix). Looks the stream up
     /// on the broker.
-    pub fn log_identity(&mut self) -> io::Result<LogIdentity> {
+    fn log_identity(&mut self) -> io::Result<LogIdentity> {
         let created = match self.created {
             Some(created) => created,
             None => {
@@ -844,23 +883,8 @@ impl JetStreamSource {
             })
     }
 
-    /// Resumes after a [checkpoint](wal_index::checkpoint)'s `position` (replay-on-boot;
-    /// a durable consumer resumes from its own acknowledgement floor instead), then starts
-    /// the next consumer right after it. The stream must still hold what the position
-    /// names, or have lost nothing after it:
-    ///
-    /// - the message at the position's sequence is there with the same payload, and its
-    ///   subject is one this source's filter reads; or
-    /// - it is gone because the stream's limits discarded it and everything before it
-    ///   (the stream's first sequence is the next one): nothing after the position is
-    ///   missing.
-    ///
-    /// Anything else is refused with [`Refusal::Fingerprint`] (another record there, a
-    /// message of another filter, a gap after the position); the pool then tries an older
-    /// checkpoint, then replays from the beginning. A stream deleted and re-created under
-    /// the same name, or read through another filter, has another
-    /// [`log_identity`](Self::log_identity), which the restore already refuses.
-    pub fn resume(mut self, position: &Position) -> Result<Self, Refusal> {
+    /// Resumes after `position` (see [`WalSource::resume`] on this type).
+    fn resume_at(&mut self, position: &Position, within: Duration) -> Result<(), Refusal> {
         if !matches!(self.config.mode, ConsumerMode::ReplayOnBoot) {
             return Err(Refusal::Io(
                 "a durable consumer resumes from its acknowledgement floor, not a checkpoint"
@@ -872,7 +896,7 @@ impl JetStreamSource {
         let (context, name) = (self.context.clone(), self.config.stream.clone());
         let looked = self
             .runtime
-            .block_on_for(self.config.api_timeout, async move {
+            .block_on_for(within.min(self.config.api_timeout), async move {
                 let (stream, state) = stream_now(&context, &name).await?;
                 let first = state.first_sequence;
                 let held = stream.get_raw_message(sequence).await;
@@ -909,7 +933,7 @@ impl JetStreamSource {
         }
         self.next_sequence = sequence + 1;
         self.handed = Some(Handed::Known(last));
-        Ok(self)
+        Ok(())
     }
 }
 

@@ -1,4 +1,4 @@
-//! Resuming after a checkpoint on a real `nats-server -js` (`JetStreamSource::resume`): the
+//! Resuming after a checkpoint on a real `nats-server -js` (`WalSource::resume`): the
 //! next consumer starts right after the checkpoint's record, which the stream must still
 //! hold with the same payload; a stream deleted and re-created under the same name is
 //! another log. Skips (with a message) where no `nats-server` exists, unless
@@ -46,7 +46,7 @@ fn position_after(broker: &Broker, stream: &str, n: usize) -> Position {
     let mut at = source
         .position()
         .expect("a position once the consumer exists");
-    assert_eq!(at.log, source.log_identity().unwrap());
+    assert_eq!(at.log, source.log().unwrap().unwrap());
     at.positions.remove(0)
 }
 
@@ -65,10 +65,8 @@ fn a_resumed_source_starts_right_after_the_checkpoints_record() {
         "a stream never reuses a sequence"
     );
     let config = JetStreamConfig::new(broker.url()).stream(stream);
-    let mut source = JetStreamSource::connect(config)
-        .unwrap()
-        .resume(&position)
-        .unwrap();
+    let mut source = JetStreamSource::connect(config).unwrap();
+    source.resume(&[position], LIMIT).unwrap();
     assert_eq!(pull(&mut source, 4), vec![7, 8, 9, 10], "the rest, once");
 }
 
@@ -83,7 +81,8 @@ fn a_stream_re_created_under_its_name_is_another_log_and_a_lost_record_is_refuse
     let config = JetStreamConfig::new(broker.url()).stream(stream);
     let before = JetStreamSource::connect(config.clone())
         .unwrap()
-        .log_identity()
+        .log()
+        .unwrap()
         .unwrap();
 
     // Deleted and re-created with other records: another log, whatever its sequences.
@@ -92,13 +91,14 @@ fn a_stream_re_created_under_its_name_is_another_log_and_a_lost_record_is_refuse
     publish(&broker, stream, 8, 10);
     let after = JetStreamSource::connect(config.clone())
         .unwrap()
-        .log_identity()
+        .log()
+        .unwrap()
         .unwrap();
     assert_ne!(before, after, "the creation time tells them apart");
     // And the record at the checkpoint's sequence is not the one it fingerprinted.
     let refused = JetStreamSource::connect(config.clone())
         .unwrap()
-        .resume(&position)
+        .resume(std::slice::from_ref(&position), LIMIT)
         .unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
 
@@ -110,7 +110,7 @@ fn a_stream_re_created_under_its_name_is_another_log_and_a_lost_record_is_refuse
     }];
     let refused = JetStreamSource::connect(config)
         .unwrap()
-        .resume(&beyond)
+        .resume(&[beyond], LIMIT)
         .unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
 }
@@ -153,15 +153,15 @@ fn an_expired_last_message_resumes_and_a_gap_after_it_is_refused() {
     assert_eq!(position.last().sequence, 6);
     publish(&broker, stream, 8, 4); // holds 7..=10: 6 expired, nothing after it lost
     let config = JetStreamConfig::new(broker.url()).stream(stream);
-    let mut source = JetStreamSource::connect(config.clone())
-        .unwrap()
-        .resume(&position)
+    let mut source = JetStreamSource::connect(config.clone()).unwrap();
+    source
+        .resume(std::slice::from_ref(&position), LIMIT)
         .expect("nothing after the position is missing");
     assert_eq!(pull(&mut source, 4), vec![7, 8, 9, 10], "the rest, once");
     publish(&broker, stream, 9, 1); // holds 8..=11: 7, after the position, is gone
     let refused = JetStreamSource::connect(config)
         .unwrap()
-        .resume(&position)
+        .resume(&[position], LIMIT)
         .unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
 }
@@ -172,8 +172,8 @@ fn an_expired_last_message_resumes_and_a_gap_after_it_is_refused() {
 /// the resume itself.
 #[test]
 fn a_checkpoint_taken_through_another_subject_filter_is_refused() {
+    use wal_index::WalIndex;
     use wal_index::checkpoint::{Checkpoint, CheckpointStore, DirStore, SourcePosition};
-    use wal_index::{IndexConfig, WalIndex};
 
     let Some(broker) = Broker::start("resume_filter") else {
         return;
@@ -197,7 +197,7 @@ fn a_checkpoint_taken_through_another_subject_filter_is_refused() {
     let mut other = JetStreamSource::connect(pool(1)).unwrap();
     assert_ne!(
         at.log,
-        other.log_identity().unwrap(),
+        other.log().unwrap().unwrap(),
         "the filter is part of the log"
     );
 
@@ -208,7 +208,12 @@ fn a_checkpoint_taken_through_another_subject_filter_is_refused() {
     store
         .write(&Checkpoint::capture(&WalIndex::default(), at.clone()).encode())
         .unwrap();
-    let restored = store.restore_newest(IndexConfig::default(), &other.log_identity().unwrap());
+    let restored = wal_index::checkpoint::restore_newest(
+        &store,
+        &WalIndex::default(),
+        &other.log().unwrap().unwrap(),
+        |_| Ok(()),
+    );
     assert!(restored.positions.is_none());
     assert_eq!(restored.refused[0].1.label(), "other_log");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -217,7 +222,7 @@ fn a_checkpoint_taken_through_another_subject_filter_is_refused() {
     // one pool 1 reads.
     let refused = JetStreamSource::connect(pool(1))
         .unwrap()
-        .resume(&at.positions[0])
+        .resume(std::slice::from_ref(&at.positions[0]), LIMIT)
         .unwrap_err();
     assert_eq!(refused.label(), "fingerprint", "{refused}");
     assert!(refused.to_string().contains("does not read"), "{refused}");

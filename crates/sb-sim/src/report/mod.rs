@@ -285,7 +285,7 @@ pub struct WalHealth {
     pub checkpoints: CheckpointFigures,
 }
 
-/// What the drain's checkpoints did (`wal_index::ingest::CheckpointReport`).
+/// What the drain's checkpoints did (`wal_index::checkpoint::CheckpointReport`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CheckpointFigures {
     /// Captured and handed to the writer.
@@ -304,8 +304,8 @@ pub struct CheckpointFigures {
     pub last_error: Option<String>,
 }
 
-impl From<&wal_index::ingest::CheckpointReport> for CheckpointFigures {
-    fn from(c: &wal_index::ingest::CheckpointReport) -> Self {
+impl From<&wal_index::checkpoint::CheckpointReport> for CheckpointFigures {
+    fn from(c: &wal_index::checkpoint::CheckpointReport) -> Self {
         CheckpointFigures {
             captured: c.captured,
             written: c.written,

@@ -72,8 +72,7 @@ const ORPHAN_AGE: Duration = Duration::from_secs(3600);
 ///
 /// ```no_run
 /// # fn main() -> std::io::Result<()> {
-/// use wal_index::checkpoint::{BucketStore, CheckpointStore};
-/// use wal_index::ingest::Checkpointing;
+/// use wal_index::checkpoint::{BucketStore, CheckpointStore, Checkpointing};
 ///
 /// // Credentials and region from AWS_* variables, as the AWS SDKs read them.
 /// let store = BucketStore::from_url("s3://noetl-checkpoints/pool-a", std::env::vars(), 3)?;

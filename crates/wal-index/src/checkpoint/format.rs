@@ -4,7 +4,7 @@
 //! executions, one trailer block that counts them. A torn or truncated file has no trailer
 //! or a block cut short; a flipped bit fails its block's checksum; so neither verifies.
 
-use chain_fold::{Event, ExecutionId};
+use chain_fold::{Event, ExecutionId, SpineOrder};
 
 use super::{Checkpoint, ExecutionImage, Fingerprint, IndexShape, LogIdentity, Position, Refusal};
 
@@ -17,6 +17,23 @@ const BLOCK_HEADER_BYTES: usize = 1 + 4 + 4;
 /// Executions are grouped into blocks of about this many bytes (an execution larger than
 /// this is a block of its own).
 const TARGET_BLOCK_BYTES: usize = 4 << 20;
+
+/// A spine order's code in the header block.
+fn order_code(order: SpineOrder) -> u8 {
+    match order {
+        SpineOrder::Causal => 0,
+        SpineOrder::EventId => 1,
+    }
+}
+
+/// The spine order a header's code names, if it names one.
+fn order_from_code(code: u8) -> Option<SpineOrder> {
+    match code {
+        0 => Some(SpineOrder::Causal),
+        1 => Some(SpineOrder::EventId),
+        _ => None,
+    }
+}
 
 const HEADER: u8 = 1;
 const EXECUTIONS: u8 = 2;
@@ -98,7 +115,7 @@ fn push_block(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
 fn header_body(checkpoint: &Checkpoint, body: &mut Vec<u8>) {
     body.extend_from_slice(&checkpoint.created_unix_ms.to_le_bytes());
     body.push(u8::from(checkpoint.shape.slim));
-    body.push(checkpoint.shape.order_code());
+    body.push(order_code(checkpoint.shape.order));
     for text in [
         &checkpoint.log.transport,
         &checkpoint.log.name,
@@ -266,7 +283,7 @@ fn read_header(body: &[u8], base: usize) -> Result<Checkpoint, Refusal> {
     let mut r = Reader { body, at: 0, base };
     let created_unix_ms = r.u64()?;
     let slim = r.u8()? != 0;
-    let order = IndexShape::order_from_code(r.u8()?).ok_or(Refusal::Malformed {
+    let order = order_from_code(r.u8()?).ok_or(Refusal::Malformed {
         at: base,
         what: "an unknown spine order",
     })?;

@@ -97,7 +97,6 @@ pub struct RestoreReport {
     pub over_caps: usize,
 }
 
-
 /// Reads and verifies the checkpoint `name` from `store` and checks it was taken of `log`
 /// from an index of `config`'s shape; seeds nothing. Returns the checkpoint and its size in
 /// bytes.
@@ -154,7 +153,7 @@ pub fn load(
 /// # std::fs::remove_dir_all(&dir)?;
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn restore_newest<I: StateIndex + ?Sized>(
+pub fn restore_newest<I: StateIndex>(
     store: &dyn CheckpointStore,
     index: &I,
     log: &LogIdentity,

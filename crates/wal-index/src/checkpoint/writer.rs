@@ -20,17 +20,17 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::source::WalSource;
-use crate::checkpoint::{Checkpoint, CheckpointStore, DirStore, SourcePosition};
+use super::{Checkpoint, CheckpointStore, DirStore, SourcePosition};
 use crate::config::{ConfigError, Vars};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 
-/// Where and how often a [`Drain`](super::Drain) checkpoints its index.
+/// Where and how often a [`Drain`](crate::Drain) checkpoints its index, and how long its
+/// last checkpoint may take when the pool shuts down.
 ///
 /// ```
 /// use std::time::Duration;
 /// use wal_index::checkpoint::DirStore;
-/// use wal_index::ingest::Checkpointing;
+/// use wal_index::checkpoint::Checkpointing;
 ///
 /// let dir = std::env::temp_dir().join(format!("sbix-cadence-{}", std::process::id()));
 /// let checkpoints = Checkpointing::new(DirStore::open(&dir, 3)?).every(Duration::from_secs(30));
@@ -46,6 +46,15 @@ pub struct Checkpointing {
     pub every: Duration,
     /// ... or after this many payload bytes were applied since (default 512 MiB).
     pub every_bytes: u64,
+    /// At shutdown, the last checkpoint ([`Drain::shut_down`](crate::Drain::shut_down)) is
+    /// given this long, the wait for a write already in flight included (default 10 s, a
+    /// third of Kubernetes' 30 s grace period). A write that does not finish in it is left
+    /// behind: the store's previous checkpoint stays the newest, whole.
+    pub last_within: Duration,
+    /// At start, how long a source may take to check a checkpoint's positions against its
+    /// log ([`WalSource::resume`](crate::WalSource::resume)) before the checkpoint is
+    /// given up for an older one (default 120 s: an EHDB writer replays a shard first).
+    pub resume_within: Duration,
 }
 
 impl Checkpointing {
@@ -55,6 +64,10 @@ impl Checkpointing {
     pub const DEFAULT_EVERY_BYTES: u64 = 512 << 20;
     /// Default checkpoints kept.
     pub const DEFAULT_KEEP: usize = 3;
+    /// Default bound of the last checkpoint at shutdown.
+    pub const DEFAULT_LAST_WITHIN: Duration = Duration::from_secs(10);
+    /// Default bound of a source's check of a checkpoint at start.
+    pub const DEFAULT_RESUME_WITHIN: Duration = Duration::from_secs(120);
 
     /// Checkpoints to `store` at the default cadence.
     pub fn new(store: impl CheckpointStore + 'static) -> Checkpointing {
@@ -62,6 +75,8 @@ impl Checkpointing {
             store: std::sync::Arc::new(store),
             every: Self::DEFAULT_EVERY,
             every_bytes: Self::DEFAULT_EVERY_BYTES,
+            last_within: Self::DEFAULT_LAST_WITHIN,
+            resume_within: Self::DEFAULT_RESUME_WITHIN,
         }
     }
 
@@ -77,12 +92,25 @@ impl Checkpointing {
         self
     }
 
+    /// With another bound on a source's check of a checkpoint at start.
+    pub fn resume_within(mut self, bound: Duration) -> Checkpointing {
+        self.resume_within = bound;
+        self
+    }
+
+    /// With another bound on the last checkpoint at shutdown.
+    pub fn last_within(mut self, bound: Duration) -> Checkpointing {
+        self.last_within = bound;
+        self
+    }
+
     /// From the environment: `NOETL_STATE_INDEX_CHECKPOINT_DIR` (a directory) or, with the
     /// `object-store` feature, `NOETL_STATE_INDEX_CHECKPOINT_URL` (`s3://bucket/prefix`, its
     /// client configured from the `AWS_*`, `GOOGLE_*` or `AZURE_*` variables); neither set
     /// (or empty): no checkpoints. `NOETL_STATE_INDEX_CHECKPOINT_SECS` (60),
     /// `NOETL_STATE_INDEX_CHECKPOINT_MB` (512) and `NOETL_STATE_INDEX_CHECKPOINT_KEEP` (3)
-    /// set the cadence and how many are kept. A malformed value, or both places set, is an
+    /// set the cadence and how many are kept, `NOETL_STATE_INDEX_CHECKPOINT_LAST_SECS` (10)
+    /// the bound of the last one at shutdown. A malformed value, or both places set, is an
     /// error naming its variable; a directory that cannot be created is an I/O error.
     pub fn from_env() -> Result<Option<Checkpointing>, io::Error> {
         Self::from_lookup(|var| std::env::var(var).ok())
@@ -113,9 +141,14 @@ impl Checkpointing {
                 },
             }
         };
-        let secs = number("NOETL_STATE_INDEX_CHECKPOINT_SECS", 60).map_err(invalid)?;
-        let mb = number("NOETL_STATE_INDEX_CHECKPOINT_MB", 512).map_err(invalid)?;
-        let keep = number("NOETL_STATE_INDEX_CHECKPOINT_KEEP", 3).map_err(invalid)?;
+        let secs = Self::DEFAULT_EVERY.as_secs();
+        let secs = number("NOETL_STATE_INDEX_CHECKPOINT_SECS", secs).map_err(invalid)?;
+        let mb = Self::DEFAULT_EVERY_BYTES >> 20;
+        let mb = number("NOETL_STATE_INDEX_CHECKPOINT_MB", mb).map_err(invalid)?;
+        let keep = Self::DEFAULT_KEEP as u64;
+        let keep = number("NOETL_STATE_INDEX_CHECKPOINT_KEEP", keep).map_err(invalid)?;
+        let last = Self::DEFAULT_LAST_WITHIN.as_secs();
+        let last = number("NOETL_STATE_INDEX_CHECKPOINT_LAST_SECS", last).map_err(invalid)?;
         let keep = usize::try_from(keep).unwrap_or(usize::MAX);
         let store: Checkpointing = match (dir, url) {
             (Some(dir), None) => Checkpointing::new(DirStore::open(PathBuf::from(dir), keep)?),
@@ -132,7 +165,8 @@ impl Checkpointing {
         Ok(Some(
             store
                 .every(Duration::from_secs(secs))
-                .every_bytes(mb.saturating_mul(1 << 20)),
+                .every_bytes(mb.saturating_mul(1 << 20))
+                .last_within(Duration::from_secs(last)),
         ))
     }
 }
@@ -177,6 +211,35 @@ pub struct CheckpointReport {
     pub last_bytes: u64,
     /// The last write's error, if one failed.
     pub last_error: Option<String>,
+    /// The last checkpoint at shutdown, once the drain was shut down.
+    pub at_shutdown: Option<LastCheckpoint>,
+}
+
+/// What became of the last checkpoint a drain takes when it is shut down
+/// ([`Drain::shut_down`](crate::Drain::shut_down)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LastCheckpoint {
+    /// Written durably: a successor resumes from the last record applied.
+    Written {
+        /// Its size.
+        bytes: u64,
+        /// From the shutdown to the write's end (a write in flight waited for included).
+        took: Duration,
+    },
+    /// Nothing was applied since the newest checkpoint written: that one is current.
+    UpToDate,
+    /// The source could not say where it stands (nothing delivered, or it cannot resume),
+    /// or the index does not checkpoint: none taken.
+    NoPosition,
+    /// Its write failed; the store's previous checkpoint stays the newest.
+    Failed(String),
+    /// The bound ([`Checkpointing::last_within`]) passed before the write ended: it is left
+    /// to finish or die with the process, and the store's previous checkpoint, whole, stays
+    /// the newest until it does.
+    TimedOut {
+        /// The bound.
+        bound: Duration,
+    },
 }
 
 /// What the writer thread reports back.
@@ -186,6 +249,8 @@ struct Outcomes {
     failed: AtomicU64,
     last_bytes: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Whether the newest write failed (the store's newest is older than its capture).
+    last_failed: AtomicBool,
 }
 
 /// Captures the index at a source position (`None`: an index that does not checkpoint).
@@ -207,6 +272,7 @@ pub(crate) struct Checkpointer {
     captured: u64,
     skipped_busy: u64,
     skipped_no_position: u64,
+    at_shutdown: Option<LastCheckpoint>,
 }
 
 impl std::fmt::Debug for Checkpointer {
@@ -246,15 +312,20 @@ impl Checkpointer {
             captured: 0,
             skipped_busy: 0,
             skipped_no_position: 0,
+            at_shutdown: None,
         })
     }
 
     /// After a batch of `bytes` payload bytes was applied: captures and hands off a
-    /// checkpoint if one is due and the writer is free.
+    /// checkpoint at the source's `position` if one is due and the writer is free.
     /// Called with 0 bytes at rest (nothing pulled), where it takes a checkpoint still due
     /// for what was applied since the last capture; with nothing applied since, there is
     /// nothing new to keep.
-    pub(crate) fn after_batch<S: WalSource>(&mut self, source: &S, bytes: u64) {
+    pub(crate) fn after_batch(
+        &mut self,
+        position: impl FnOnce() -> Option<SourcePosition>,
+        bytes: u64,
+    ) {
         self.bytes = self.bytes.saturating_add(bytes);
         if self.bytes == 0 {
             return;
@@ -265,22 +336,33 @@ impl Checkpointer {
         if !due {
             return;
         }
-        // Acquire pairs with the writer's Release store when it finishes a checkpoint: a
-        // drain that sees it free sees that write's outcome counted.
-        if self.busy.load(Ordering::Acquire) {
+        if self.writing() {
             // Counted once per batch that found it busy, not at every idle step after.
             if bytes > 0 {
                 self.skipped_busy += 1;
             }
             return;
         }
-        let checkpoint = source.position().and_then(|at| (self.capture)(at));
+        self.hand_off(position);
+    }
+
+    /// Whether the writer is still writing the last checkpoint handed to it.
+    fn writing(&self) -> bool {
+        // Acquire pairs with the writer's Release store when it finishes a checkpoint: a
+        // drain that sees it free sees that write's outcome counted.
+        self.busy.load(Ordering::Acquire)
+    }
+
+    /// Captures a checkpoint at `position` and hands it to the (free) writer; false if
+    /// there was none to capture.
+    fn hand_off(&mut self, position: impl FnOnce() -> Option<SourcePosition>) -> bool {
+        let checkpoint = position().and_then(|at| (self.capture)(at));
         self.since = Instant::now();
         self.due_now = false;
         self.bytes = 0;
         let Some(checkpoint) = checkpoint else {
             self.skipped_no_position += 1;
-            return;
+            return false;
         };
         // Relaxed: the channel hands the checkpoint over and orders this store before the
         // writer's receive; only the drain sets the flag, only the writer clears it.
@@ -289,29 +371,91 @@ impl Checkpointer {
         if let Some(sender) = &self.sender
             && sender.try_send(checkpoint).is_ok()
         {
-            return;
+            return true;
         }
         // The writer is gone (it cannot be full: it was not busy): a failed write.
         self.outcomes.failed.fetch_add(1, Ordering::Relaxed);
         *self.outcomes.last_error.lock() = Some("the checkpoint writer thread ended".to_owned());
+        self.outcomes.last_failed.store(true, Ordering::Relaxed);
         self.busy.store(false, Ordering::Relaxed);
+        true
+    }
+
+    /// Waits until the writer is free or `deadline` passes; true if it is free.
+    fn wait_free(&self, deadline: Instant) -> bool {
+        // The writer clears the flag however its write ends; a writer thread that ended
+        // clears nothing more.
+        while self.writing() && self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        !self.writing()
     }
 
     /// At the log's end: waits for the write in flight, if one is, then takes the checkpoint
     /// still due for what was applied since the last capture, so a log that ends is
     /// checkpointed up to its last record.
-    pub(crate) fn at_close<S: WalSource>(&mut self, source: &S) {
+    pub(crate) fn at_close(&mut self, position: impl FnOnce() -> Option<SourcePosition>) {
         if self.bytes == 0 {
             return;
         }
-        // Acquire: as in `after_batch`. The writer clears the flag however its write ends.
-        while self.busy.load(Ordering::Acquire)
-            && self.thread.as_ref().is_some_and(|t| !t.is_finished())
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let _ = self.wait_free(Instant::now() + Duration::from_secs(u64::from(u32::MAX)));
         self.due_now = true;
-        self.after_batch(source, 0);
+        self.after_batch(position, 0);
+    }
+
+    /// At shutdown, with nothing past `position` applied: the last checkpoint, written
+    /// within [`Checkpointing::last_within`] (the write in flight, if one is, finished
+    /// first), or left behind at the bound. Taken once; later calls return the first
+    /// outcome.
+    pub(crate) fn last(
+        &mut self,
+        position: impl FnOnce() -> Option<SourcePosition>,
+    ) -> LastCheckpoint {
+        if let Some(done) = &self.at_shutdown {
+            return done.clone();
+        }
+        let started = Instant::now();
+        let deadline = started + self.config.last_within;
+        let outcome = self.take_last(position, started, deadline);
+        self.at_shutdown = Some(outcome.clone());
+        outcome
+    }
+
+    fn take_last(
+        &mut self,
+        position: impl FnOnce() -> Option<SourcePosition>,
+        started: Instant,
+        deadline: Instant,
+    ) -> LastCheckpoint {
+        let timed_out = LastCheckpoint::TimedOut {
+            bound: self.config.last_within,
+        };
+        if !self.wait_free(deadline) {
+            return timed_out;
+        }
+        // Relaxed: the writer's Release on `busy`, seen free above, orders its outcomes.
+        let failed_before = self.outcomes.failed.load(Ordering::Relaxed);
+        let last_failed = self.outcomes.last_failed.load(Ordering::Relaxed);
+        if self.bytes == 0 && !last_failed {
+            return LastCheckpoint::UpToDate;
+        }
+        if !self.hand_off(position) {
+            return LastCheckpoint::NoPosition;
+        }
+        if !self.wait_free(deadline) {
+            return timed_out;
+        }
+        if self.outcomes.failed.load(Ordering::Relaxed) > failed_before {
+            let why = self.outcomes.last_error.lock().clone().unwrap_or_default();
+            return LastCheckpoint::Failed(why);
+        }
+        LastCheckpoint::Written {
+            bytes: self.outcomes.last_bytes.load(Ordering::Relaxed),
+            took: started.elapsed(),
+        }
     }
 
     /// What the checkpoints did so far.
@@ -326,15 +470,21 @@ impl Checkpointer {
             skipped_no_position: self.skipped_no_position,
             last_bytes: self.outcomes.last_bytes.load(Ordering::Relaxed),
             last_error: self.outcomes.last_error.lock().clone(),
+            at_shutdown: self.at_shutdown.clone(),
         }
     }
 }
 
 impl Drop for Checkpointer {
-    /// Lets the write in flight finish (a checkpoint is whole or absent either way).
+    /// Lets the write in flight finish (a checkpoint is whole or absent either way), except
+    /// after a last checkpoint that timed out: that write is left to the process's end, so
+    /// the shutdown's bound holds.
     fn drop(&mut self) {
         drop(self.sender.take());
-        if let Some(thread) = self.thread.take() {
+        let abandoned = matches!(self.at_shutdown, Some(LastCheckpoint::TimedOut { .. }));
+        if let Some(thread) = self.thread.take()
+            && !abandoned
+        {
             let _ = thread.join();
         }
     }
@@ -359,10 +509,12 @@ fn write_loop(
             Ok(_) => {
                 outcomes.written.fetch_add(1, Ordering::Relaxed);
                 outcomes.last_bytes.store(len, Ordering::Relaxed);
+                outcomes.last_failed.store(false, Ordering::Relaxed);
             }
             Err(error) => {
                 outcomes.failed.fetch_add(1, Ordering::Relaxed);
                 *outcomes.last_error.lock() = Some(error.to_string());
+                outcomes.last_failed.store(true, Ordering::Relaxed);
             }
         }
     }

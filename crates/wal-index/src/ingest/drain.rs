@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use chain_fold::Event;
 
-use super::checkpointer::{CheckpointReport, Checkpointer, Checkpointing};
 use super::decode::{DecodeMode, decode_records};
 use super::source::{Backfill, Pull, RecordError, WalSource};
-use crate::StateIndex;
-use crate::checkpoint::Checkpointable;
+use crate::checkpoint::{
+    CheckpointReport, Checkpointable, Checkpointer, Checkpointing, LastCheckpoint,
+};
+use crate::index::StateIndex;
 use crate::labels::CheckpointLabel;
 use crate::report::EvictionStats;
 use crate::stall::StalledChain;
@@ -242,6 +243,8 @@ pub struct Drain<I: StateIndex, S> {
     failing: Option<(u32, Instant)>,
     /// Where and when it checkpoints the index, if it does.
     checkpointer: Option<Checkpointer>,
+    /// What the pool's probes read.
+    health: Arc<DrainHealth>,
 }
 
 impl<I: StateIndex, S: WalSource> Drain<I, S> {
@@ -260,6 +263,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             healthy: None,
             failing: None,
             checkpointer: None,
+            health: Arc::new(DrainHealth::new()),
         }
     }
 
@@ -285,7 +289,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// quiet log may be long in coming.
     fn checkpoint_at_rest(&mut self) {
         if let Some(checkpointer) = &mut self.checkpointer {
-            checkpointer.after_batch(&self.source, 0);
+            checkpointer.after_batch(|| self.source.position(), 0);
         }
     }
 
@@ -306,11 +310,22 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         if pulled.is_ok() {
             self.note_backfill(self.source.backfill());
         }
+        // A source that does not know its head has reached it when a pull finds less than a
+        // whole batch (nothing more was there); one that knows says so (`note_backfill`).
+        let short = match &pulled {
+            Ok(Pull::Records(records)) => records.len() < self.config.batch_max,
+            Ok(Pull::Decoded(records)) => records.len() < self.config.batch_max,
+            Ok(Pull::Idle | Pull::Closed) => true,
+            Err(_) => false,
+        };
+        if (short && self.backfill == Backfill::Unknown) || matches!(pulled, Ok(Pull::Closed)) {
+            self.health.head_reached();
+        }
         let more = match self.decode(pulled) {
             Err(error) => return self.source_failed(error),
             Ok(Step::Closed) => {
                 if let Some(checkpointer) = &mut self.checkpointer {
-                    checkpointer.at_close(&self.source);
+                    checkpointer.at_close(|| self.source.position());
                 }
                 false
             }
@@ -336,7 +351,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                 // index agree.
                 if let Some(checkpointer) = &mut self.checkpointer {
                     // A batch of bad records only still moved the position.
-                    checkpointer.after_batch(&self.source, bytes.max(1));
+                    checkpointer.after_batch(|| self.source.position(), bytes.max(1));
                 }
                 true
             }
@@ -346,33 +361,58 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             self.swept(&stats);
         }
         self.check_stalls_if_due();
-        if let Some(checkpointer) = &self.checkpointer {
-            // The writer's outcomes arrive on its thread: each step reports them as of now,
-            // and tells the observer what changed since the last step.
-            let now = checkpointer.report();
-            let before = std::mem::replace(&mut self.report.checkpoints, now);
-            let after = &self.report.checkpoints;
-            let observer = self.index.observer();
-            for (label, was, is) in [
-                (CheckpointLabel::Written, before.written, after.written),
-                (CheckpointLabel::Failed, before.failed, after.failed),
-                (
-                    CheckpointLabel::SkippedBusy,
-                    before.skipped_busy,
-                    after.skipped_busy,
-                ),
-                (
-                    CheckpointLabel::SkippedNoPosition,
-                    before.skipped_no_position,
-                    after.skipped_no_position,
-                ),
-            ] {
-                for _ in was..is {
-                    observer.checkpoint(label);
-                }
+        self.note_checkpoints();
+        self.health.stepped();
+        Ok(more)
+    }
+
+    /// Copies the checkpoint writer's outcomes into the report, and tells the observer what
+    /// changed since the last time: they arrive on the writer's thread.
+    fn note_checkpoints(&mut self) {
+        let Some(checkpointer) = &self.checkpointer else {
+            return;
+        };
+        let now = checkpointer.report();
+        let before = std::mem::replace(&mut self.report.checkpoints, now);
+        let after = &self.report.checkpoints;
+        let observer = self.index.observer();
+        for (label, was, is) in [
+            (CheckpointLabel::Written, before.written, after.written),
+            (CheckpointLabel::Failed, before.failed, after.failed),
+            (
+                CheckpointLabel::SkippedBusy,
+                before.skipped_busy,
+                after.skipped_busy,
+            ),
+            (
+                CheckpointLabel::SkippedNoPosition,
+                before.skipped_no_position,
+                after.skipped_no_position,
+            ),
+        ] {
+            for _ in was..is {
+                observer.checkpoint(label);
             }
         }
-        Ok(more)
+    }
+
+    /// Shuts the drain down for a roll: it pulls nothing more (every record it pulled is
+    /// applied: a step applies its whole pull before it returns) and takes the last
+    /// checkpoint at the last record applied, within [`Checkpointing::last_within`], so a
+    /// successor resumes there and replays only what was published after. Returns what
+    /// became of it (`None`: this drain does not checkpoint), also in
+    /// [`DrainReport::checkpoints`]. A drain shut down may be stepped again; its last
+    /// checkpoint is taken once.
+    pub fn shut_down(&mut self) -> Option<LastCheckpoint> {
+        let checkpointer = self.checkpointer.as_mut()?;
+        let last = checkpointer.last(|| self.source.position());
+        self.note_checkpoints();
+        Some(last)
+    }
+
+    /// What a pool's probes ask ([`DrainHealth`]); updated after every step.
+    pub fn health(&self) -> Arc<DrainHealth> {
+        Arc::clone(&self.health)
     }
 
     /// While backing off after a source error: how long to pause before looking again.
@@ -456,6 +496,9 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         if state != self.backfill {
             self.backfill = state;
             self.index.note_backfill(state);
+        }
+        if state == Backfill::CaughtUp {
+            self.health.head_reached();
         }
     }
 
@@ -556,14 +599,30 @@ impl<I: StateIndex, S> Drop for Drain<I, S> {
 }
 
 impl<I: StateIndex, S: WalSource + 'static> Drain<I, S> {
-    /// Runs the drain on its own thread until the source closes or the handle stops it.
+    /// Runs the drain on its own thread until the source closes or the handle stops it
+    /// ([`DrainHandle::stop`]) or shuts it down ([`DrainHandle::shut_down`]).
     pub fn spawn(mut self) -> DrainHandle {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let graceful = Arc::new(AtomicBool::new(false));
+        let (flag, last) = (Arc::clone(&stop), Arc::clone(&graceful));
+        let health = self.health();
         let thread = std::thread::Builder::new()
             .name("wal-drain".into())
-            .spawn(move || self.run_until(&flag).cloned());
-        DrainHandle { stop, thread }
+            .spawn(move || {
+                self.run_until(&flag)?;
+                // Acquire pairs with the Release store of `stop` in `DrainHandle::stop`: a
+                // `graceful` set before it (by `shut_down`) is seen by the Relaxed load.
+                if flag.load(Ordering::Acquire) && last.load(Ordering::Relaxed) {
+                    self.shut_down();
+                }
+                Ok(self.report.clone())
+            });
+        DrainHandle {
+            stop,
+            graceful,
+            thread,
+            health,
+        }
     }
 }
 
@@ -571,7 +630,10 @@ impl<I: StateIndex, S: WalSource + 'static> Drain<I, S> {
 #[derive(Debug)]
 pub struct DrainHandle {
     stop: Arc<AtomicBool>,
+    /// Set by `shut_down`: the drain takes its last checkpoint once stopped.
+    graceful: Arc<AtomicBool>,
     thread: io::Result<std::thread::JoinHandle<io::Result<DrainReport>>>,
+    health: Arc<DrainHealth>,
 }
 
 impl DrainHandle {
@@ -588,9 +650,25 @@ impl DrainHandle {
         self.thread.as_ref().map_or(true, |t| t.is_finished())
     }
 
-    /// Stops the drain after its current step and returns the report.
+    /// What the pool's probes ask of the drain ([`DrainHealth`]).
+    pub fn health(&self) -> Arc<DrainHealth> {
+        Arc::clone(&self.health)
+    }
+
+    /// Shuts the drain down after its current step, as a roll wants ([`Drain::shut_down`]:
+    /// a drain with checkpoints takes its last one, within its bound), and returns the
+    /// report ([`CheckpointReport::at_shutdown`] says what became of the last checkpoint).
+    pub fn shut_down(self) -> io::Result<DrainReport> {
+        // Relaxed: published by the Release store of `stop` that follows (see `spawn`).
+        self.graceful.store(true, Ordering::Relaxed);
+        self.stop()
+    }
+
+    /// Stops the drain after its current step, taking no last checkpoint (a checkpoint
+    /// being written finishes), and returns the report.
     pub fn stop(self) -> io::Result<DrainReport> {
-        self.stop.store(true, Ordering::Relaxed);
+        // Release pairs with the Acquire load in `spawn`'s thread (publishes `graceful`).
+        self.stop.store(true, Ordering::Release);
         self.join()
     }
 }
@@ -608,6 +686,70 @@ impl<I: StateIndex + Checkpointable, S: WalSource> Drain<I, S> {
         let capture = Box::new(move |at| index.checkpoint(at));
         self.checkpointer = Some(Checkpointer::start(checkpointing, capture)?);
         Ok(self)
+    }
+}
+
+/// What a pool's readiness and liveness probes ask of its drain (Kubernetes' `/ready` and
+/// `/livez`), shared with the drain and updated after every step.
+///
+/// - **Ready** once the drain reached the log's head: its source said it caught up with the
+///   head it learned at subscription, or, for a source that does not know its head (a
+///   file), a pull found less than a whole batch (nothing more was there).
+///   A pool restored from a checkpoint is ready once it has replayed the records after it.
+///   It stays ready after (a drain falling behind under load is still serving).
+/// - **Live** while its steps keep returning: a pull waits at most
+///   [`DrainConfig::idle_wait`], so a step that has not returned for long (a source stuck
+///   in a call, an apply that never ends) is a stuck drain, which a restart cures. A drain
+///   whose source fails is live: it retries with backoff, and the outage is reported on
+///   `healthy`.
+#[derive(Debug)]
+pub struct DrainHealth {
+    started: Instant,
+    /// Set once the drain reached the log's head.
+    ready: crate::sync::AtomicBool,
+    /// Milliseconds from `started` to the end of the last step.
+    last_step_ms: crate::sync::AtomicU64,
+}
+
+impl DrainHealth {
+    fn new() -> DrainHealth {
+        DrainHealth {
+            started: Instant::now(),
+            ready: crate::sync::AtomicBool::new(false),
+            last_step_ms: crate::sync::AtomicU64::new(0),
+        }
+    }
+
+    fn head_reached(&self) {
+        // Relaxed: a flag a probe reads eventually; it publishes no data.
+        self.ready.store(true, crate::sync::Ordering::Relaxed);
+    }
+
+    fn stepped(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // Relaxed: a clock reading for a probe; it publishes no data.
+        self.last_step_ms.store(ms, crate::sync::Ordering::Relaxed);
+    }
+
+    /// Whether the drain has reached the log's head (then for good).
+    pub fn is_ready(&self) -> bool {
+        // Relaxed: see `head_reached`.
+        self.ready.load(crate::sync::Ordering::Relaxed)
+    }
+
+    /// How long since the drain's last step returned (since it was made, before its first).
+    pub fn since_last_step(&self) -> Duration {
+        // Relaxed: see `stepped`.
+        let ms = self.last_step_ms.load(crate::sync::Ordering::Relaxed);
+        self.started
+            .elapsed()
+            .saturating_sub(Duration::from_millis(ms))
+    }
+
+    /// Whether a step returned within `stuck_after` (a probe's threshold: several times the
+    /// longest step the pool expects, 30 s say).
+    pub fn is_live(&self, stuck_after: Duration) -> bool {
+        self.since_last_step() <= stuck_after
     }
 }
 

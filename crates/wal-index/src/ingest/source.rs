@@ -92,8 +92,36 @@ pub trait WalSource: Send {
     fn position(&self) -> Option<SourcePosition> {
         None
     }
+
+    /// The log this source reads, as its checkpoints name it ([`LogIdentity`]): a pool
+    /// restores only a checkpoint taken of this log. `Ok(None)`, the default, says the
+    /// source cannot resume, and a pool starting on it replays the log from its beginning;
+    /// an error, that the log could not be asked (a broker that does not answer).
+    fn log(&mut self) -> io::Result<Option<LogIdentity>> {
+        Ok(None)
+    }
+
+    /// Resumes after a checkpoint's `positions`, before the first pull: the next pull
+    /// returns the first record the checkpoint does not hold. The source checks, waiting at
+    /// most `within` for its log to answer, that the log still holds the records each
+    /// position names ([`ResumeCheck`]: exactly those, none missing, changed or added
+    /// between), and refuses otherwise ([`Refusal::Fingerprint`]; a log that did not answer
+    /// in time: [`Refusal::Io`]). A pool seeds its index from the checkpoint only after
+    /// `Ok`, so nothing of a checkpoint its log no longer holds is served; after a refusal
+    /// it drops this source (it may have read part of the log) and makes a new one for an
+    /// older checkpoint or for a replay. [`Drain::warm_start`](crate::Drain::warm_start)
+    /// does all of that.
+    ///
+    /// The default refuses: a source that cannot resume.
+    fn resume(&mut self, positions: &[Position], within: Duration) -> Result<(), Refusal> {
+        let _ = (positions, within);
+        Err(Refusal::CannotResume)
+    }
 }
 
+// A forwarding impl that forgot a method would silently take the trait's default (a boxed
+// source that never resumes, say): the lint makes a forgotten one a compile error.
+#[deny(clippy::missing_trait_methods)]
 impl<S: WalSource + ?Sized> WalSource for Box<S> {
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
         (**self).pull(max, wait)
@@ -113,6 +141,14 @@ impl<S: WalSource + ?Sized> WalSource for Box<S> {
 
     fn position(&self) -> Option<SourcePosition> {
         (**self).position()
+    }
+
+    fn log(&mut self) -> io::Result<Option<LogIdentity>> {
+        (**self).log()
+    }
+
+    fn resume(&mut self, positions: &[Position], within: Duration) -> Result<(), Refusal> {
+        (**self).resume(positions, within)
     }
 }
 
@@ -199,51 +235,9 @@ pub struct ChannelSource {
     handed: [Option<Record>; 2],
 }
 
-impl ChannelSource {
-    /// Resumes after a [checkpoint](crate::checkpoint)'s `position`: takes the records up
-    /// to it off the channel, checking that the one at the position and the one before it
-    /// are the fingerprinted ones, so the next pull starts right after it. The records up
-    /// to the position must already be queued (a process's log replayed into a fresh
-    /// channel, as the simulator's roll does); a channel that ends before it, or holds
-    /// other records there, is refused with [`Refusal::Fingerprint`].
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use wal_index::ingest::{Pull, channel_wal};
-    /// use wal_index::WalSource;
-    ///
-    /// let (writer, mut first) = channel_wal();
-    /// let payloads: Vec<String> = (1..=4).map(|id| format!(r#"{{"event_id":{id},"execution_id":1}}"#)).collect();
-    /// for p in &payloads[..2] { writer.append(p.clone()); }
-    /// first.pull(10, Duration::ZERO)?;
-    /// let position = first.position().unwrap().positions.remove(0);
-    ///
-    /// // The same log replayed into a new channel: the resumed source starts after it.
-    /// let (writer, source) = channel_wal();
-    /// for p in &payloads { writer.append(p.clone()); }
-    /// let mut resumed = source.resume(&position).unwrap();
-    /// let Pull::Records(rest) = resumed.pull(10, Duration::ZERO)? else { panic!() };
-    /// assert_eq!(rest.len(), 2);
-    /// # Ok::<(), std::io::Error>(())
-    /// ```
-    pub fn resume(mut self, position: &Position) -> Result<ChannelSource, Refusal> {
-        let fingerprint = |r: &Record| Fingerprint::of(r.position, &r.payload);
-        let mut check = ResumeCheck::new(position);
-        let oldest = position.oldest().sequence;
-        let mut handed: [Option<Record>; 2] = [None, None];
-        while !check.done() {
-            let Ok(record) = self.rx.try_recv() else {
-                return check.ended().map(|()| self);
-            };
-            if record.position < oldest {
-                continue;
-            }
-            check.record(fingerprint(&record))?;
-            handed = [Some(record), handed[0].take()];
-        }
-        self.handed = handed;
-        Ok(self)
-    }
+/// The log identity of an in-process channel.
+fn channel_log() -> LogIdentity {
+    LogIdentity::new("channel", "in-process", "")
 }
 
 impl WalSource for ChannelSource {
@@ -283,12 +277,12 @@ impl WalSource for ChannelSource {
     }
 
     /// The last record handed over (its position and a CRC-32C of its payload), and the
-    /// one before. An in-process channel ends with its process, so nothing resumes from
-    /// it; its checkpoints measure what checkpointing costs the drain.
+    /// one before. An in-process channel ends with its process; a process that replays its
+    /// log into a fresh channel (the simulator's roll) resumes from them.
     fn position(&self) -> Option<SourcePosition> {
         self.handed[0].as_ref()?;
         Some(SourcePosition {
-            log: LogIdentity::new("channel", "in-process", ""),
+            log: channel_log(),
             positions: vec![Position {
                 partition: "channel".to_owned(),
                 // `handed` is newest first; a position is oldest first.
@@ -302,6 +296,71 @@ impl WalSource for ChannelSource {
             }],
         })
     }
+
+    fn log(&mut self) -> io::Result<Option<LogIdentity>> {
+        Ok(Some(channel_log()))
+    }
+
+    /// Takes the records up to the position off the channel, checking that they are the
+    /// fingerprinted ones, so the next pull starts right after it. The records up to the
+    /// position must already be queued (a process's log replayed into a fresh channel, as
+    /// the simulator's roll does); a channel that ends before it, or holds other records
+    /// there, is refused with [`Refusal::Fingerprint`]. `within` is not needed: the channel
+    /// answers at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wal_index::ingest::{Pull, channel_wal};
+    /// use wal_index::WalSource;
+    ///
+    /// let (writer, mut first) = channel_wal();
+    /// let payloads: Vec<String> = (1..=4).map(|id| format!(r#"{{"event_id":{id},"execution_id":1}}"#)).collect();
+    /// for p in &payloads[..2] { writer.append(p.clone()); }
+    /// first.pull(10, Duration::ZERO)?;
+    /// let positions = first.position().unwrap().positions;
+    ///
+    /// // The same log replayed into a new channel: the resumed source starts after it.
+    /// let (writer, mut resumed) = channel_wal();
+    /// for p in &payloads { writer.append(p.clone()); }
+    /// resumed.resume(&positions, Duration::ZERO).unwrap();
+    /// let Pull::Records(rest) = resumed.pull(10, Duration::ZERO)? else { panic!() };
+    /// assert_eq!(rest.len(), 2);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    fn resume(&mut self, positions: &[Position], _within: Duration) -> Result<(), Refusal> {
+        let position = only_partition(positions, "channel")?;
+        let fingerprint = |r: &Record| Fingerprint::of(r.position, &r.payload);
+        let mut check = ResumeCheck::new(position);
+        let oldest = position.oldest().sequence;
+        let mut handed: [Option<Record>; 2] = [None, None];
+        while !check.done() {
+            let Ok(record) = self.rx.try_recv() else {
+                return check.ended();
+            };
+            if record.position < oldest {
+                continue;
+            }
+            check.record(fingerprint(&record))?;
+            handed = [Some(record), handed[0].take()];
+        }
+        self.handed = handed;
+        Ok(())
+    }
+}
+
+/// The one position a single-partition source resumes from, named `partition`.
+fn only_partition<'a>(positions: &'a [Position], partition: &str) -> Result<&'a Position, Refusal> {
+    match positions {
+        [position] if position.partition == partition => Ok(position),
+        _ => {
+            let named: Vec<&str> = positions.iter().map(|p| p.partition.as_str()).collect();
+            Err(Refusal::Fingerprint {
+                why: format!(
+                    "the checkpoint names partitions {named:?}; this source reads {partition:?} alone"
+                ),
+            })
+        }
+    }
 }
 
 /// A JSON-lines WAL file: one payload per line. Blank lines are skipped; a line that is not
@@ -311,11 +370,17 @@ impl WalSource for ChannelSource {
 /// A read error ends a pull with the lines read whole before it (an error alone when there
 /// were none); a line cut by the error is kept, and the next pull reads on from where the
 /// error stopped it.
+///
+/// At the end of the file the source closes, or, [`following`](Self::following) a file a
+/// producer appends to, waits for more: a pull at the end returns
+/// [`Pull::Idle`] after its wait, and a last line not yet ended by `\n` is held until it is.
 #[derive(Debug)]
 pub struct JsonLinesSource<R> {
     reader: R,
     line: u64,
     done: bool,
+    /// At the end of the file, wait for more instead of closing.
+    follow: bool,
     log: LogIdentity,
     /// The bytes of a line a read error cut short, read again by the next pull.
     partial: Vec<u8>,
@@ -338,11 +403,20 @@ impl<R: BufRead + Send> JsonLinesSource<R> {
             reader,
             line: 0,
             done: false,
+            follow: false,
             log: LogIdentity::new("file", "", ""),
             partial: Vec::new(),
             deferred: None,
             recent: RecentRecords::new(JSON_LINES_RESUME_DEPTH),
         }
+    }
+
+    /// Follows the file as a producer appends to it (as `tail -f` does): at its end a pull
+    /// waits for more and returns [`Pull::Idle`] instead of closing, and only lines ended
+    /// by `\n` are returned, so a line the producer is still writing is never cut.
+    pub fn following(mut self) -> Self {
+        self.follow = true;
+        self
     }
 
     /// With `log` as the identity its checkpoints carry.
@@ -351,17 +425,11 @@ impl<R: BufRead + Send> JsonLinesSource<R> {
         self
     }
 
-    /// The log identity its checkpoints carry.
-    pub fn log(&self) -> &LogIdentity {
-        &self.log
-    }
-
-    /// Resumes after a checkpoint's `position`: skips the lines up to the position's last
-    /// one, checking that every line the position names is there, unchanged, with no other
-    /// line between them, so the next pull returns the first line the checkpoint does not
-    /// hold. A file that no longer holds those lines (rewritten, truncated) is refused with
-    /// [`Refusal::Fingerprint`]; the caller then replays from the beginning.
-    pub fn resume(mut self, position: &Position) -> Result<Self, Refusal> {
+    /// Skips the lines up to the position's last one, checking that every line the position
+    /// names is there, unchanged, with no other line between them, so the next pull returns
+    /// the first line the checkpoint does not hold. A file that no longer holds those lines
+    /// (rewritten, truncated) is refused with [`Refusal::Fingerprint`].
+    fn resume_at(&mut self, position: &Position) -> Result<(), Refusal> {
         let mut check = ResumeCheck::new(position);
         let oldest = position.oldest().sequence;
         let mut buf = Vec::new();
@@ -382,7 +450,7 @@ impl<R: BufRead + Send> JsonLinesSource<R> {
             check.record(Fingerprint::of(self.line, &buf))?;
         }
         self.recent = RecentRecords::resumed(position, JSON_LINES_RESUME_DEPTH);
-        Ok(self)
+        Ok(())
     }
 
     /// The next line whole, its line end dropped; `None` at the end of the file. A read
@@ -391,6 +459,10 @@ impl<R: BufRead + Send> JsonLinesSource<R> {
         let before = self.partial.len();
         let read = self.reader.read_until(b'\n', &mut self.partial)?;
         if read == 0 && before == 0 {
+            return Ok(None);
+        }
+        if self.follow && self.partial.last() != Some(&b'\n') {
+            // The producer is still writing this line: kept for a later pull.
             return Ok(None);
         }
         let mut line = std::mem::take(&mut self.partial);
@@ -421,10 +493,63 @@ impl JsonLinesSource<io::BufReader<std::fs::File>> {
 }
 
 impl<R: BufRead + Send> WalSource for JsonLinesSource<R> {
-    fn pull(&mut self, max: usize, _wait: Duration) -> io::Result<Pull> {
+    fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {
         if let Some(error) = self.deferred.take() {
             return Err(error);
         }
+        // A followed file has no end: each pull reads on from where the last one stopped.
+        self.done &= !self.follow;
+        let batch = self.read_lines(max)?;
+        if !batch.is_empty() {
+            return Ok(Pull::Records(batch));
+        }
+        if !self.follow {
+            return Ok(Pull::Closed);
+        }
+        // At the end of a followed file: look again in short slices within the wait.
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let slice = deadline.saturating_duration_since(std::time::Instant::now());
+            if slice.is_zero() {
+                return Ok(Pull::Idle);
+            }
+            std::thread::sleep(slice.min(FOLLOW_POLL));
+            self.done = false;
+            let batch = self.read_lines(max)?;
+            if !batch.is_empty() {
+                return Ok(Pull::Records(batch));
+            }
+        }
+    }
+
+    /// The last lines returned: their numbers and CRC-32Cs of their bytes.
+    fn position(&self) -> Option<SourcePosition> {
+        Some(SourcePosition {
+            log: self.log.clone(),
+            positions: vec![self.recent.position("lines")?],
+        })
+    }
+
+    fn log(&mut self) -> io::Result<Option<LogIdentity>> {
+        Ok(Some(self.log.clone()))
+    }
+
+    /// Reads the file up to the position's last line, checking every line the position
+    /// names ([`JSON_LINES_RESUME_DEPTH`]), so the next pull returns the first line the
+    /// checkpoint does not hold; a file rewritten or truncated there is refused with
+    /// [`Refusal::Fingerprint`]. `within` is not needed: a file answers at once.
+    fn resume(&mut self, positions: &[Position], _within: Duration) -> Result<(), Refusal> {
+        self.resume_at(only_partition(positions, "lines")?)
+    }
+}
+
+/// How often a followed file at its end is looked at again.
+const FOLLOW_POLL: Duration = Duration::from_millis(5);
+
+impl<R: BufRead + Send> JsonLinesSource<R> {
+    /// Up to `max` lines whole (blank ones skipped); at a read error after some lines, those
+    /// lines, the error kept for the next pull.
+    fn read_lines(&mut self, max: usize) -> io::Result<Vec<Record>> {
         let mut batch = Vec::new();
         while !self.done && batch.len() < max {
             let line = match self.next_line() {
@@ -450,18 +575,6 @@ impl<R: BufRead + Send> WalSource for JsonLinesSource<R> {
                 payload: Bytes::from(line),
             });
         }
-        Ok(if batch.is_empty() {
-            Pull::Closed
-        } else {
-            Pull::Records(batch)
-        })
-    }
-
-    /// The last lines returned: their numbers and CRC-32Cs of their bytes.
-    fn position(&self) -> Option<SourcePosition> {
-        Some(SourcePosition {
-            log: self.log.clone(),
-            positions: vec![self.recent.position("lines")?],
-        })
+        Ok(batch)
     }
 }
