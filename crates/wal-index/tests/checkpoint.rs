@@ -870,6 +870,119 @@ mod bucket {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A Kubernetes roll on one bucket prefix: the old pod keeps draining and checkpointing
+    /// while the new one starts from the old one's newest checkpoint and checkpoints too;
+    /// the old one is shut down (its last checkpoint), the new one finishes the log and is
+    /// shut down. The pod after them restores the newest, which holds the whole log, and
+    /// serves what a replay from zero serves: neither pod's writes lost the other's.
+    #[test]
+    fn two_pods_of_one_pool_checkpointing_to_one_prefix_through_a_roll_lose_nothing() {
+        use wal_index::checkpoint::{Checkpointing, LastCheckpoint};
+        use wal_index::ingest::JsonLinesSource;
+        use wal_index::{Drain, DrainConfig};
+
+        let Some(server) = S3Server::start("s3-roll") else {
+            return;
+        };
+        let dir = temp_dir("s3-roll-wal");
+        std::fs::create_dir_all(&dir).unwrap();
+        let wal = wal_file(&dir, 30, 40); // 1,200 records
+        let checkpoints = || {
+            Checkpointing::new(BucketStore::new(server.client(), "pool", 3).unwrap())
+                .every(Duration::ZERO)
+        };
+        let source = || JsonLinesSource::open(&wal);
+        let batches = || DrainConfig {
+            batch_max: 20,
+            ..DrainConfig::default()
+        };
+        // The old pod, a batch every 2 ms, until it has written two checkpoints.
+        let old_index = Arc::new(WalIndex::new(IndexConfig::default()));
+        let (mut old, start) = Drain::warm_start(
+            Arc::clone(&old_index),
+            Some(checkpoints()),
+            source,
+            batches(),
+        )
+        .unwrap();
+        assert!(start.checkpoint.is_none());
+        while old.report().checkpoints.written < 2 {
+            old.step().unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // The roll: the new pod starts from the old one's newest while the old one drains on.
+        let old = std::thread::spawn(move || {
+            for _ in 0..15 {
+                old.step().unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let last = old.shut_down();
+            (old.report().clone(), last)
+        });
+        let new_index = Arc::new(WalIndex::new(IndexConfig::default()));
+        let (mut new, start) = Drain::warm_start(
+            Arc::clone(&new_index),
+            Some(checkpoints()),
+            source,
+            batches(),
+        )
+        .unwrap();
+        assert!(start.checkpoint.is_some(), "{:?}", start.refused);
+        assert!(start.refused.is_empty(), "{:?}", start.refused);
+        while new.step().unwrap() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (old_report, old_last) = old.join().unwrap();
+        assert!(
+            matches!(old_last, Some(LastCheckpoint::Written { .. })),
+            "{old_last:?}"
+        );
+        let new_last = new.shut_down();
+        assert!(
+            matches!(
+                new_last,
+                Some(LastCheckpoint::Written { .. } | LastCheckpoint::UpToDate)
+            ),
+            "{new_last:?}"
+        );
+        let new_report = new.report().clone();
+        drop(new);
+        assert_eq!(
+            old_report.checkpoints.failed, 0,
+            "{:?}",
+            old_report.checkpoints
+        );
+        assert_eq!(
+            new_report.checkpoints.failed, 0,
+            "{:?}",
+            new_report.checkpoints
+        );
+
+        // The next pod restores the newest: the new pod's last, at the log's last record.
+        let next_index = Arc::new(WalIndex::new(IndexConfig::default()));
+        let (mut next, start) = Drain::warm_start(
+            Arc::clone(&next_index),
+            Some(checkpoints()),
+            source,
+            batches(),
+        )
+        .unwrap();
+        assert!(start.refused.is_empty(), "{:?}", start.refused);
+        assert_eq!(start.resumed_at.unwrap()[0].last().sequence, 1_200);
+        assert_eq!(
+            next.run_until_closed().unwrap().events,
+            0,
+            "nothing to replay"
+        );
+        drop(next);
+        let scratch = Arc::new(WalIndex::new(IndexConfig::default()));
+        Drain::new(Arc::clone(&scratch), source().unwrap(), batches())
+            .run_until_closed()
+            .unwrap();
+        assert_eq!(served(&next_index), served(&scratch));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn writers_publishing_at_once_never_lose_each_others_checkpoint() {
         // object_store's in-memory store applies conditional puts atomically, so it shows
