@@ -217,10 +217,12 @@ struct Simulate {
     /// phase continues these executions); 0 disables.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(0..=50_000_000))]
     cold_start: u32,
-    /// Roll the pool SECS into the live phase: it is dropped without a goodbye and a new
-    /// one starts while the producer keeps publishing. Runs three rolls side by side (the
-    /// engine from its checkpoint, taken every `--checkpoint-secs`, default 5; the engine
-    /// replaying from 0; today's design replaying from 0) instead of the engines' report.
+    /// Roll the pool SECS into the live phase: it is stopped and a new one starts (with
+    /// `Drain::warm_start`) while the producer keeps publishing. Runs four rolls side by
+    /// side (the engine shut down gracefully, its last checkpoint restored; the engine
+    /// dropped without a goodbye, its newest checkpoint, taken every `--checkpoint-secs`
+    /// (default 5), restored; the engine replaying from 0; today's design replaying from 0)
+    /// instead of the engines' report.
     #[arg(long, value_name = "SECS", value_parser = number_in(0.001, 86_400.0))]
     roll_at: Option<f64>,
     /// Live events the WAL loses from the middle of their chains (acknowledged, never
@@ -341,7 +343,7 @@ fn simulate(sim: Simulate) -> Result<(), Box<dyn std::error::Error>> {
     finish(&plan, &config, &sim.run, workload)
 }
 
-/// `simulate --roll-at`: the three rolls' report.
+/// `simulate --roll-at`: the four rolls' report.
 fn roll(
     plan: &Plan,
     config: &SimConfig,

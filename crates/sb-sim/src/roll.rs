@@ -90,7 +90,7 @@ pub struct RollFigures {
     pub old_pool_stop_s: f64,
 }
 
-/// The three rolls' report.
+/// The four rolls' report.
 #[derive(Debug, Clone, Serialize)]
 pub struct RollReport {
     /// What was run.
@@ -105,7 +105,7 @@ pub struct RollReport {
     pub rolls: Vec<RollFigures>,
 }
 
-/// Runs the three rolls of `plan`, one after another.
+/// Runs the four rolls of `plan`, one after another.
 pub fn run_rolls(
     plan: &Plan,
     config: &SimConfig,
@@ -497,7 +497,7 @@ impl RollReport {
         let _ = writeln!(out, "machine: {}", self.machine);
         let _ = writeln!(
             out,
-            "roll: the pool dropped {:.1} s into the live phase (no goodbye); the checkpointing pool checkpointed every {:.1} s\n",
+            "roll: the pool stopped {:.1} s into the live phase (gracefully: its last checkpoint; or dropped without a goodbye); the checkpointing pools checkpointed every {:.1} s\n",
             self.at_s, self.every_s
         );
         let _ = writeln!(
