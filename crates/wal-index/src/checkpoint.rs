@@ -60,7 +60,7 @@
 //!
 //! `cursor` (where a checkpoint stands in the log: fingerprints, positions, the log's
 //! identity), `format` (the bytes), `store`, `dir_store` and `bucket_store` (where they
-//! are kept), `restore` (which one a pool takes, and seeding an index from it), `writer`
+//! are kept, under names of one rule, `name`), `restore` (which one a pool takes, and seeding an index from it), `writer`
 //! (the drain's cadence and the thread that writes). No module here imports the drain.
 //!
 //! ```
@@ -90,6 +90,7 @@ mod bucket_store;
 mod cursor;
 mod dir_store;
 mod format;
+mod name;
 mod restore;
 mod store;
 mod writer;

@@ -99,9 +99,17 @@ fn the_checked_in_files_read_back_and_a_checkpoint_of_the_same_index_writes_the_
                 path.display()
             )
         });
-        assert_eq!(read, ours, "{}: the file reads back as captured", path.display());
         assert_eq!(
-            read.executions.iter().map(|e| e.execution_id).collect::<Vec<_>>(),
+            read,
+            ours,
+            "{}: the file reads back as captured",
+            path.display()
+        );
+        assert_eq!(
+            read.executions
+                .iter()
+                .map(|e| e.execution_id)
+                .collect::<Vec<_>>(),
             vec![7, 11, 12, 13]
         );
         // Written by this build: the same bytes, event images included.

@@ -13,14 +13,13 @@ use object_store::{
 };
 
 use super::CheckpointStore;
+use super::name::CheckpointName;
 use crate::sync::Mutex;
 
 /// The pointer's key under the prefix, and its first line.
 const POINTER: &str = "NEWEST";
 const POINTER_HEADER: &str = "sbix-newest 1";
 /// A body's name: `checkpoint-<ms>-<writer>-<n>.sbix`.
-const PREFIX: &str = "checkpoint-";
-const SUFFIX: &str = ".sbix";
 /// Bodies above this size are uploaded in parts of this size.
 const PART_BYTES: usize = 32 << 20;
 /// Parts of one body uploaded at once.
@@ -84,8 +83,8 @@ pub struct BucketStore {
     prefix: Path,
     keep: usize,
     writer: u64,
-    /// Bodies this store wrote, and the newest name's milliseconds.
-    written: Mutex<(u64, u128)>,
+    /// The newest name this store wrote.
+    written: Mutex<Option<CheckpointName>>,
     /// `Some` until dropped.
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -129,7 +128,7 @@ impl BucketStore {
             prefix: prefix.into(),
             keep: keep.max(1),
             writer: writer_tag(),
-            written: Mutex::new((0, 0)),
+            written: Mutex::new(None),
             runtime: Some(runtime),
         })
     }
@@ -180,15 +179,10 @@ impl BucketStore {
 
     /// The next body name: above this store's newest, unique to this store.
     fn next_name(&self) -> String {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        let (n, millis) = {
-            let mut written = self.written.lock();
-            *written = (written.0 + 1, now.max(written.1));
-            *written
-        };
-        format!("{PREFIX}{millis:020}-{:016x}-{n:06}{SUFFIX}", self.writer)
+        let mut written = self.written.lock();
+        let name = CheckpointName::next(*written, Some(self.writer));
+        *written = Some(name);
+        name.to_string()
     }
 }
 
@@ -330,7 +324,7 @@ fn parse_pointer(bytes: &[u8]) -> Option<Vec<String>> {
     let names: Vec<String> = lines.map(str::to_owned).collect();
     names
         .iter()
-        .all(|n| n.starts_with(PREFIX) && n.ends_with(SUFFIX) && !n.contains('/'))
+        .all(|n| CheckpointName::parse(n).is_some())
         .then_some(names)
 }
 
@@ -409,8 +403,7 @@ async fn list_bodies(
     let mut bodies = Vec::new();
     for meta in listed.objects {
         if let Some(name) = meta.location.filename()
-            && name.starts_with(PREFIX)
-            && name.ends_with(SUFFIX)
+            && CheckpointName::parse(name).is_some()
         {
             bodies.push((name.to_owned(), meta.last_modified.timestamp()));
         }

@@ -7,10 +7,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::CheckpointStore;
-
-/// A file name's prefix and suffix: `checkpoint-<ms>-<n>.sbix`, so names sort by age.
-const PREFIX: &str = "checkpoint-";
-const SUFFIX: &str = ".sbix";
+use super::name::CheckpointName;
 
 /// Checkpoints in one directory: each written under a temporary name, synced, renamed into
 /// place and the directory synced, so a checkpoint that has a name is whole; the newest
@@ -44,8 +41,8 @@ const SUFFIX: &str = ".sbix";
 pub struct DirStore {
     dir: PathBuf,
     keep: usize,
-    /// The newest name's (milliseconds, count): the next name sorts above it.
-    newest: Mutex<(u128, u64)>,
+    /// The newest name: the next name sorts above it.
+    newest: Mutex<Option<CheckpointName>>,
 }
 
 impl std::fmt::Debug for DirStore {
@@ -66,14 +63,10 @@ impl DirStore {
         let store = DirStore {
             dir,
             keep: keep.max(1),
-            newest: Mutex::new((0, 0)),
+            newest: Mutex::new(None),
         };
-        let newest = store
-            .newest_first()?
-            .first()
-            .and_then(|name| parse_name(name))
-            .unwrap_or((0, 0));
-        *store.newest.lock() = newest;
+        let newest = store.newest_first()?;
+        *store.newest.lock() = newest.first().and_then(|name| CheckpointName::parse(name));
         // A process that died mid-write left its temporary file: never read, gone now.
         store.remove_temporaries()?;
         Ok(store)
@@ -92,19 +85,10 @@ impl DirStore {
 
     /// The next name: above the newest whatever the clock says.
     fn next_name(&self) -> String {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        let (millis, n) = {
-            let mut newest = self.newest.lock();
-            *newest = if now > newest.0 {
-                (now, 0)
-            } else {
-                (newest.0, newest.1 + 1)
-            };
-            *newest
-        };
-        name_of(millis, n)
+        let mut newest = self.newest.lock();
+        let name = CheckpointName::next(*newest, None);
+        *newest = Some(name);
+        name.to_string()
     }
 
     /// Deletes checkpoints past the newest `keep`, and temporary files no write of this
@@ -125,7 +109,7 @@ impl DirStore {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_suffix(".tmp"))
-                .is_some_and(|n| parse_name(n).is_some());
+                .is_some_and(|n| CheckpointName::parse(n).is_some());
             if stale {
                 let _ = fs::remove_file(path);
             }
@@ -166,10 +150,10 @@ impl CheckpointStore for DirStore {
     /// names. A file whose name the store would not have written (another tool's, another
     /// version's) is neither listed nor pruned nor counted.
     fn newest_first(&self) -> io::Result<Vec<String>> {
-        let mut found: Vec<((u128, u64), String)> = fs::read_dir(&self.dir)?
+        let mut found: Vec<(CheckpointName, String)> = fs::read_dir(&self.dir)?
             .filter_map(Result::ok)
             .filter_map(|entry| entry.file_name().into_string().ok())
-            .filter_map(|name| Some((parse_name(&name)?, name)))
+            .filter_map(|name| Some((CheckpointName::parse(&name)?, name)))
             .collect();
         found.sort_unstable_by_key(|(key, _)| std::cmp::Reverse(*key));
         Ok(found.into_iter().map(|(_, name)| name).collect())
@@ -182,21 +166,4 @@ impl CheckpointStore for DirStore {
     fn location(&self) -> String {
         self.dir.display().to_string()
     }
-}
-
-/// A name this store writes for (milliseconds, count).
-fn name_of(millis: u128, n: u64) -> String {
-    format!("{PREFIX}{millis:020}-{n:06}{SUFFIX}")
-}
-
-/// A checkpoint name's (milliseconds, count), if this store wrote it: a name that does not
-/// read back to itself (`checkpoint-x.sbix`, a sign, another width) is not one of its own.
-fn parse_name(name: &str) -> Option<(u128, u64)> {
-    let stem = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
-    let (millis, n) = stem.split_once('-')?;
-    if !(millis.bytes().all(|b| b.is_ascii_digit()) && n.bytes().all(|b| b.is_ascii_digit())) {
-        return None;
-    }
-    let parsed = (millis.parse().ok()?, n.parse().ok()?);
-    (name_of(parsed.0, parsed.1) == name).then_some(parsed)
 }
