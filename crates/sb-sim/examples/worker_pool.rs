@@ -50,7 +50,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -149,6 +149,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             c.every
         );
     }
+    // The probes answer from the start: not ready, and live, while the restore runs.
+    let health = Arc::new(OnceLock::new());
+    serve_probes(args.metrics_addr, metrics, Arc::clone(&health))?;
     let (drain, start) = Drain::warm_start(
         Arc::clone(&index),
         checkpoints,
@@ -156,9 +159,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         DrainConfig::from_env()?,
     )?;
     report_start(&start, &index);
-    let health = drain.health();
-    serve_probes(args.metrics_addr, metrics, Arc::clone(&health))?;
-    announce_ready(&runtime, Arc::clone(&health), Arc::clone(&consumed));
+    let _ = health.set(drain.health());
+    announce_ready(&runtime, drain.health(), Arc::clone(&consumed));
     let stop_drain = Arc::new(AtomicBool::new(false));
     let drain_task = start_drain(&runtime, target.blocks(), drain, &stop_drain);
     let interrupted = watch_signals(&runtime);
@@ -192,11 +194,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "worker pool: shutting down ({} drives in flight or queued)",
         { drives.iter().filter(|d| !d.is_finished()).count() }
     );
-    runtime.block_on(async {
-        for drive in drives {
-            let _ = drive.await;
-        }
-    });
+    finish_drives(&runtime, drives);
     close_wal(wal, &consumed, published, &stop_drain)?;
     let mut drain = runtime.block_on(drain_task)??;
     report_last_checkpoint(drain.shut_down());
@@ -264,6 +262,28 @@ fn announce_ready(
         );
     });
 }
+
+/// Lets the drives in flight finish, for at most [`DRIVES_WITHIN`] (a drive's own budget is
+/// a second by default): the shutdown's other steps need the rest of Kubernetes' grace
+/// period. Drives still running then are abandoned, and said so.
+fn finish_drives(runtime: &tokio::runtime::Runtime, drives: Vec<tokio::task::JoinHandle<()>>) {
+    let deadline = tokio::time::Instant::now() + DRIVES_WITHIN;
+    let abandoned = runtime.block_on(async {
+        let mut abandoned = 0;
+        for drive in drives {
+            if tokio::time::timeout_at(deadline, drive).await.is_err() {
+                abandoned += 1;
+            }
+        }
+        abandoned
+    });
+    if abandoned > 0 {
+        eprintln!("worker pool: {abandoned} drives abandoned after {DRIVES_WITHIN:?}");
+    }
+}
+
+/// How long a shutdown waits for the drives in flight.
+const DRIVES_WITHIN: Duration = Duration::from_secs(10);
 
 /// Says what became of the last checkpoint.
 fn report_last_checkpoint(last: Option<LastCheckpoint>) {
@@ -475,7 +495,7 @@ type PoolDrain = Drain<Index, Box<dyn WalSource>>;
 fn serve_probes(
     addr: SocketAddr,
     metrics: PrometheusHandle,
-    health: Arc<DrainHealth>,
+    health: Arc<OnceLock<Arc<DrainHealth>>>,
 ) -> std::io::Result<()> {
     let listener = std::net::TcpListener::bind(addr)?;
     std::thread::Builder::new()
@@ -488,11 +508,12 @@ fn serve_probes(
     Ok(())
 }
 
-/// Answers one HTTP/1.1 request on `stream`, then closes it.
+/// Answers one HTTP/1.1 request on `stream`, then closes it. Before the drain exists (the
+/// restore is running) the pool is live and not ready.
 fn answer(
     mut stream: std::net::TcpStream,
     metrics: &PrometheusHandle,
-    health: &DrainHealth,
+    health: &OnceLock<Arc<DrainHealth>>,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut head = Vec::new();
@@ -506,11 +527,13 @@ fn answer(
     }
     let line = String::from_utf8_lossy(&head);
     let path = line.split_whitespace().nth(1).unwrap_or("/");
+    let ready = health.get().is_some_and(|h| h.is_ready());
+    let live = health.get().is_none_or(|h| h.is_live(LIVE_WITHIN));
     let (status, body) = match path.split('?').next() {
         Some("/metrics") => ("200 OK", metrics.render()),
-        Some("/ready") if health.is_ready() => ("200 OK", "ready\n".to_owned()),
+        Some("/ready") if ready => ("200 OK", "ready\n".to_owned()),
         Some("/ready") => ("503 Service Unavailable", "not caught up\n".to_owned()),
-        Some("/livez") if health.is_live(LIVE_WITHIN) => ("200 OK", "live\n".to_owned()),
+        Some("/livez") if live => ("200 OK", "live\n".to_owned()),
         Some("/livez") => ("503 Service Unavailable", "the drain is stuck\n".to_owned()),
         _ => ("404 Not Found", "not found\n".to_owned()),
     };
@@ -521,7 +544,7 @@ fn answer(
     )
 }
 
-/// A drain whose step has not returned for this long is stuck (a step waits at most the
+/// A drain that has not begun a step for this long is stuck (a step waits at most the
 /// drain's idle wait, 25 ms by default, plus one batch's apply).
 const LIVE_WITHIN: Duration = Duration::from_secs(30);
 

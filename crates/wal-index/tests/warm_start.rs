@@ -87,6 +87,7 @@ fn a_graceful_shutdown_checkpoints_the_last_record_and_the_successor_replays_not
     assert!(start.checkpoint.is_some() && start.refused.is_empty());
     assert_eq!(start.resumed_at.unwrap()[0].last().sequence, 90);
     assert_eq!(drain.run_until_closed().unwrap().events, 40);
+    drop(drain); // its write at the log's end finishes
     // It holds what a replay of the whole file holds.
     let replay = Arc::new(WalIndex::default());
     Drain::new(
@@ -130,10 +131,8 @@ fn a_checkpoint_the_log_no_longer_holds_is_refused_and_an_older_one_is_used() {
     .unwrap();
     for _ in 0..2 {
         drain.step().unwrap();
-        while drain.report().checkpoints.written < drain.report().checkpoints.captured {
-            std::thread::sleep(Duration::from_millis(1));
-            drain.step().unwrap();
-        }
+        // The writer is free again long before the next batch (a write of a few KB).
+        std::thread::sleep(Duration::from_millis(200));
     }
     drop(drain);
     assert_eq!(
@@ -327,7 +326,11 @@ fn the_probes_see_a_drain_ready_once_it_reached_the_head_and_live_while_it_steps
     for n in 0..10 {
         writer.append(line(n));
     }
-    let mut drain = Drain::new(Arc::new(WalIndex::default()), source, batches_of(4));
+    let config = DrainConfig {
+        idle_wait: Duration::from_millis(1),
+        ..batches_of(4)
+    };
+    let mut drain = Drain::new(Arc::new(WalIndex::default()), source, config);
     let health = drain.health();
     assert!(!health.is_ready());
     drain.step().unwrap();
@@ -339,13 +342,13 @@ fn the_probes_see_a_drain_ready_once_it_reached_the_head_and_live_while_it_steps
     drain.step().unwrap();
     assert!(health.is_ready(), "the backlog is applied");
     assert!(health.is_live(Duration::from_secs(5)));
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(Duration::from_millis(60));
     assert!(
-        !health.is_live(Duration::from_millis(20)),
-        "no step for 30 ms"
+        !health.is_live(Duration::from_millis(50)),
+        "no step for 60 ms"
     );
     drain.step().unwrap();
-    assert!(health.is_live(Duration::from_millis(20)));
+    assert!(health.is_live(Duration::from_millis(50)));
 }
 
 #[test]

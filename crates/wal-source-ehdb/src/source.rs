@@ -461,7 +461,8 @@ impl EhdbSource {
     /// `Ok(false)` at the limit: the writer has not answered yet (it may be down). Records
     /// of shards already checked queue meanwhile, as far as the queue holds them.
     fn wait_resumed(&self, limit: Duration) -> Result<bool, Refusal> {
-        let deadline = Instant::now() + limit;
+        // A limit past what the clock can add is no limit.
+        let deadline = Instant::now().checked_add(limit);
         loop {
             if let Some(refused) = self.refusal() {
                 return Err(refused);
@@ -470,7 +471,7 @@ impl EhdbSource {
             if self.shared.unverified.load(Ordering::Acquire) == 0 {
                 return Ok(true);
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(false);
             }
             std::thread::sleep(Duration::from_millis(2));

@@ -264,6 +264,9 @@ pub(crate) struct Checkpointer {
     bytes: u64,
     /// Due whatever the cadence says (the log ended).
     due_now: bool,
+    /// Records were applied since the last checkpoint handed to the writer (a capture
+    /// without a position hands none over).
+    unsaved: bool,
     /// True from a hand-off until the writer finished that checkpoint.
     busy: Arc<AtomicBool>,
     outcomes: Arc<Outcomes>,
@@ -305,6 +308,7 @@ impl Checkpointer {
             since: Instant::now(),
             bytes: 0,
             due_now: false,
+            unsaved: false,
             busy,
             outcomes,
             sender: Some(sender),
@@ -327,6 +331,7 @@ impl Checkpointer {
         bytes: u64,
     ) {
         self.bytes = self.bytes.saturating_add(bytes);
+        self.unsaved |= bytes > 0;
         if self.bytes == 0 {
             return;
         }
@@ -365,9 +370,11 @@ impl Checkpointer {
             return false;
         };
         // Relaxed: the channel hands the checkpoint over and orders this store before the
-        // writer's receive; only the drain sets the flag, only the writer clears it.
+        // writer's receive; the drain sets the flag, and clears it only below, when the
+        // writer is gone.
         self.busy.store(true, Ordering::Relaxed);
         self.captured += 1;
+        self.unsaved = false;
         if let Some(sender) = &self.sender
             && sender.try_send(checkpoint).is_ok()
         {
@@ -381,12 +388,13 @@ impl Checkpointer {
         true
     }
 
-    /// Waits until the writer is free or `deadline` passes; true if it is free.
-    fn wait_free(&self, deadline: Instant) -> bool {
+    /// Waits until the writer is free or `deadline` passes (`None`: no deadline); true if
+    /// it is free.
+    fn wait_free(&self, deadline: Option<Instant>) -> bool {
         // The writer clears the flag however its write ends; a writer thread that ended
         // clears nothing more.
         while self.writing() && self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -401,7 +409,7 @@ impl Checkpointer {
         if self.bytes == 0 {
             return;
         }
-        let _ = self.wait_free(Instant::now() + Duration::from_secs(u64::from(u32::MAX)));
+        let _ = self.wait_free(None);
         self.due_now = true;
         self.after_batch(position, 0);
     }
@@ -418,7 +426,8 @@ impl Checkpointer {
             return done.clone();
         }
         let started = Instant::now();
-        let deadline = started + self.config.last_within;
+        // A bound past what the clock can add is no bound.
+        let deadline = started.checked_add(self.config.last_within);
         let outcome = self.take_last(position, started, deadline);
         self.at_shutdown = Some(outcome.clone());
         outcome
@@ -428,7 +437,7 @@ impl Checkpointer {
         &mut self,
         position: impl FnOnce() -> Option<SourcePosition>,
         started: Instant,
-        deadline: Instant,
+        deadline: Option<Instant>,
     ) -> LastCheckpoint {
         let timed_out = LastCheckpoint::TimedOut {
             bound: self.config.last_within,
@@ -439,7 +448,7 @@ impl Checkpointer {
         // Relaxed: the writer's Release on `busy`, seen free above, orders its outcomes.
         let failed_before = self.outcomes.failed.load(Ordering::Relaxed);
         let last_failed = self.outcomes.last_failed.load(Ordering::Relaxed);
-        if self.bytes == 0 && !last_failed {
+        if !self.unsaved && !last_failed {
             return LastCheckpoint::UpToDate;
         }
         if !self.hand_off(position) {
@@ -498,15 +507,20 @@ fn write_loop(
     outcomes: &Outcomes,
 ) {
     for checkpoint in receiver {
-        // Clears `busy` however this checkpoint ends, a panic included, so a panicking
-        // write costs that checkpoint, not every later one.
+        // Clears `busy` however this checkpoint ends.
         let _done = Done(busy);
-        let bytes = checkpoint.encode();
-        drop(checkpoint);
-        let len = bytes.len() as u64;
+        // A panicking encode or store is a failed write, counted as one, and the writer
+        // goes on with the next checkpoint.
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let bytes = checkpoint.encode();
+            drop(checkpoint);
+            let len = bytes.len() as u64;
+            store.write_owned(bytes).map(|_| len)
+        }))
+        .unwrap_or_else(|_| Err(io::Error::other("the checkpoint's write panicked")));
         // Relaxed counters: see `Checkpointer::report`.
-        match store.write_owned(bytes) {
-            Ok(_) => {
+        match written {
+            Ok(len) => {
                 outcomes.written.fetch_add(1, Ordering::Relaxed);
                 outcomes.last_bytes.store(len, Ordering::Relaxed);
                 outcomes.last_failed.store(false, Ordering::Relaxed);

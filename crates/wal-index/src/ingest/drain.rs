@@ -297,6 +297,8 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// source's wait happens: inside the pull for a parked thread, on a timer after it for a
     /// task.
     async fn step_waiting(&mut self, waiting: Waiting) -> io::Result<bool> {
+        // Every step, a backoff's pause and a failed pull included, is the drain alive.
+        self.health.stepped();
         if let Some(pause) = self.backing_off() {
             // Short slices, so `run_until`'s stop flag is seen promptly.
             waiting.sleep(pause).await;
@@ -344,14 +346,15 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
                     self.report.new_events += batch.new as u64;
                     self.report.redelivered += batch.applied.saturating_sub(batch.new) as u64;
                 }
-                if let Err(error) = self.source.commit() {
-                    return self.source_failed(error);
-                }
                 // Between this batch and the next pull: the source's position and the
-                // index agree.
+                // index agree, whether or not the commit that follows succeeds (a failed
+                // one has the records delivered again, which the index absorbs).
                 if let Some(checkpointer) = &mut self.checkpointer {
                     // A batch of bad records only still moved the position.
                     checkpointer.after_batch(|| self.source.position(), bytes.max(1));
+                }
+                if let Err(error) = self.source.commit() {
+                    return self.source_failed(error);
                 }
                 true
             }
@@ -362,7 +365,6 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
         }
         self.check_stalls_if_due();
         self.note_checkpoints();
-        self.health.stepped();
         Ok(more)
     }
 
@@ -697,11 +699,11 @@ impl<I: StateIndex + Checkpointable, S: WalSource> Drain<I, S> {
 ///   file), a pull found less than a whole batch (nothing more was there).
 ///   A pool restored from a checkpoint is ready once it has replayed the records after it.
 ///   It stays ready after (a drain falling behind under load is still serving).
-/// - **Live** while its steps keep returning: a pull waits at most
-///   [`DrainConfig::idle_wait`], so a step that has not returned for long (a source stuck
-///   in a call, an apply that never ends) is a stuck drain, which a restart cures. A drain
-///   whose source fails is live: it retries with backoff, and the outage is reported on
-///   `healthy`.
+/// - **Live** while its steps keep coming: a pull waits at most
+///   [`DrainConfig::idle_wait`], so no step begun for long (a source stuck in a call, an
+///   apply that never ends) is a stuck drain, which a restart cures. A drain whose source
+///   fails is live: each retry, and each slice of its backoff, is a step, and the outage is
+///   reported on `healthy`.
 #[derive(Debug)]
 pub struct DrainHealth {
     started: Instant,
@@ -725,6 +727,7 @@ impl DrainHealth {
         self.ready.store(true, crate::sync::Ordering::Relaxed);
     }
 
+    /// A step begins.
     fn stepped(&self) {
         let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         // Relaxed: a clock reading for a probe; it publishes no data.
@@ -737,7 +740,7 @@ impl DrainHealth {
         self.ready.load(crate::sync::Ordering::Relaxed)
     }
 
-    /// How long since the drain's last step returned (since it was made, before its first).
+    /// How long since the drain's last step began (since it was made, before its first).
     pub fn since_last_step(&self) -> Duration {
         // Relaxed: see `stepped`.
         let ms = self.last_step_ms.load(crate::sync::Ordering::Relaxed);
@@ -746,8 +749,9 @@ impl DrainHealth {
             .saturating_sub(Duration::from_millis(ms))
     }
 
-    /// Whether a step returned within `stuck_after` (a probe's threshold: several times the
-    /// longest step the pool expects, 30 s say).
+    /// Whether a step began within `stuck_after` (a probe's threshold: several times the
+    /// longest step the pool expects, 30 s say): a drain stuck inside one step, or no
+    /// longer stepped, is not live.
     pub fn is_live(&self, stuck_after: Duration) -> bool {
         self.since_last_step() <= stuck_after
     }

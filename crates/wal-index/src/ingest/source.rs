@@ -120,7 +120,8 @@ pub trait WalSource: Send {
 }
 
 // A forwarding impl that forgot a method would silently take the trait's default (a boxed
-// source that never resumes, say): the lint makes a forgotten one a compile error.
+// source that never resumes, say): the lint makes a forgotten one an error wherever clippy
+// runs (CI runs it with `-D warnings`).
 #[deny(clippy::missing_trait_methods)]
 impl<S: WalSource + ?Sized> WalSource for Box<S> {
     fn pull(&mut self, max: usize, wait: Duration) -> io::Result<Pull> {

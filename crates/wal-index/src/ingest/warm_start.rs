@@ -44,7 +44,9 @@ impl<I: StateIndex + Checkpointable, S: WalSource> Drain<I, S> {
     ///
     /// Every refusal is in the returned [`WarmStart`] with its reason and on the index's
     /// observer (`checkpoint_refused_total{reason}`). An error only where a source cannot
-    /// be made or its log not asked, or the checkpoint writer's thread not started. It
+    /// be made or its log not asked (nothing is seeded after it), or the checkpoint
+    /// writer's thread not started (the index may then hold the restored checkpoint: drop
+    /// it rather than start it again). It
     /// blocks on the store and the source: from async code, call it from the runtime's
     /// blocking pool.
     ///
@@ -104,6 +106,10 @@ impl<I: StateIndex + Checkpointable, S: WalSource> Drain<I, S> {
             let mut failed: Option<io::Error> = None;
             let restored =
                 checkpoint::restore_newest(&*checkpoints.store, &*index, &log, |candidate| {
+                    if failed.is_some() {
+                        // No source to ask: nothing more is seeded, the error is returned.
+                        return Err(Refusal::Io("the pool's source could not be made".into()));
+                    }
                     if spent {
                         source = make_source().map_err(|e| {
                             let refusal = Refusal::Io(e.to_string());
