@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# cargo-fuzz targets: `decode` (bytes into Event::from_json and the JSON-lines drain) and
-# `differential` (op sequences on all three indexes and the sequential model).
+# cargo-fuzz targets: `decode` (bytes into Event::from_json and the JSON-lines drain),
+# `differential` (op sequences on all three indexes and the sequential model) and
+# `checkpoint` (bytes as a checkpoint file, through both of its readers).
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 60)
 # FUZZ_SANITIZER=none skips AddressSanitizer (CI does, to build faster; Miri covers the one
@@ -11,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-for target in decode differential; do
+for target in decode differential checkpoint; do
   work=$(mktemp -d)
   cp -r "fuzz/corpus/$target/." "$work/"
   echo "fuzzing $target for ${SECONDS_PER_TARGET}s"

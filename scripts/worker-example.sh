@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The worker-pool example (crates/sb-sim/examples/worker_pool.rs) as a pool's engineer runs
-# it: first on its default (an in-process WAL, 20 s, a clean shutdown by itself); then a
+# it: first on its default WAL (in process, for 10 s, a clean shutdown by itself); then a
 # roll on a JSON-lines WAL that outlives the run (stopped with SIGTERM, started again: the
 # second run must restore the first one's last checkpoint, replay nothing, and serve
 # drives); then through a real NATS JetStream broker for 5 s, then through the real EHDB
@@ -19,7 +19,7 @@ probe() { python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.arg
 run() { cargo run --locked -q -p sb-sim --example worker_pool -- --metrics-addr "127.0.0.1:$(free_port)" "$@"; }
 
 echo "worker_pool on its default (in-process WAL):"
-run
+run --duration 10
 
 echo "worker_pool checkpointing every second (NOETL_STATE_INDEX_CHECKPOINT_DIR):"
 cdir=$(mktemp -d)

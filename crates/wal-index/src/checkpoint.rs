@@ -204,6 +204,14 @@ impl Checkpoint {
         format::decode(bytes)
     }
 
+    /// [`decode`](Checkpoint::decode) from a reader (a file), a block at a time into one
+    /// reused buffer: the file is never held whole, and nothing is allocated that its bytes
+    /// do not hold. Returns the checkpoint and the bytes read. A read error is a
+    /// [`Refusal::Io`].
+    pub fn read_from(reader: &mut dyn std::io::Read) -> Result<(Checkpoint, u64), Refusal> {
+        format::decode_from(reader)
+    }
+
     /// The events it holds.
     pub fn events(&self) -> usize {
         self.executions.iter().map(|e| e.events.len()).sum()

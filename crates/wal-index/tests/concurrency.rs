@@ -14,8 +14,9 @@ use wal_index::report::IndexStats;
 use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 
 /// A build of an already-indexed execution keeps being served while another thread
-/// backfills a million events of other executions.
-fn reader_serves_during_a_million_event_backfill<I: StateIndex>() {
+/// backfills 200,000 events of other executions (the benches' read-while-backfilling
+/// group runs the million).
+fn reader_serves_during_a_long_backfill<I: StateIndex>() {
     let index = Arc::new(I::with_config(IndexConfig::default()));
     index.apply_batch(linear(0, 1, 27));
     let done = Arc::new(AtomicBool::new(false));
@@ -23,7 +24,7 @@ fn reader_serves_during_a_million_event_backfill<I: StateIndex>() {
         let (index, done) = (Arc::clone(&index), Arc::clone(&done));
         std::thread::spawn(move || {
             let mut id = 1_000_000i64;
-            for batch in 0..5_000i64 {
+            for batch in 0..1_000i64 {
                 // 200-event batches over 25 executions of 8 events each.
                 let mut events = Vec::with_capacity(200);
                 for e in 0..25 {
@@ -44,17 +45,17 @@ fn reader_serves_during_a_million_event_backfill<I: StateIndex>() {
     }
     backfill.join().unwrap();
     assert!(builds > 0);
-    assert_eq!(index.stats().events, 27 + 1_000_000);
+    assert_eq!(index.stats().events, 27 + 200_000);
 }
 
 #[test]
-fn lockfree_reader_serves_during_a_million_event_backfill() {
-    reader_serves_during_a_million_event_backfill::<WalIndex>();
+fn lockfree_reader_serves_during_a_long_backfill() {
+    reader_serves_during_a_long_backfill::<WalIndex>();
 }
 
 #[test]
-fn mutex_reader_serves_during_a_million_event_backfill() {
-    reader_serves_during_a_million_event_backfill::<MutexIndex>();
+fn mutex_reader_serves_during_a_long_backfill() {
+    reader_serves_during_a_long_backfill::<MutexIndex>();
 }
 
 /// Parks a drive on execution 1's missing tip, applies 10,000 events of execution 2, then

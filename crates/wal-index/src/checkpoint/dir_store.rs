@@ -163,6 +163,11 @@ impl CheckpointStore for DirStore {
         fs::read(self.path_of(name))
     }
 
+    /// The file itself: a restore reads it a block at a time.
+    fn open(&self, name: &str) -> io::Result<Box<dyn io::Read + Send + '_>> {
+        Ok(Box::new(File::open(self.path_of(name))?))
+    }
+
     fn location(&self) -> String {
         self.dir.display().to_string()
     }

@@ -4,6 +4,8 @@
 //! executions, one trailer block that counts them. A torn or truncated file has no trailer
 //! or a block cut short; a flipped bit fails its block's checksum; so neither verifies.
 
+use std::io;
+
 use chain_fold::{Event, ExecutionId, SpineOrder};
 
 use super::{Checkpoint, ExecutionImage, Fingerprint, IndexShape, LogIdentity, Position, Refusal};
@@ -103,9 +105,7 @@ pub(super) fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
 
 fn push_block(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
     let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
-    let mut crc = crc32c::crc32c(&[kind]);
-    crc = crc32c::crc32c_append(crc, &len.to_le_bytes());
-    crc = crc32c::crc32c_append(crc, body);
+    let crc = block_crc(kind, len, body);
     out.push(kind);
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&crc.to_le_bytes());
@@ -146,6 +146,76 @@ fn put_fingerprint(body: &mut Vec<u8>, fingerprint: &Fingerprint) {
 /// Decodes and verifies one file. Every block's checksum is checked before its body is
 /// read; nothing is returned from a file that does not verify whole.
 pub(super) fn decode(bytes: &[u8]) -> Result<Checkpoint, Refusal> {
+    let preamble = bytes.get(..12).unwrap_or(bytes);
+    check_preamble(preamble)?;
+    let mut at = 12;
+    let (kind, body) = next_block(bytes, &mut at)?;
+    let mut checkpoint = header_block(kind, body, at)?;
+    // Every block's checksum first, in order; the executions' blocks are decoded once the
+    // trailer is found, side by side (each block stands alone).
+    let mut executions: Vec<(usize, &[u8])> = Vec::new();
+    loop {
+        let start = at;
+        let (kind, body) = next_block(bytes, &mut at)?;
+        match kind {
+            EXECUTIONS => executions.push((start, body)),
+            TRAILER => {
+                let (images, events) = read_blocks(&executions)?;
+                let counted = Counted {
+                    images: images.len(),
+                    events,
+                    blocks: executions.len(),
+                };
+                check_trailer(body, start, counted, at == bytes.len())?;
+                checkpoint.executions = images;
+                return Ok(checkpoint);
+            }
+            _ => return Err(unknown_block(start)),
+        }
+    }
+}
+
+/// [`decode`] from a reader, a block at a time into one reused buffer, each block's
+/// checksum checked before its body is read: a file is never held whole, so a restore
+/// reads at the speed of a copy into a buffer that stays in cache rather than of a fresh
+/// allocation the size of the file. A body is read as it arrives (never allocated at the
+/// length its header claims). Returns the checkpoint and the bytes read.
+pub(super) fn decode_from(reader: &mut dyn io::Read) -> Result<(Checkpoint, u64), Refusal> {
+    let mut preamble = Vec::with_capacity(12);
+    read_up_to(reader, 12, &mut preamble)?;
+    check_preamble(&preamble)?;
+    let mut at = 12;
+    let mut body = Vec::new();
+    let kind = next_block_from(reader, &mut at, &mut body)?;
+    let mut checkpoint = header_block(kind, &body, at)?;
+    let (mut images, mut events, mut blocks) = (Vec::new(), 0, 0);
+    loop {
+        let start = at;
+        match next_block_from(reader, &mut at, &mut body)? {
+            EXECUTIONS => {
+                events += read_executions(&body, start, &mut images)?;
+                blocks += 1;
+            }
+            TRAILER => {
+                let counted = Counted {
+                    images: images.len(),
+                    events,
+                    blocks,
+                };
+                let mut rest = Vec::new();
+                read_up_to(reader, 1, &mut rest)?;
+                check_trailer(&body, start, counted, rest.is_empty())?;
+                checkpoint.executions = images;
+                return Ok((checkpoint, at as u64));
+            }
+            _ => return Err(unknown_block(start)),
+        }
+    }
+}
+
+/// The magic number and the format version (`bytes`: the file's first 12, or fewer if it
+/// is shorter).
+fn check_preamble(bytes: &[u8]) -> Result<(), Refusal> {
     let magic = bytes.get(..8).ok_or(Refusal::Truncated { at: 0 })?;
     if magic != MAGIC {
         return Err(Refusal::NotACheckpoint);
@@ -160,53 +230,96 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Checkpoint, Refusal> {
             supported: FORMAT_VERSION,
         });
     }
-    let mut at = 12;
-    let (kind, body) = next_block(bytes, &mut at)?;
+    Ok(())
+}
+
+/// The first block, which must be the header.
+fn header_block(kind: u8, body: &[u8], at: usize) -> Result<Checkpoint, Refusal> {
     if kind != HEADER {
         return Err(Refusal::Malformed {
             at,
             what: "the first block is not the header",
         });
     }
-    let mut checkpoint = read_header(body, at)?;
-    // Every block's checksum first, in order; the executions' blocks are decoded once the
-    // trailer is found, side by side (each block stands alone).
-    let mut executions: Vec<(usize, &[u8])> = Vec::new();
-    loop {
-        let start = at;
-        let (kind, body) = next_block(bytes, &mut at)?;
-        match kind {
-            EXECUTIONS => executions.push((start, body)),
-            TRAILER => {
-                let mut r = Reader {
-                    body,
-                    at: 0,
-                    base: start,
-                };
-                let (count, counted, written) = (r.u64()?, r.u64()?, r.u32()?);
-                let (images, events) = read_blocks(&executions)?;
-                if count != images.len() as u64
-                    || counted != events
-                    || written as usize != executions.len() + 1
-                    || r.at != body.len()
-                    || at != bytes.len()
-                {
-                    return Err(Refusal::Malformed {
-                        at: start,
-                        what: "the trailer does not count what the file holds",
-                    });
-                }
-                checkpoint.executions = images;
-                return Ok(checkpoint);
-            }
-            _ => {
-                return Err(Refusal::Malformed {
-                    at: start,
-                    what: "an unknown block kind",
-                });
-            }
-        }
+    read_header(body, at)
+}
+
+fn unknown_block(at: usize) -> Refusal {
+    Refusal::Malformed {
+        at,
+        what: "an unknown block kind",
     }
+}
+
+/// What the executions' blocks held, for the trailer to confirm.
+struct Counted {
+    images: usize,
+    events: u64,
+    blocks: usize,
+}
+
+/// The trailer counts what the file holds, and nothing follows it (`at_end`).
+fn check_trailer(body: &[u8], start: usize, counted: Counted, at_end: bool) -> Result<(), Refusal> {
+    let mut r = Reader {
+        body,
+        at: 0,
+        base: start,
+    };
+    let (count, events, written) = (r.u64()?, r.u64()?, r.u32()?);
+    if count != counted.images as u64
+        || events != counted.events
+        || written as usize != counted.blocks + 1
+        || r.at != body.len()
+        || !at_end
+    {
+        return Err(Refusal::Malformed {
+            at: start,
+            what: "the trailer does not count what the file holds",
+        });
+    }
+    Ok(())
+}
+
+/// Appends up to `n` bytes of `reader` to `into` (fewer only at its end).
+fn read_up_to(reader: &mut dyn io::Read, n: u64, into: &mut Vec<u8>) -> Result<(), Refusal> {
+    io::Read::read_to_end(&mut io::Read::take(reader, n), into)
+        .map(drop)
+        .map_err(|e| Refusal::Io(e.to_string()))
+}
+
+/// The block at `*at` of `reader`, read into `body` and its checksum verified; moves `*at`
+/// past it. Returns its kind.
+fn next_block_from(
+    reader: &mut dyn io::Read,
+    at: &mut usize,
+    body: &mut Vec<u8>,
+) -> Result<u8, Refusal> {
+    let start = *at;
+    body.clear();
+    read_up_to(reader, BLOCK_HEADER_BYTES as u64, body)?;
+    let head: [u8; BLOCK_HEADER_BYTES] = body[..]
+        .try_into()
+        .map_err(|_| Refusal::Truncated { at: start })?;
+    let kind = head[0];
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+    let crc = u32::from_le_bytes([head[5], head[6], head[7], head[8]]);
+    body.clear();
+    read_up_to(reader, u64::from(len), body)?;
+    if body.len() != len as usize {
+        return Err(Refusal::Truncated { at: start });
+    }
+    if block_crc(kind, len, body) != crc {
+        return Err(Refusal::Checksum { block_at: start });
+    }
+    *at = start + BLOCK_HEADER_BYTES + body.len();
+    Ok(kind)
+}
+
+/// A block's checksum: over its kind, its length and its body.
+fn block_crc(kind: u8, len: u32, body: &[u8]) -> u32 {
+    let computed = crc32c::crc32c(&[kind]);
+    let computed = crc32c::crc32c_append(computed, &len.to_le_bytes());
+    crc32c::crc32c_append(computed, body)
 }
 
 /// Decodes verified executions' blocks, on up to four threads (the restore's cost is the
@@ -269,10 +382,7 @@ fn next_block<'b>(bytes: &'b [u8], at: &mut usize) -> Result<(u8, &'b [u8]), Ref
     let body = bytes
         .get(body_start..body_start + len as usize)
         .ok_or(Refusal::Truncated { at: start })?;
-    let mut computed = crc32c::crc32c(&[kind]);
-    computed = crc32c::crc32c_append(computed, &len.to_le_bytes());
-    computed = crc32c::crc32c_append(computed, body);
-    if computed != crc {
+    if block_crc(kind, len, body) != crc {
         return Err(Refusal::Checksum { block_at: start });
     }
     *at = body_start + body.len();

@@ -106,10 +106,10 @@ pub fn load(
     config: &IndexConfig,
     log: &LogIdentity,
 ) -> Result<(Checkpoint, u64), Refusal> {
-    let bytes = store.read(name).map_err(|e| Refusal::Io(e.to_string()))?;
-    let checkpoint = Checkpoint::decode(&bytes)?;
+    let mut reader = store.open(name).map_err(|e| Refusal::Io(e.to_string()))?;
+    let (checkpoint, bytes) = Checkpoint::read_from(&mut reader)?;
     checkpoint.check(config, log)?;
-    Ok((checkpoint, bytes.len() as u64))
+    Ok((checkpoint, bytes))
 }
 
 /// Seeds `index` (empty) from the newest checkpoint in `store` that verifies, was taken of

@@ -36,6 +36,13 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
     /// One checkpoint's bytes, as written (or as damaged since).
     fn read(&self, name: &str) -> io::Result<Vec<u8>>;
 
+    /// One checkpoint's bytes as a reader, which a restore reads a block at a time
+    /// ([`Checkpoint::read_from`](super::Checkpoint::read_from)). The default reads them
+    /// whole ([`read`](Self::read)); a store that can stream them (a file) does.
+    fn open(&self, name: &str) -> io::Result<Box<dyn io::Read + Send + '_>> {
+        Ok(Box::new(io::Cursor::new(self.read(name)?)))
+    }
+
     /// Where the store is, for reports and errors (a directory, a bucket's URL).
     fn location(&self) -> String;
 }
