@@ -141,14 +141,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut wal = Producer::open(&target)?;
     let retained = Arc::new(RetainedWal::default());
     let (make_source, reads) = pool_side(&mut wal, Arc::clone(&retained))?;
-    let checkpoints = Checkpointing::from_env()?;
-    if let Some(c) = &checkpoints {
-        eprintln!(
-            "worker pool: checkpoints in {} every {:?}",
-            c.store.location(),
-            c.every
-        );
-    }
+    let checkpoints = checkpoints_from_env()?;
     // The probes answer from the start: not ready, and live, while the restore runs.
     let health = Arc::new(OnceLock::new());
     serve_probes(args.metrics_addr, metrics, Arc::clone(&health))?;
@@ -196,16 +189,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     finish_drives(&runtime, drives);
     close_wal(wal, &consumed, published, &stop_drain)?;
-    let mut drain = runtime.block_on(drain_task)??;
-    report_last_checkpoint(drain.shut_down());
-    let report = drain.report().clone();
-    drop(drain);
+    let report = shut_down_drain(&runtime, drain_task)?;
     let served = pool.served.lock().map_err(|_| "a drive panicked")?;
     summarize(&served, &report, published, started.elapsed(), &index);
     if served.latencies.is_empty() {
         return Err("no drive was dispatched".into());
     }
     Ok(())
+}
+
+/// Where the pool checkpoints (`NOETL_STATE_INDEX_CHECKPOINT_DIR` or `_URL`), said.
+fn checkpoints_from_env() -> std::io::Result<Option<Checkpointing>> {
+    let checkpoints = Checkpointing::from_env()?;
+    if let Some(c) = &checkpoints {
+        let (at, every) = (c.store.location(), c.every);
+        eprintln!("worker pool: checkpoints in {at} every {every:?}");
+    }
+    Ok(checkpoints)
 }
 
 /// The pool's drain source and its drives' per-execution read.
@@ -284,6 +284,18 @@ fn finish_drives(runtime: &tokio::runtime::Runtime, drives: Vec<tokio::task::Joi
 
 /// How long a shutdown waits for the drives in flight.
 const DRIVES_WITHIN: Duration = Duration::from_secs(10);
+
+/// Waits for the drain to stop, then shuts it down: its last checkpoint, said.
+fn shut_down_drain(
+    runtime: &tokio::runtime::Runtime,
+    drain_task: tokio::task::JoinHandle<std::io::Result<PoolDrain>>,
+) -> std::io::Result<DrainReport> {
+    let mut drain = runtime
+        .block_on(drain_task)
+        .map_err(|_| std::io::Error::other("the drain task panicked"))??;
+    report_last_checkpoint(drain.shut_down());
+    Ok(drain.report().clone())
+}
 
 /// Says what became of the last checkpoint.
 fn report_last_checkpoint(last: Option<LastCheckpoint>) {
