@@ -5,10 +5,13 @@ use std::net::SocketAddr;
 pub use metrics_exporter_prometheus::PrometheusHandle;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusRecorder};
 
-use crate::series::{BUILD_DURATION_BUCKETS, CHAIN_HOPS_BUCKETS, name};
+use crate::series::{
+    BUILD_DURATION_BUCKETS, CHAIN_HOPS_BUCKETS, SHARD_READ_DURATION_BUCKETS, name, worker_prefix,
+};
 
-/// A builder with the catalogue's histogram buckets for `prefix` (so the two histograms
-/// export as Prometheus histograms, not summaries).
+/// A builder with the catalogue's histogram buckets for `prefix` (so the histograms export
+/// as Prometheus histograms, not summaries; the state-shard read's under
+/// [`worker_prefix`]).
 pub fn builder(prefix: &str) -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .set_buckets_for_metric(
@@ -18,6 +21,14 @@ pub fn builder(prefix: &str) -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full(format!("{prefix}{}", name::CHAIN_HOPS)),
             &CHAIN_HOPS_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(format!(
+                "{}{}",
+                worker_prefix(prefix),
+                name::STATE_SHARD_READ_DURATION_SECONDS
+            )),
+            &SHARD_READ_DURATION_BUCKETS,
         )
 }
 

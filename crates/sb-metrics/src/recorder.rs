@@ -6,17 +6,25 @@ use std::time::Duration;
 use chain_fold::AdvanceOutcome;
 use metrics::{Counter, Gauge, Histogram, Label};
 use wal_index::IndexObserver;
-use wal_index::labels::{DriveLabel, EvictReason, RehydrateLabel, WaitLabel};
+use wal_index::labels::{
+    DriveLabel, EvictReason, RehydrateLabel, ShardReadLabel, ShardVerifyLabel, WaitLabel,
+};
 use wal_index::report::IndexStats;
 
 use crate::series::{
     BUILD_OUTCOMES, CHECKPOINT_OUTCOMES, DEFAULT_PREFIX, DRIVE_OUTCOMES, EVICTION_REASONS, Kind,
-    REFUSAL_REASONS, REHYDRATE_OUTCOMES, SERIES, STALL_REASONS, TAIL_OUTCOMES, WAIT_OUTCOMES, name,
+    REFUSAL_REASONS, REHYDRATE_OUTCOMES, SERIES, SHARD_READ_OUTCOMES, SHARD_SERIES,
+    SHARD_VERIFY_OUTCOMES, STALL_REASONS, TAIL_OUTCOMES, WAIT_OUTCOMES, name, worker_prefix,
 };
 
 /// Registers help texts and units of every series with the installed recorder.
 pub fn describe(prefix: &str) {
-    for series in SERIES {
+    let shard_prefix = worker_prefix(prefix);
+    let all = SERIES
+        .iter()
+        .map(|series| (prefix, series))
+        .chain(SHARD_SERIES.iter().map(|series| (shard_prefix, series)));
+    for (prefix, series) in all {
         let full = format!("{prefix}{}", series.name);
         match series.kind {
             Kind::Counter => metrics::describe_counter!(full, series.unit, series.help),
@@ -65,6 +73,10 @@ pub struct StateBuilderMetrics {
     stalled_chains: [Counter; STALL_REASONS.len()],
     checkpoints: [Counter; CHECKPOINT_OUTCOMES.len()],
     checkpoint_refused: [Counter; REFUSAL_REASONS.len()],
+    shard_reads: [Counter; SHARD_READ_OUTCOMES.len()],
+    shard_read_duration: Histogram,
+    shard_verify: [Counter; SHARD_VERIFY_OUTCOMES.len()],
+    equivalence_mismatch: Counter,
 }
 
 fn labelled<T, const N: usize>(
@@ -98,6 +110,11 @@ impl StateBuilderMetrics {
         let with_extra = |mut own: Vec<Label>| {
             own.extend(extra.iter().cloned());
             own
+        };
+        let shard_prefix = worker_prefix(prefix);
+        let shard_counter = |suffix: &str| {
+            let name = format!("{shard_prefix}{suffix}");
+            move |own: Vec<Label>| metrics::counter!(name.clone(), with_extra(own))
         };
         let n = |suffix: &str| format!("{prefix}{suffix}");
         let counter = |suffix: &str| {
@@ -163,6 +180,21 @@ impl StateBuilderMetrics {
                 counter(name::CHECKPOINT_REFUSED_TOTAL),
                 "reason",
             ),
+            shard_reads: labelled(
+                &SHARD_READ_OUTCOMES,
+                shard_counter(name::STATE_SHARD_READS_TOTAL),
+                "outcome",
+            ),
+            shard_read_duration: metrics::histogram!(
+                format!("{shard_prefix}{}", name::STATE_SHARD_READ_DURATION_SECONDS),
+                with_extra(Vec::new())
+            ),
+            shard_verify: labelled(
+                &SHARD_VERIFY_OUTCOMES,
+                shard_counter(name::STATE_SHARD_VERIFY_TOTAL),
+                "outcome",
+            ),
+            equivalence_mismatch: shard_counter(name::STATE_EQUIVALENCE_MISMATCH_TOTAL)(Vec::new()),
         };
         m.pre_register();
         Arc::new(m)
@@ -182,7 +214,9 @@ impl StateBuilderMetrics {
             .chain(&self.stalled_chains)
             .chain(&self.checkpoints)
             .chain(&self.checkpoint_refused)
-            .chain(std::iter::once(&self.wal_events));
+            .chain(&self.shard_reads)
+            .chain(&self.shard_verify)
+            .chain([&self.wal_events, &self.equivalence_mismatch]);
         for c in counters {
             c.increment(0);
         }
@@ -265,5 +299,17 @@ impl IndexObserver for StateBuilderMetrics {
 
     fn checkpoint_refused(&self, reason: wal_index::labels::RefusalLabel) {
         self.checkpoint_refused[reason.index()].increment(1);
+    }
+
+    fn state_shard_read(&self, outcome: ShardReadLabel, took: Duration) {
+        self.shard_reads[outcome.index()].increment(1);
+        self.shard_read_duration.record(took.as_secs_f64());
+    }
+
+    fn state_shard_verify(&self, outcome: ShardVerifyLabel) {
+        self.shard_verify[outcome.index()].increment(1);
+        if outcome == ShardVerifyLabel::Mismatched {
+            self.equivalence_mismatch.increment(1);
+        }
     }
 }

@@ -2,7 +2,8 @@
 
 use metrics::Unit;
 use wal_index::labels::{
-    CheckpointLabel, DriveLabel, EvictReason, RefusalLabel, RehydrateLabel, StallReason, WaitLabel,
+    CheckpointLabel, DriveLabel, EvictReason, RefusalLabel, RehydrateLabel, ShardReadLabel,
+    ShardVerifyLabel, StallReason, WaitLabel,
 };
 
 /// The prefix production dashboards use. Note `noetl_worker_`, not `noetl_state_builder_`.
@@ -29,6 +30,28 @@ pub const STALL_REASONS: [&str; StallReason::LABELS.len()] = StallReason::LABELS
 pub const CHECKPOINT_OUTCOMES: [&str; CheckpointLabel::LABELS.len()] = CheckpointLabel::LABELS;
 /// `checkpoint_refused_total{reason}` label values (`wal_index::labels::RefusalLabel`).
 pub const REFUSAL_REASONS: [&str; RefusalLabel::LABELS.len()] = RefusalLabel::LABELS;
+
+/// The prefix of the state-shard series ([`SHARD_SERIES`]) under a state-builder `prefix`:
+/// `prefix` without its `state_builder_` ending, so the default gives production's
+/// `noetl_worker_state_shard_reads_total` beside `noetl_worker_state_builder_*`.
+///
+/// ```
+/// use sb_metrics::series::{DEFAULT_PREFIX, worker_prefix};
+/// assert_eq!(worker_prefix(DEFAULT_PREFIX), "noetl_worker_");
+/// assert_eq!(worker_prefix("pool_a_"), "pool_a_");
+/// ```
+pub fn worker_prefix(prefix: &str) -> &str {
+    prefix.strip_suffix("state_builder_").unwrap_or(prefix)
+}
+
+/// `state_shard_reads_total{outcome}` label values (`wal_index::labels::ShardReadLabel`).
+pub const SHARD_READ_OUTCOMES: [&str; ShardReadLabel::LABELS.len()] = ShardReadLabel::LABELS;
+/// `state_shard_verify_total{outcome}` label values (`wal_index::labels::ShardVerifyLabel`).
+pub const SHARD_VERIFY_OUTCOMES: [&str; ShardVerifyLabel::LABELS.len()] = ShardVerifyLabel::LABELS;
+/// `state_shard_read_duration_seconds` buckets: production's run from 1 ms to 5 s (its
+/// exact list is not in the reference; these are the build histogram's steps in that range).
+pub const SHARD_READ_DURATION_BUCKETS: [f64; 10] =
+    [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
 
 /// `build_duration_seconds` buckets.
 pub const BUILD_DURATION_BUCKETS: [f64; 13] = [
@@ -102,7 +125,49 @@ pub mod name {
     pub const CHECKPOINTS_TOTAL: &str = "checkpoints_total";
     /// Checkpoints refused at restore, by reason.
     pub const CHECKPOINT_REFUSED_TOTAL: &str = "checkpoint_refused_total";
+    /// State-shard reads by outcome (under [`worker_prefix`](super::worker_prefix)).
+    pub const STATE_SHARD_READS_TOTAL: &str = "state_shard_reads_total";
+    /// State-shard read duration (under [`worker_prefix`](super::worker_prefix)).
+    pub const STATE_SHARD_READ_DURATION_SECONDS: &str = "state_shard_read_duration_seconds";
+    /// Verify-mode comparisons by outcome (under [`worker_prefix`](super::worker_prefix)).
+    pub const STATE_SHARD_VERIFY_TOTAL: &str = "state_shard_verify_total";
+    /// Verify-mode mismatches (under [`worker_prefix`](super::worker_prefix)).
+    pub const STATE_EQUIVALENCE_MISMATCH_TOTAL: &str = "state_equivalence_mismatch_total";
 }
+
+/// The state-shard reader's series, named under [`worker_prefix`] as production names
+/// them (`noetl_worker_state_shard_reads_total`, ...). `state_shard_verify_total` is this
+/// project's: it counts the comparisons that had nothing to compare with.
+pub const SHARD_SERIES: [Series; 4] = [
+    Series {
+        name: name::STATE_SHARD_READS_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("outcome", &SHARD_READ_OUTCOMES)),
+        unit: Unit::Count,
+        help: "State-shard reads of drives past their deadline: hit (served), miss (no shard, or none of the execution's events), fallback (failed, or its chain does not reach genesis).",
+    },
+    Series {
+        name: name::STATE_SHARD_READ_DURATION_SECONDS,
+        kind: Kind::Histogram,
+        label: None,
+        unit: Unit::Seconds,
+        help: "Duration of one state-shard read (both keys, the decode).",
+    },
+    Series {
+        name: name::STATE_SHARD_VERIFY_TOTAL,
+        kind: Kind::Counter,
+        label: Some(("outcome", &SHARD_VERIFY_OUTCOMES)),
+        unit: Unit::Count,
+        help: "Verify mode: served shards compared with the retained WAL (match, mismatch, unverified: nothing to compare with).",
+    },
+    Series {
+        name: name::STATE_EQUIVALENCE_MISMATCH_TOTAL,
+        kind: Kind::Counter,
+        label: None,
+        unit: Unit::Count,
+        help: "Verify mode: served shards whose spine differed from the retained WAL's (the WAL's was served).",
+    },
+];
 
 /// The whole catalogue, in the order of docs/domain.md.
 pub const SERIES: [Series; 18] = [

@@ -82,6 +82,35 @@ label_enum! {
 }
 
 label_enum! {
+    /// What one state-shard read came to, as production's
+    /// `noetl_worker_state_shard_reads_total{outcome}` labels it.
+    ShardReadLabel {
+        /// The shard was read and the drive's build from it reached genesis: served.
+        Hit = "hit",
+        /// No shard (neither `sealed` nor `open`), or one with none of the execution's
+        /// events.
+        Miss = "miss",
+        /// The read failed (transport, status, decode, no `payload` column), or the shard's
+        /// chain does not reach genesis from the expected head (stale or partial).
+        Fallback = "fallback",
+    }
+}
+
+label_enum! {
+    /// What the verify mode's comparison of a served shard with the retained WAL found
+    /// (`state_shard_verify_total{outcome}`).
+    ShardVerifyLabel {
+        /// The WAL's spine has the same bytes as the one the shard served.
+        Matched = "match",
+        /// They differ: `state_equivalence_mismatch_total` +1, and the WAL's spine is served.
+        Mismatched = "mismatch",
+        /// Nothing to compare with: the replay cap was reached, the retained WAL did not
+        /// answer, or its events do not reach genesis from the same head.
+        Unverified = "unverified",
+    }
+}
+
+label_enum! {
     /// Why an execution left the index (the `reason` label of `evictions_total`).
     EvictReason {
         /// Idle longer than the TTL.

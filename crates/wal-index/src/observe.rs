@@ -7,7 +7,8 @@ use chain_fold::AdvanceOutcome;
 
 use crate::backfill::Backfill;
 use crate::labels::{
-    CheckpointLabel, DriveLabel, EvictReason, RefusalLabel, RehydrateLabel, WaitLabel,
+    CheckpointLabel, DriveLabel, EvictReason, RefusalLabel, RehydrateLabel, ShardReadLabel,
+    ShardVerifyLabel, WaitLabel,
 };
 use crate::report::{Build, IndexStats};
 use crate::stall::StalledChain;
@@ -81,6 +82,17 @@ pub trait IndexObserver: Send + Sync + 'static {
     /// A checkpoint was refused at restore (the `checkpoint_refused_total` counter).
     fn checkpoint_refused(&self, reason: RefusalLabel) {
         let _ = reason;
+    }
+    /// A drive read the execution's state shard (`state_shard_reads_total`, and `took`
+    /// for `state_shard_read_duration_seconds`). Not called for a drive whose flow has no
+    /// shard reader.
+    fn state_shard_read(&self, outcome: ShardReadLabel, took: Duration) {
+        let _ = (outcome, took);
+    }
+    /// The verify mode compared a served shard with the retained WAL
+    /// (`state_shard_verify_total`; a mismatch is also `state_equivalence_mismatch_total`).
+    fn state_shard_verify(&self, outcome: ShardVerifyLabel) {
+        let _ = outcome;
     }
 }
 
@@ -185,6 +197,14 @@ impl<A: IndexObserver, B: IndexObserver> IndexObserver for (A, B) {
         self.0.checkpoint_refused(reason);
         self.1.checkpoint_refused(reason);
     }
+    fn state_shard_read(&self, outcome: ShardReadLabel, took: Duration) {
+        self.0.state_shard_read(outcome, took);
+        self.1.state_shard_read(outcome, took);
+    }
+    fn state_shard_verify(&self, outcome: ShardVerifyLabel) {
+        self.0.state_shard_verify(outcome);
+        self.1.state_shard_verify(outcome);
+    }
 }
 
 /// A shared observer observes as the one it points to.
@@ -227,5 +247,11 @@ impl<T: IndexObserver + ?Sized> IndexObserver for std::sync::Arc<T> {
     }
     fn checkpoint_refused(&self, reason: RefusalLabel) {
         (**self).checkpoint_refused(reason);
+    }
+    fn state_shard_read(&self, outcome: ShardReadLabel, took: Duration) {
+        (**self).state_shard_read(outcome, took);
+    }
+    fn state_shard_verify(&self, outcome: ShardVerifyLabel) {
+        (**self).state_shard_verify(outcome);
     }
 }

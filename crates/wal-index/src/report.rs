@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chain_fold::{AdvanceOutcome, EventError, EventId, ExecutionId, Incomplete, Spine};
 
-use crate::labels::{DriveLabel, EvictReason, RehydrateLabel};
+use crate::labels::{DriveLabel, EvictReason, RehydrateLabel, ShardReadLabel};
 
 /// The result of applying one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +100,8 @@ pub struct Drive {
     /// The last replay attempted, if any (after the deadline, or early: see
     /// `backfill_skip`).
     pub rehydrate: Option<RehydrateLabel>,
+    /// What the state-shard read came to, if the drive read one (step 3).
+    pub shard: Option<ShardReadLabel>,
     /// The drive left its deadline loop at an unserved build because the engine's drain was
     /// backfilling, and read its execution at once ([`flow`](crate::flow) says when).
     pub backfill_skip: bool,

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use chain_fold::Event;
 use common::{Sources, ev, linear};
 use wal_index::ingest::channel_wal;
-use wal_index::labels::{DriveLabel, RehydrateLabel};
+use wal_index::labels::{DriveLabel, RehydrateLabel, ShardReadLabel, ShardVerifyLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{
     Drain, DrainConfig, DriveBudget, DriveFlow, IndexConfig, IndexObserver, StateIndex,
@@ -34,6 +34,8 @@ struct Reported {
     tail_applied: AtomicU64,
     tail_rejected: AtomicU64,
     rehydrates: [AtomicU64; 4],
+    shard_reads: [AtomicU64; 3],
+    verified: [AtomicU64; 3],
 }
 
 impl IndexObserver for Reported {
@@ -49,9 +51,21 @@ impl IndexObserver for Reported {
     fn rehydrate(&self, outcome: RehydrateLabel) {
         self.rehydrates[outcome.index()].fetch_add(1, Ordering::Relaxed);
     }
+    fn state_shard_read(&self, outcome: ShardReadLabel, _: Duration) {
+        self.shard_reads[outcome.index()].fetch_add(1, Ordering::Relaxed);
+    }
+    fn state_shard_verify(&self, outcome: ShardVerifyLabel) {
+        self.verified[outcome.index()].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Reported {
+    fn shard_reads(&self, label: ShardReadLabel) -> u64 {
+        self.shard_reads[label.index()].load(Ordering::Relaxed)
+    }
+    fn verified(&self, label: ShardVerifyLabel) -> u64 {
+        self.verified[label.index()].load(Ordering::Relaxed)
+    }
     fn drives(&self, label: DriveLabel) -> u64 {
         self.drives[label.index()].load(Ordering::Relaxed)
     }
@@ -143,8 +157,9 @@ fn a_drive_rebuilds_after_every_wake_until_its_deadline<I: StateIndex>() {
     assert_eq!(drive.timeouts, 0);
 }
 
-/// After the deadline the state shard serves; `served_shard_mismatch` when an event the
-/// index holds has different bytes there. Neither is a rehydrate.
+/// After the deadline the state shard serves, as production reads it: its events are
+/// applied to the index and the build walks from the expected head (state-shard.md,
+/// section 4: applied, then a rebuild that must reach genesis). Neither is a rehydrate.
 fn the_state_shard_serves_after_the_deadline<I: StateIndex>() {
     let (index, reported) = observed::<I>();
     let sources = Sources {
@@ -157,23 +172,105 @@ fn the_state_shard_serves_after_the_deadline<I: StateIndex>() {
         .rehydrate_gate(&gate);
     let drive = index.drive(3, Some(3), &flow);
     assert_eq!(drive.label, DriveLabel::ServedShard);
+    assert_eq!(drive.shard, Some(ShardReadLabel::Hit));
     assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
     assert_eq!(drive.rehydrate, None, "the shard came first");
+    assert_eq!(reported.shard_reads(ShardReadLabel::Hit), 1);
+    // Applied: the next drive is served by the index itself.
+    let drive = index.drive(3, Some(3), &DriveFlow::new(no_wait()));
+    assert_eq!(drive.label, DriveLabel::Served);
+}
 
-    // The index holds event 1 with other bytes than the shard's.
-    index.apply(Event::minimal(1, 3, None, "playbook_started"));
-    let other = Event::from_json(
-        br#"{"event_id":1,"execution_id":3,"event_type":"playbook_started","result":{"x":1}}"#,
-    )
-    .unwrap();
-    let sources = Sources {
-        shard: Some(vec![other, ev(3, 2, Some(1)), ev(3, 3, Some(2))]),
+/// A shard is never trusted to be complete: one that stops short of genesis is a
+/// `fallback` read, and the drive goes on to the retained WAL. A shard whose events join
+/// the index's own (the drain holds the tail, the shard the history) serves, as it does in
+/// production, where both land in one index.
+fn a_partial_shard_falls_back_and_a_joining_one_serves<I: StateIndex>() {
+    let (index, reported) = observed::<I>();
+    let gate = RehydrateGate::default();
+    let partial = Sources {
+        shard: Some(vec![ev(5, 2, Some(1)), ev(5, 3, Some(2))]),
+        retained: Some(linear(5, 1, 3)),
+    };
+    let flow = DriveFlow::new(no_wait())
+        .fallbacks(&partial)
+        .rehydrate_gate(&gate);
+    let drive = index.drive(5, Some(3), &flow);
+    assert_eq!(drive.shard, Some(ShardReadLabel::Fallback));
+    assert_eq!(drive.label, DriveLabel::ServedRehydrated);
+    assert_eq!(reported.shard_reads(ShardReadLabel::Fallback), 1);
+
+    index.apply(ev(6, 3, Some(2)));
+    let history = Sources {
+        shard: Some(vec![ev(6, 1, None), ev(6, 2, Some(1))]),
         retained: None,
     };
-    let flow = DriveFlow::new(no_wait()).fallbacks(&sources);
-    let drive = index.drive(3, Some(3), &flow);
+    let flow = DriveFlow::new(no_wait()).fallbacks(&history);
+    let drive = index.drive(6, Some(3), &flow);
+    assert_eq!(drive.label, DriveLabel::ServedShard);
+    assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
+
+    // A shard of nothing of the execution's is a miss.
+    let other = Sources {
+        shard: Some(linear(8, 1, 2)),
+        retained: None,
+    };
+    let drive = index.drive(7, Some(2), &DriveFlow::new(no_wait()).fallbacks(&other));
+    assert_eq!(drive.shard, Some(ShardReadLabel::Miss));
+    assert_eq!(drive.label, DriveLabel::FallbackIncomplete);
+}
+
+/// Verify mode compares the served spine with the retained WAL's, read apart: equal bytes
+/// are `match`; other bytes serve the WAL's spine as `served_shard_mismatch`; with no
+/// replay permit there is nothing to compare with, and the shard serves `unverified`.
+fn verify_compares_the_shard_with_the_retained_wal<I: StateIndex>() {
+    let (index, reported) = observed::<I>();
+    let gate = RehydrateGate::new(1);
+    let same = Sources {
+        shard: Some(linear(3, 1, 3)),
+        retained: Some(linear(3, 1, 3)),
+    };
+    let flow = |sources| {
+        DriveFlow::new(no_wait())
+            .fallbacks(sources)
+            .rehydrate_gate(&gate)
+            .verify_shard(true)
+    };
+    let drive = index.drive(3, Some(3), &flow(&same));
+    assert_eq!(drive.label, DriveLabel::ServedShard);
+    assert_eq!(reported.verified(ShardVerifyLabel::Matched), 1);
+
+    let other = Event::from_json(
+        br#"{"event_id":1,"execution_id":4,"event_type":"playbook_started","result":{"x":1}}"#,
+    )
+    .unwrap();
+    let differing = Sources {
+        shard: Some(vec![other, ev(4, 2, Some(1))]),
+        retained: Some(linear(4, 1, 2)),
+    };
+    let drive = index.drive(4, Some(2), &flow(&differing));
     assert_eq!(drive.label, DriveLabel::ServedShardMismatch);
-    assert_eq!(reported.drives(DriveLabel::ServedShard), 1);
+    assert_eq!(reported.verified(ShardVerifyLabel::Mismatched), 1);
+    let served = drive.outcome.spine().unwrap();
+    let first = served.events().next().unwrap();
+    assert_eq!(
+        first.payload(),
+        ev(4, 1, None).payload(),
+        "the WAL's bytes served"
+    );
+
+    let permit = gate.try_enter().unwrap();
+    let drive = index.drive(
+        9,
+        Some(2),
+        &flow(&Sources {
+            shard: Some(linear(9, 1, 2)),
+            retained: Some(linear(9, 1, 2)),
+        }),
+    );
+    drop(permit);
+    assert_eq!(drive.label, DriveLabel::ServedShard);
+    assert_eq!(reported.verified(ShardVerifyLabel::Unverified), 1);
     assert_eq!(reported.drives(DriveLabel::ServedShardMismatch), 1);
 }
 
@@ -297,6 +394,8 @@ for_each_engine!(
     a_tail_without_genesis_waits_for_the_history,
     a_drive_rebuilds_after_every_wake_until_its_deadline,
     the_state_shard_serves_after_the_deadline,
+    a_partial_shard_falls_back_and_a_joining_one_serves,
+    verify_compares_the_shard_with_the_retained_wal,
     rehydrate_and_the_fallback_labels,
     the_drain_as_a_task_serves_async_drives,
 );

@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 use chain_fold::{AdvanceOutcome, Chain, Event, EventId, ExecutionId, Incomplete};
 
 use super::StateIndex;
-use super::flow::DriveFlow;
-use crate::labels::{DriveLabel, RehydrateLabel, WaitLabel};
+use bytes::Bytes;
+
+use super::flow::{DriveFlow, ShardAnswer};
+use crate::labels::{DriveLabel, RehydrateLabel, ShardReadLabel, ShardVerifyLabel, WaitLabel};
 use crate::rehydrate::RehydratePermit;
 use crate::report::{Build, Drive, DriveOutcome};
 use crate::sync::Waiting;
@@ -64,6 +66,7 @@ fn fresh_drive() -> Drive {
         tail_applied: 0,
         tail_rejected: 0,
         rehydrate: None,
+        shard: None,
         backfill_skip: false,
         elapsed: Duration::ZERO,
     }
@@ -242,37 +245,111 @@ impl<I: StateIndex> Steps<'_, '_, I> {
         }
     }
 
-    /// Step 3: the execution's state shard, walked from the expected head like a cold
-    /// rebuild. Served from the shard; `mismatch` when an event the index also holds has a
-    /// different slim payload there (the shard is served anyway: it is what the worker can
-    /// read).
+    /// Step 3: the execution's state shard, as production's worker reads it: its events
+    /// are applied to the index (each an overwrite by id, as a rehydrate's) and the index
+    /// builds once more. A shard is never trusted to be complete: it serves only when that
+    /// build reaches genesis from the expected head, like any other; otherwise the drive
+    /// goes on to the retained WAL. With [`DriveFlow::verify_shard`], a served spine is
+    /// compared with the retained WAL's ([`Steps::verify_shard`]).
     async fn serve_from_shard(&self, drive: &mut Drive) -> Option<DriveLabel> {
         let (index, execution_id) = (self.index, self.execution_id);
         let read = self.flow.fallbacks?.state_shard(execution_id);
-        let shard = self
+        let started = Instant::now();
+        let answer = self
             .waiting
             .within(read, self.flow.fallback_timeout)
-            .await??;
-        let mut chain = Chain::new(index.config().order);
-        for event in shard.iter().filter(|e| e.execution_id() == execution_id) {
-            chain.apply(event.clone());
+            .await
+            .unwrap_or_else(|| ShardAnswer::Failed("no answer within the fallback timeout".into()));
+        let report = |outcome: ShardReadLabel, drive: &mut Drive| {
+            drive.shard = Some(outcome);
+            index
+                .observer()
+                .state_shard_read(outcome, started.elapsed());
+        };
+        let events: Vec<Event> = match answer {
+            ShardAnswer::NoReader => return None,
+            ShardAnswer::NotFound | ShardAnswer::Empty => {
+                report(ShardReadLabel::Miss, drive);
+                return None;
+            }
+            ShardAnswer::Failed(_) => {
+                report(ShardReadLabel::Fallback, drive);
+                return None;
+            }
+            ShardAnswer::Events(events) => events
+                .into_iter()
+                .filter(|e| e.execution_id() == execution_id)
+                .collect(),
+        };
+        if events.is_empty() {
+            report(ShardReadLabel::Miss, drive);
+            return None;
         }
-        let target = self.expected_head.or_else(|| chain.max_id())?;
-        let spine = chain.walk_from(target).ok()?;
-        let resident = index.chain_async(execution_id).await;
-        let mismatch = resident.is_some_and(|resident| {
-            spine.events().any(|event| {
-                resident
-                    .get(event.id())
-                    .is_some_and(|ours| ours.to_slim().payload() != event.to_slim().payload())
-            })
-        });
-        drive.outcome = DriveOutcome::Served(spine);
-        Some(if mismatch {
-            DriveLabel::ServedShardMismatch
+        index.rehydrate_async(execution_id, events).await;
+        let build = index.build_async(execution_id, self.expected_head).await;
+        if !record(drive, build) {
+            report(ShardReadLabel::Fallback, drive);
+            return None;
+        }
+        report(ShardReadLabel::Hit, drive);
+        if self.flow.verify_shard {
+            Some(self.verify_shard(drive).await)
         } else {
-            DriveLabel::ServedShard
-        })
+            Some(DriveLabel::ServedShard)
+        }
+    }
+
+    /// Verify mode: the retained WAL's spine from the served spine's head, compared byte
+    /// for byte (slim payloads) with the spine served after the shard was applied: two
+    /// reads of two stores, never a build compared with itself. A difference serves the
+    /// WAL's spine and replays it into the index.
+    async fn verify_shard(&self, drive: &mut Drive) -> DriveLabel {
+        let observer = self.index.observer();
+        let Some(served) = drive.outcome.spine().cloned() else {
+            return DriveLabel::ServedShard;
+        };
+        let Some(head) = served.events().last().map(Event::id) else {
+            return DriveLabel::ServedShard;
+        };
+        let order = self.index.config().order;
+        let walk = |events: &[Event]| {
+            let mut chain = Chain::new(order);
+            for event in events
+                .iter()
+                .filter(|e| e.execution_id() == self.execution_id)
+            {
+                chain.apply(event.clone());
+            }
+            chain.walk_from(head).ok()
+        };
+        let (wal_events, permit) = match self.read_retained().await {
+            Read::Events(events, permit) if !events.is_empty() => (events, permit),
+            _ => {
+                observer.state_shard_verify(ShardVerifyLabel::Unverified);
+                return DriveLabel::ServedShard;
+            }
+        };
+        let Some(wal) = walk(&wal_events) else {
+            observer.state_shard_verify(ShardVerifyLabel::Unverified);
+            return DriveLabel::ServedShard;
+        };
+        let slim = |spine: &chain_fold::Spine| -> Vec<Bytes> {
+            spine
+                .events()
+                .map(|e| e.to_slim().payload_bytes())
+                .collect()
+        };
+        if slim(&wal) == slim(&served) {
+            observer.state_shard_verify(ShardVerifyLabel::Matched);
+            return DriveLabel::ServedShard;
+        }
+        observer.state_shard_verify(ShardVerifyLabel::Mismatched);
+        self.index
+            .rehydrate_async(self.execution_id, wal_events)
+            .await;
+        drop(permit);
+        drive.outcome = DriveOutcome::Served(wal);
+        DriveLabel::ServedShardMismatch
     }
 
     /// Reports one replay attempt and keeps it on the drive (`served_rehydrated` if it

@@ -70,6 +70,38 @@ use crate::rehydrate::RehydrateGate;
 /// `dyn` object while its reads are network I/O that a drive awaits.
 pub type FallbackRead<'a> = Pin<Box<dyn Future<Output = Option<Vec<Event>>> + Send + 'a>>;
 
+/// What a state-shard read returns: a boxed future, as [`FallbackRead`].
+pub type ShardRead<'a> = Pin<Box<dyn Future<Output = ShardAnswer> + Send + 'a>>;
+
+/// What a state-shard read answered: the reader outcomes of production's worker
+/// (`shared/reference/state-shard.md`, section 4), before the drive's build says whether the
+/// shard served.
+///
+/// | answer | production's reader | `state_shard_reads_total{outcome}` |
+/// |---|---|---|
+/// | [`NoReader`](ShardAnswer::NoReader) | shard reads off | not counted |
+/// | [`NotFound`](ShardAnswer::NotFound) | both keys 404 | `miss` |
+/// | [`Empty`](ShardAnswer::Empty) | no event of the execution | `miss` |
+/// | [`Failed`](ShardAnswer::Failed) | transport, status, decode, `payload` column | `fallback` |
+/// | [`Events`](ShardAnswer::Events) | applied | `hit` if the build from it reaches genesis, else `fallback` |
+///
+/// A read still running at the drive's [`fallback_timeout`](DriveFlow::fallback_timeout)
+/// is dropped and counts as `Failed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardAnswer {
+    /// This worker reads no state shards (the default of [`DriveFallbacks`]).
+    NoReader,
+    /// Neither the `sealed` nor the `open` shard exists.
+    NotFound,
+    /// A shard was read and held none of the execution's events.
+    Empty,
+    /// The read or its decoding failed, with why (for logs; the drive counts it
+    /// `fallback` and goes on to the retained WAL).
+    Failed(String),
+    /// The execution's events as the shard holds them, any order.
+    Events(Vec<Event>),
+}
+
 /// The worker's per-execution reads for the steps after the deadline (and, on the engine,
 /// for a drive whose execution is still behind a backfilling drain). Both default to
 /// "none".
@@ -97,10 +129,10 @@ pub type FallbackRead<'a> = Pin<Box<dyn Future<Output = Option<Vec<Event>>> + Se
 /// ```
 pub trait DriveFallbacks: Send + Sync {
     /// The execution's state shard: each of its events with its slim payload, any order.
-    /// `None` when this worker has no shard loader or no shard for the execution.
-    fn state_shard(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
+    /// The default reads none ([`ShardAnswer::NoReader`]).
+    fn state_shard(&self, execution_id: ExecutionId) -> ShardRead<'_> {
         let _ = execution_id;
-        Box::pin(std::future::ready(None))
+        Box::pin(std::future::ready(ShardAnswer::NoReader))
     }
 
     /// The execution's events retained by the WAL, for rehydrate. `None` when this worker
@@ -267,6 +299,8 @@ pub struct DriveFlow<'a> {
     /// False for a worker that does not build: the drive returns `fallback_disabled`
     /// without building.
     pub(crate) authoritative: bool,
+    /// Compare a spine the state shard served with the retained WAL's.
+    pub(crate) verify_shard: bool,
 }
 
 impl std::fmt::Debug for DriveFlow<'_> {
@@ -279,6 +313,7 @@ impl std::fmt::Debug for DriveFlow<'_> {
             .field("rehydrate_gate", &self.rehydrate_gate)
             .field("stateless", &self.stateless)
             .field("authoritative", &self.authoritative)
+            .field("verify_shard", &self.verify_shard)
             .finish()
     }
 }
@@ -305,6 +340,7 @@ impl<'a> DriveFlow<'a> {
             rehydrate_gate: None,
             stateless: false,
             authoritative: true,
+            verify_shard: false,
         }
     }
 
@@ -318,6 +354,20 @@ impl<'a> DriveFlow<'a> {
     /// [`rehydrate_gate`](DriveFlow::rehydrate_gate).
     pub fn fallbacks(mut self, fallbacks: &'a dyn DriveFallbacks) -> Self {
         self.fallbacks = Some(fallbacks);
+        self
+    }
+
+    /// Verify mode (production's `NOETL_STATE_SHARD_READ_VERIFY`, off by default): after
+    /// the state shard served, the drive also reads the retained WAL (within the
+    /// [`rehydrate_gate`](DriveFlow::rehydrate_gate)'s cap) and compares the served spine's
+    /// slim payloads with the spine the WAL's events give from the same head, byte for byte.
+    /// A difference serves the WAL's spine, replays it into the index and labels the drive
+    /// `served_shard_mismatch`. When there is nothing to compare with (the cap is reached,
+    /// the WAL does not answer, its events stop short of genesis) the shard's spine is
+    /// served and the comparison is counted `unverified`: the drive never compares a build
+    /// with itself.
+    pub fn verify_shard(mut self, verify: bool) -> Self {
+        self.verify_shard = verify;
         self
     }
 

@@ -245,7 +245,12 @@ pub struct Drain<I: StateIndex, S> {
     checkpointer: Option<Checkpointer>,
     /// What the pool's probes read.
     health: Arc<DrainHealth>,
+    /// Handed each batch before it is applied ([`Drain::on_batch`]).
+    on_batch: Option<BatchTap>,
 }
+
+/// A hook on the drain's batches: see [`Drain::on_batch`].
+type BatchTap = Box<dyn FnMut(&[Event]) + Send>;
 
 impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// A drain that has not pulled anything yet.
@@ -264,7 +269,33 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             failing: None,
             checkpointer: None,
             health: Arc::new(DrainHealth::new()),
+            on_batch: None,
         }
+    }
+
+    /// Hands `tap` every batch of events, on the drain's thread, just before the index
+    /// applies it (bad records are not in it). A state-shard writer beside the drain feeds
+    /// on it (the `state-shard` crate's `ShardWriter::feed`). The drain waits for `tap` on every batch,
+    /// so it must not block: hand the events on (cloning an [`Event`] is one reference-count
+    /// increment) through a bounded queue whose sender never waits, and count what it drops.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use wal_index::ingest::JsonLinesSource;
+    /// use wal_index::{Drain, DrainConfig, WalIndex};
+    ///
+    /// let wal = "{\"event_id\":1,\"execution_id\":5,\"event_type\":\"playbook_started\"}\n";
+    /// let seen = Arc::new(AtomicUsize::new(0));
+    /// let counted = Arc::clone(&seen);
+    /// let mut drain = Drain::new(Arc::new(WalIndex::default()), JsonLinesSource::new(wal.as_bytes()), DrainConfig::default())
+    ///     .on_batch(move |events| { counted.fetch_add(events.len(), Ordering::Relaxed); });
+    /// drain.run_until_closed().unwrap();
+    /// assert_eq!(seen.load(Ordering::Relaxed), 1);
+    /// ```
+    pub fn on_batch(mut self, tap: impl FnMut(&[Event]) + Send + 'static) -> Self {
+        self.on_batch = Some(Box::new(tap));
+        self
     }
 
     /// One pull-apply-commit step (and a sweep if one is due), blocking the calling thread:
@@ -341,6 +372,9 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             Ok(Step::Events(events)) => {
                 let bytes: u64 = events.iter().map(|e| e.payload().len() as u64).sum();
                 if !events.is_empty() {
+                    if let Some(tap) = &mut self.on_batch {
+                        tap(&events);
+                    }
                     let batch = self.index.apply_batch_async(events).await;
                     self.report.terminal_evictions += batch.terminal_evicted.len() as u64;
                     self.report.new_events += batch.new as u64;

@@ -3,7 +3,7 @@
 
 use chain_fold::{Event, EventId, ExecutionId};
 use wal_index::DriveFallbacks;
-use wal_index::flow::FallbackRead;
+use wal_index::flow::{FallbackRead, ShardAnswer, ShardRead};
 
 /// An event with a minimal envelope; a root is a genesis.
 pub fn ev(execution: ExecutionId, id: EventId, prev: Option<EventId>) -> Event {
@@ -46,15 +46,19 @@ macro_rules! for_each_engine {
     };
 }
 
-/// The caller's sources after the deadline.
+/// The caller's sources after the deadline (`shard: None`: no shard reader).
 pub struct Sources {
     pub shard: Option<Vec<Event>>,
     pub retained: Option<Vec<Event>>,
 }
 
 impl DriveFallbacks for Sources {
-    fn state_shard(&self, _: ExecutionId) -> FallbackRead<'_> {
-        Box::pin(std::future::ready(self.shard.clone()))
+    fn state_shard(&self, _: ExecutionId) -> ShardRead<'_> {
+        let answer = match &self.shard {
+            Some(events) => ShardAnswer::Events(events.clone()),
+            None => ShardAnswer::NoReader,
+        };
+        Box::pin(std::future::ready(answer))
     }
     fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
         Box::pin(std::future::ready(self.retained.clone()))
