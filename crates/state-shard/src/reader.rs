@@ -1,0 +1,184 @@
+//! The drive's step 3: an execution's state shard, read as production's worker reads it
+//! (`state-shard.md`, section 4).
+
+use std::future::Future;
+
+use chain_fold::{Event, ExecutionId};
+use wal_index::DriveFallbacks;
+use wal_index::flow::{FallbackRead, ShardAnswer, ShardRead};
+
+use crate::codec::decode;
+use crate::error::ShardError;
+use crate::key::{CellSettings, ShardKind};
+use crate::store::ShardStore;
+
+/// Reads an execution's state shard: the key from the execution id and the pool's
+/// [`CellSettings`], `sealed` then `open`.
+///
+/// | what the store says | answer |
+/// |---|---|
+/// | 404 on `sealed` | try `open` |
+/// | 404 on both | [`ShardAnswer::NotFound`] |
+/// | another error, or a non-2xx | [`ShardAnswer::Failed`] (`open` is not tried) |
+/// | bytes that are not an Arrow IPC stream, no Utf8 `payload` column, no cell that is JSON | [`ShardAnswer::Failed`] |
+/// | no event of the execution (cells that are JSON but not its events) | [`ShardAnswer::Empty`] (`open` is not tried) |
+/// | the execution's events | [`ShardAnswer::Events`] |
+///
+/// Other columns are ignored, as production ignores them. The answer is not trusted:
+/// the drive serves it only when its build from the expected head reaches genesis. Each
+/// read runs on the store's own runtime, so the reader serves a drive on any executor (or
+/// a blocking one); dropping the read aborts its request.
+///
+/// ```no_run
+/// use state_shard::{CellSettings, ShardStore, StateShardReader};
+/// use wal_index::{DriveBudget, DriveFlow};
+///
+/// let store = ShardStore::open("http://noetl-server:8082/api/internal/objects", std::iter::empty())?;
+/// let shards = StateShardReader::new(store, CellSettings::from_env());
+/// let flow = DriveFlow::new(DriveBudget::default()).fallbacks(&shards);
+/// # let _ = flow;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct StateShardReader {
+    store: ShardStore,
+    cell: CellSettings,
+    max_bytes: u64,
+    slim: bool,
+}
+
+impl StateShardReader {
+    /// The cap on one shard object's size by default: 64 MiB.
+    pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+
+    /// Reads shards from `store` under `cell`'s keys, decoding their events slim (as a
+    /// production pool's index stores them), refusing objects over 64 MiB.
+    pub fn new(store: ShardStore, cell: CellSettings) -> StateShardReader {
+        StateShardReader {
+            store,
+            cell,
+            max_bytes: StateShardReader::DEFAULT_MAX_BYTES,
+            slim: true,
+        }
+    }
+
+    /// Decodes events whole (`false`) or slim (`true`, the default): the mode the pool's
+    /// index stores, so a shard's event is the same bytes as the drain's.
+    pub fn slim(mut self, slim: bool) -> StateShardReader {
+        self.slim = slim;
+        self
+    }
+
+    /// Refuses shard objects larger than `max_bytes` before reading them.
+    pub fn max_bytes(mut self, max_bytes: u64) -> StateShardReader {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The settings keys are made from.
+    pub fn cell(&self) -> &CellSettings {
+        &self.cell
+    }
+
+    /// Reads the execution's shard.
+    pub fn read(
+        &self,
+        execution_id: ExecutionId,
+    ) -> impl Future<Output = ShardAnswer> + Send + 'static + use<> {
+        let reads = [ShardKind::Sealed, ShardKind::Open].map(|kind| {
+            self.store
+                .get(&self.cell.key(execution_id, kind), self.max_bytes)
+        });
+        let slim = self.slim;
+        async move {
+            for read in reads {
+                match read.await {
+                    Ok(None) => continue,
+                    Ok(Some(bytes)) => {
+                        return match events_of(&bytes, execution_id, slim) {
+                            Ok(events) if events.is_empty() => ShardAnswer::Empty,
+                            Ok(events) => ShardAnswer::Events(events),
+                            Err(error) => ShardAnswer::Failed(error.to_string()),
+                        };
+                    }
+                    Err(error) => return ShardAnswer::Failed(error.to_string()),
+                }
+            }
+            ShardAnswer::NotFound
+        }
+    }
+
+    /// [`read`](Self::read), waiting on the calling thread.
+    pub fn read_blocking(&self, execution_id: ExecutionId) -> ShardAnswer {
+        futures_lite::future::block_on(self.read(execution_id))
+    }
+
+    /// Reads from the shard store first, then `retained` for the drive's step 4.
+    pub fn then_retained<R: DriveFallbacks>(self, retained: R) -> ShardsThenRetained<R> {
+        ShardsThenRetained {
+            shards: self,
+            retained,
+        }
+    }
+}
+
+/// The execution's events in a shard's bytes, decoded slim or whole. An error when the
+/// bytes are not a stream, the `payload` column is missing or not Utf8, or no cell is JSON;
+/// cells that are JSON but not events, and events of other executions, are skipped.
+pub fn events_of(
+    bytes: &[u8],
+    execution_id: ExecutionId,
+    slim: bool,
+) -> Result<Vec<Event>, ShardError> {
+    let shard = decode(bytes)?;
+    let payloads = shard.payloads()?;
+    let mut json = 0usize;
+    let mut events = Vec::new();
+    for payload in payloads {
+        let decoded = if slim {
+            Event::from_json_slim(payload.as_bytes())
+        } else {
+            Event::from_json(payload.as_bytes())
+        };
+        match decoded {
+            Ok(event) => {
+                json += 1;
+                if event.execution_id() == execution_id {
+                    events.push(event);
+                }
+            }
+            Err(_) => {
+                json += usize::from(
+                    serde_json::from_str::<&serde_json::value::RawValue>(payload).is_ok(),
+                );
+            }
+        }
+    }
+    if json == 0 {
+        return Err(ShardError::NoEvents { rows: shard.rows() });
+    }
+    Ok(events)
+}
+
+impl DriveFallbacks for StateShardReader {
+    fn state_shard(&self, execution_id: ExecutionId) -> ShardRead<'_> {
+        Box::pin(self.read(execution_id))
+    }
+}
+
+/// A shard reader and a retained WAL: the drive's steps 3 and 4 (see
+/// [`StateShardReader::then_retained`]).
+#[derive(Debug, Clone)]
+pub struct ShardsThenRetained<R> {
+    shards: StateShardReader,
+    retained: R,
+}
+
+impl<R: DriveFallbacks> DriveFallbacks for ShardsThenRetained<R> {
+    fn state_shard(&self, execution_id: ExecutionId) -> ShardRead<'_> {
+        self.shards.state_shard(execution_id)
+    }
+    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
+        self.retained.retained(execution_id)
+    }
+}
