@@ -640,111 +640,29 @@ fn a_writer_killed_at_any_point_leaves_only_whole_checkpoints() {
 mod bucket {
     use super::*;
     use object_store::ObjectStore;
-    use std::net::TcpListener;
-    use std::process::{Child, Command, Stdio};
+    use sb_test_kit::s3_server::S3Server;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
     use wal_index::checkpoint::BucketStore;
 
-    /// An `s3s-fs` server on a loopback port, serving `root` (one directory per bucket).
-    struct S3Server {
-        binary: PathBuf,
-        root: PathBuf,
-        port: u16,
-        child: Option<Child>,
-    }
-
-    impl S3Server {
-        /// Starts one serving bucket `sbix`, or `None` (skipped) where there is no binary.
-        fn start(name: &str) -> Option<S3Server> {
-            let binary = std::env::var_os("S3S_FS").map(PathBuf::from).or_else(|| {
-                let built = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../target/s3s-fs/bin/s3s-fs");
-                built.exists().then_some(built)
-            });
-            let Some(binary) = binary else {
-                assert!(
-                    std::env::var_os("SB_REQUIRE_S3").is_none(),
-                    "SB_REQUIRE_S3 is set but s3s-fs was not found (set S3S_FS or run scripts/install-s3s.sh)"
-                );
-                eprintln!("SKIP: no s3s-fs (set S3S_FS, or run scripts/install-s3s.sh)");
-                return None;
-            };
-            let root = temp_dir(name);
-            std::fs::create_dir_all(root.join("sbix")).unwrap();
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let mut server = S3Server {
-                binary,
-                root,
-                port,
-                child: None,
-            };
-            server.restart();
-            Some(server)
-        }
-
-        /// Starts the process (again, on the same port and directory) and waits until it
-        /// accepts connections.
-        fn restart(&mut self) {
-            let child = Command::new(&self.binary)
-                .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
-                .args(["--access-key", "sbix", "--secret-key", "sbix-secret"])
-                .arg(&self.root)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            self.child = Some(child);
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-                assert!(Instant::now() < deadline, "s3s-fs did not start");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-
-        /// SIGKILLs the process.
-        fn kill(&mut self) {
-            if let Some(mut child) = self.child.take() {
-                child.kill().unwrap();
-                child.wait().unwrap();
-            }
-        }
-
-        /// A client for bucket `sbix` that gives up on a request after a second (so a
-        /// stopped server fails writes quickly).
-        fn client(&self) -> Arc<dyn ObjectStore> {
-            let store = object_store::aws::AmazonS3Builder::new()
-                .with_endpoint(format!("http://127.0.0.1:{}", self.port))
-                .with_allow_http(true)
-                .with_bucket_name("sbix")
-                .with_region("us-east-1")
-                .with_access_key_id("sbix")
-                .with_secret_access_key("sbix-secret")
-                .with_retry(object_store::RetryConfig {
-                    max_retries: 1,
-                    retry_timeout: Duration::from_secs(1),
-                    ..object_store::RetryConfig::default()
-                })
-                .build()
-                .unwrap();
-            Arc::new(store)
-        }
-
-        /// The file the server keeps an object's bytes in.
-        fn object_file(&self, key: &str) -> PathBuf {
-            self.root.join("sbix").join(key)
-        }
-    }
-
-    impl Drop for S3Server {
-        fn drop(&mut self) {
-            self.kill();
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
+    /// A client for the server's bucket that gives up on a request after a second (so a
+    /// stopped server fails writes quickly).
+    fn client(server: &S3Server) -> Arc<dyn ObjectStore> {
+        let store = object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(server.endpoint())
+            .with_allow_http(true)
+            .with_bucket_name(S3Server::BUCKET)
+            .with_region("us-east-1")
+            .with_access_key_id(S3Server::ACCESS_KEY)
+            .with_secret_access_key(S3Server::SECRET_KEY)
+            .with_retry(object_store::RetryConfig {
+                max_retries: 1,
+                retry_timeout: Duration::from_secs(1),
+                ..object_store::RetryConfig::default()
+            })
+            .build()
+            .unwrap();
+        Arc::new(store)
     }
 
     #[test]
@@ -752,7 +670,7 @@ mod bucket {
         let Some(server) = S3Server::start("s3-fallback") else {
             return;
         };
-        let store = BucketStore::new(server.client(), "pool-a", 2).unwrap();
+        let store = BucketStore::new(client(&server), "pool-a", 2).unwrap();
         let config = IndexConfig::default();
         let newer = one_older_then_three_newer(&store, config);
         let kept = store.newest_first().unwrap();
@@ -779,10 +697,10 @@ mod bucket {
         assert_eq!(served(&index), served(&newer));
 
         // A pool on another node (a new client, a new store) finds the same.
-        let elsewhere = BucketStore::new(server.client(), "pool-a", 2).unwrap();
+        let elsewhere = BucketStore::new(client(&server), "pool-a", 2).unwrap();
         assert_eq!(elsewhere.newest_first().unwrap(), kept);
         // Another pool's prefix holds nothing: a replay from the beginning.
-        let other = BucketStore::new(server.client(), "pool-b", 2).unwrap();
+        let other = BucketStore::new(client(&server), "pool-b", 2).unwrap();
         let (_, restored) = restore(&other, config, &log());
         assert_eq!(restored.used, None);
         assert!(restored.refused.is_empty());
@@ -793,7 +711,7 @@ mod bucket {
         let Some(server) = S3Server::start("s3-parts") else {
             return;
         };
-        let store = BucketStore::new(server.client(), "pool", 2).unwrap();
+        let store = BucketStore::new(client(&server), "pool", 2).unwrap();
         // 70 MiB: three parts of 32 MiB, the last one short.
         let body: Vec<u8> = (0..70u32 << 20)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
@@ -818,8 +736,8 @@ mod bucket {
         std::fs::create_dir_all(&dir).unwrap();
         let wal = wal_file(&dir, 40, 60); // 2,400 records of ~300 bytes
         let config = IndexConfig::default();
-        let store = BucketStore::new(server.client(), "pool", 3).unwrap();
-        let checkpoints = Checkpointing::new(BucketStore::new(server.client(), "pool", 3).unwrap())
+        let store = BucketStore::new(client(&server), "pool", 3).unwrap();
+        let checkpoints = Checkpointing::new(BucketStore::new(client(&server), "pool", 3).unwrap())
             .every(Duration::ZERO);
         let mut source = JsonLinesSource::open(&wal).unwrap();
         let log = source.log().unwrap().unwrap();
@@ -904,7 +822,7 @@ mod bucket {
         std::fs::create_dir_all(&dir).unwrap();
         let wal = wal_file(&dir, 30, 40); // 1,200 records
         let checkpoints = || {
-            Checkpointing::new(BucketStore::new(server.client(), "pool", 3).unwrap())
+            Checkpointing::new(BucketStore::new(client(&server), "pool", 3).unwrap())
                 .every(Duration::ZERO)
         };
         let source = || JsonLinesSource::open(&wal);
