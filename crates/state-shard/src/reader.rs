@@ -85,14 +85,13 @@ impl StateShardReader {
         &self,
         execution_id: ExecutionId,
     ) -> impl Future<Output = ShardAnswer> + Send + 'static + use<> {
-        let reads = [ShardKind::Sealed, ShardKind::Open].map(|kind| {
-            self.store
-                .get(&self.cell.key(execution_id, kind), self.max_bytes)
-        });
-        let slim = self.slim;
+        let (store, max_bytes, slim) = (self.store.clone(), self.max_bytes, self.slim);
+        let keys =
+            [ShardKind::Sealed, ShardKind::Open].map(|kind| self.cell.key(execution_id, kind));
         async move {
-            for read in reads {
-                match read.await {
+            // One GET at a time: `open` is asked for only after `sealed` was not found.
+            for key in keys {
+                match store.get(&key, max_bytes).await {
                     Ok(None) => continue,
                     Ok(Some(bytes)) => {
                         return match events_of(&bytes, execution_id, slim) {

@@ -90,7 +90,7 @@ impl ShardStore {
                 .map_err(|()| invalid(format!("{location}: not a local path")))?;
             return local(&dir);
         }
-        let options: Vec<(String, String)> = options
+        let mut options: Vec<(String, String)> = options
             .into_iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v))
             .filter(|(k, _)| {
@@ -99,6 +99,11 @@ impl ShardStore {
                     .any(|p| k.starts_with(p))
             })
             .collect();
+        if parsed.scheme() == "http" {
+            // Production's server is usually reached in the clear inside its cluster; the
+            // HTTP client refuses plain `http://` unless told.
+            options.push(("allow_http".into(), "true".into()));
+        }
         let (store, prefix) = object_store::parse_url_opts(&parsed, options)
             .map_err(|e| invalid(format!("{location}: {e}")))?;
         ShardStore::with_location(Arc::from(store), prefix, location.to_owned())
