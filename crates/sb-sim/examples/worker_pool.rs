@@ -6,9 +6,14 @@
 //!   deadline loop, rehydrate from the retained WAL on a miss, then fallback), at most two
 //!   at a time, as a worker runs two commands;
 //! - the `noetl_worker_state_builder_*` series on `/metrics` (Prometheus);
+//! - state shards, with `NOETL_STATE_SHARD_READ` / `_WRITE` and `NOETL_STATE_SHARD_URL`
+//!   (`state_shard::ShardSettings`): a drive's miss reads the execution's shard before the
+//!   WAL, and a writer beside the drain keeps the shards;
 //! - a warm start: with `NOETL_STATE_INDEX_CHECKPOINT_DIR` (or `_URL`) set, the pool starts
 //!   from its newest checkpoint that the WAL still holds (`Drain::warm_start`), and
 //!   checkpoints the index there (every 60 s by default, `NOETL_STATE_INDEX_CHECKPOINT_SECS`);
+//! - production's `/ehdb/state-spine?execution=ID[&head=ID]` next to `/metrics`: the index's
+//!   spine for the server, failing closed (`wal_index::state_spine`);
 //! - the probes Kubernetes calls next to `/metrics`: `/ready` (503 until the drain has
 //!   reached the WAL's head, restored or not) and `/livez` (503 once the drain has not
 //!   returned from a step for 30 s);
@@ -58,10 +63,12 @@ use sb_metrics::exporter::{self, PrometheusHandle};
 use sb_metrics::{StateBuilderMetrics, series::DEFAULT_PREFIX};
 use sb_sim::wal::{Feed, PoolWal, RetainedWal, WalTarget};
 use sb_sim::workload::{Generator, Item, Shape};
+use state_shard::{ShardSettings, ShardWriter};
 use wal_index::checkpoint::{Checkpointing, LastCheckpoint};
 use wal_index::ingest::{DrainHealth, DrainReport, JsonLinesSource, WarmStart};
 use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
+use wal_index::state_spine;
 use wal_index::{
     Drain, DrainConfig, DriveBudget, DriveFallbacks, DriveFlow, IndexConfig, IndexObserver,
     StateIndex, WalIndex, WalSource,
@@ -141,10 +148,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut wal = Producer::open(&target)?;
     let retained = Arc::new(RetainedWal::default());
     let (make_source, reads) = pool_side(&mut wal, Arc::clone(&retained))?;
+    let (reads, shard_writer, verify_shards) = state_shards(reads)?;
     let checkpoints = checkpoints_from_env()?;
     // The probes answer from the start: not ready, and live, while the restore runs.
     let health = Arc::new(OnceLock::new());
-    serve_probes(args.metrics_addr, metrics, Arc::clone(&health))?;
+    serve_probes(
+        args.metrics_addr,
+        metrics,
+        Arc::clone(&health),
+        Arc::clone(&index),
+    )?;
     let (drain, start) = Drain::warm_start(
         Arc::clone(&index),
         checkpoints,
@@ -152,6 +165,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         DrainConfig::from_env()?,
     )?;
     report_start(&start, &index);
+    let drain = match &shard_writer {
+        Some(writer) => drain.on_batch(writer.feed()),
+        None => drain,
+    };
     let _ = health.set(drain.health());
     announce_ready(&runtime, drain.health(), Arc::clone(&consumed));
     let stop_drain = Arc::new(AtomicBool::new(false));
@@ -177,6 +194,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         slots: tokio::sync::Semaphore::new(args.concurrency.max(1)),
         served: Mutex::new(Served::default()),
         budget: DriveBudget::from_env(),
+        verify_shards,
     };
     let pool = Arc::new(pool);
     let (drives, published) = dispatch(&args, &runtime, &mut wal, &pool, &interrupted)?;
@@ -190,6 +208,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     finish_drives(&runtime, drives);
     close_wal(wal, &consumed, published, &stop_drain)?;
     let report = shut_down_drain(&runtime, drain_task)?;
+    if let Some(writer) = shard_writer {
+        eprintln!("worker pool: state shards: {:?}", writer.shut_down());
+    }
     let served = pool.served.lock().map_err(|_| "a drive panicked")?;
     summarize(&served, &report, published, started.elapsed(), &index);
     if served.latencies.is_empty() {
@@ -206,6 +227,30 @@ fn checkpoints_from_env() -> std::io::Result<Option<Checkpointing>> {
         eprintln!("worker pool: checkpoints in {at} every {every:?}");
     }
     Ok(checkpoints)
+}
+
+/// State shards, as `NOETL_STATE_SHARD_*` says (`ShardSettings`): the drives read a miss's
+/// shard before `reads`, and a writer fed by the drain keeps the shards. Off by default.
+fn state_shards(
+    reads: Arc<dyn DriveFallbacks>,
+) -> std::io::Result<(Arc<dyn DriveFallbacks>, Option<ShardWriter>, bool)> {
+    let settings = ShardSettings::from_env();
+    let Some(store) = settings.store(std::env::vars())? else {
+        return Ok((reads, None, false));
+    };
+    eprintln!(
+        "worker pool: state shards in {} (read {}, verify {}, write {})",
+        store.location(),
+        settings.read,
+        settings.read_verify,
+        settings.write
+    );
+    let reads: Arc<dyn DriveFallbacks> = match settings.reader(&store) {
+        Some(reader) => Arc::new(reader.then_retained(reads)),
+        None => reads,
+    };
+    let writer = settings.start_writer(&store)?;
+    Ok((reads, writer, settings.read_verify))
 }
 
 /// The pool's drain source and its drives' per-execution read.
@@ -501,20 +546,22 @@ fn start_drain(
 
 type PoolDrain = Drain<Index, Box<dyn WalSource>>;
 
-/// Serves `/metrics` (the Prometheus exposition), `/ready` and `/livez` (200 or 503) on
-/// `addr`, one request at a time on a thread of its own: a scrape and two probes every few
-/// seconds need no more.
+/// Serves `/metrics` (the Prometheus exposition), `/ready` and `/livez` (200 or 503) and
+/// production's `/ehdb/state-spine` (the index's spine for the server, JSON) on `addr`, one
+/// request at a time on a thread of its own: a scrape, two probes and the server's rare
+/// spine reads need no more.
 fn serve_probes(
     addr: SocketAddr,
     metrics: PrometheusHandle,
     health: Arc<OnceLock<Arc<DrainHealth>>>,
+    index: Arc<Index>,
 ) -> std::io::Result<()> {
     let listener = std::net::TcpListener::bind(addr)?;
     std::thread::Builder::new()
         .name("probes".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                let _ = answer(stream, &metrics, &health);
+                let _ = answer(stream, &metrics, &health, &index);
             }
         })?;
     Ok(())
@@ -526,6 +573,7 @@ fn answer(
     mut stream: std::net::TcpStream,
     metrics: &PrometheusHandle,
     health: &OnceLock<Arc<DrainHealth>>,
+    index: &Index,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut head = Vec::new();
@@ -541,6 +589,17 @@ fn answer(
     let path = line.split_whitespace().nth(1).unwrap_or("/");
     let ready = health.get().is_some_and(|h| h.is_ready());
     let live = health.get().is_none_or(|h| h.is_live(LIVE_WITHIN));
+    if path.split('?').next() == Some(state_spine::PATH) {
+        let spine = state_spine::answer(Some(index), path);
+        return write!(
+            stream,
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
+            spine.status,
+            spine.reason(),
+            spine.body.len(),
+            spine.body
+        );
+    }
     let (status, body) = match path.split('?').next() {
         Some("/metrics") => ("200 OK", metrics.render()),
         Some("/ready") if ready => ("200 OK", "ready\n".to_owned()),
@@ -595,6 +654,8 @@ struct Pool {
     slots: tokio::sync::Semaphore,
     served: Mutex<Served>,
     budget: DriveBudget,
+    /// Compare a served state shard with the retained WAL (`NOETL_STATE_SHARD_READ_VERIFY`).
+    verify_shards: bool,
 }
 
 /// Publishes events at the configured rate and dispatches a drive (a task) for each one the
@@ -641,7 +702,8 @@ fn dispatch(
                 let flow = DriveFlow::new(pool.budget)
                     .tail_events(tail)
                     .fallbacks(&*pool.reads)
-                    .rehydrate_gate(&pool.gate);
+                    .rehydrate_gate(&pool.gate)
+                    .verify_shard(pool.verify_shards);
                 let drive = pool
                     .index
                     .drive_async(execution_id, Some(head), &flow)

@@ -1,6 +1,8 @@
 //! `sb-sim`: run the calibrated workload (or a WAL file) through both engines and print the
 //! production note's table for each.
 
+mod shard_cli;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -77,6 +79,9 @@ enum Command {
     Replay(Replay),
     /// Write a generated workload as a JSON-lines WAL file.
     Generate(Generate),
+    /// Look at a state shard, or where an execution's shards live.
+    #[command(subcommand)]
+    Shard(shard_cli::ShardCommand),
 }
 
 #[derive(Args, Clone)]
@@ -293,6 +298,14 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         .command
         .unwrap_or_else(|| Command::Simulate(Simulate::parse_from_default()));
     match command {
+        Command::Shard(shard) => {
+            if let Err(shard_cli::BadShard(why)) = shard_cli::run(shard) {
+                eprintln!("sb-sim: {why}");
+                // Bad input, as clap's own usage errors: exit 2.
+                std::process::exit(2);
+            }
+            Ok(())
+        }
         Command::Simulate(sim) => simulate(sim),
         Command::Replay(replay) => replay_wal(replay),
         Command::Generate(generate) => generate_wal(generate),

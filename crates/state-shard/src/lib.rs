@@ -52,6 +52,7 @@ mod error;
 pub mod key;
 mod reader;
 pub mod row;
+mod settings;
 mod store;
 mod writer;
 
@@ -59,5 +60,6 @@ pub use error::ShardError;
 pub use key::{CellSettings, ShardKind};
 pub use reader::{ShardsThenRetained, StateShardReader, events_of};
 pub use row::ShardRow;
+pub use settings::ShardSettings;
 pub use store::ShardStore;
 pub use writer::{ShardWriter, WriterConfig, WriterStats};

@@ -82,6 +82,7 @@ pub mod report;
 #[cfg(all(test, wal_index_shuttle))]
 mod shuttle_models;
 pub mod stall;
+pub mod state_spine;
 mod sync;
 #[cfg(test)]
 mod test_events;

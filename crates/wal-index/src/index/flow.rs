@@ -143,6 +143,17 @@ pub trait DriveFallbacks: Send + Sync {
     }
 }
 
+/// A shared reader reads as the one it points to (a pool keeps its reads in an `Arc` that
+/// its drives share).
+impl<T: DriveFallbacks + ?Sized> DriveFallbacks for std::sync::Arc<T> {
+    fn state_shard(&self, execution_id: ExecutionId) -> ShardRead<'_> {
+        (**self).state_shard(execution_id)
+    }
+    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
+        (**self).retained(execution_id)
+    }
+}
+
 /// A [`FallbackRead`] for a client that blocks: `read` runs on a thread of its own, and the
 /// future waits for its answer without blocking the thread that polls it.
 ///
