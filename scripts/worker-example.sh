@@ -30,6 +30,44 @@ rm -rf "$cdir"
 # A roll: the example's binary run directly (cargo run would not pass SIGTERM on), on a WAL
 # file, stopped with SIGTERM once it is ready, then started again on the same file and
 # checkpoint directory.
+# The state-spine route over HTTP while the pool runs: the newest line's execution is
+# served whole up to that line once the drain has applied it (fail closed until then), a
+# head past the WAL is incomplete with no events, a bad id is a 400.
+check_state_spine() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys, time, urllib.error, urllib.request
+port, wal = sys.argv[1], sys.argv[2]
+def get(query):
+    url = "http://127.0.0.1:%s/ehdb/state-spine?%s" % (port, query)
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+for _ in range(100):
+    last = json.loads(open(wal).read().splitlines()[-1])
+    status, body = get("execution=%d&head=%d" % (last["execution_id"], last["event_id"]))
+    assert status == 200 and body["action"] == "ehdb.state.spine", body
+    if body["complete"]:
+        events = body["events"]
+        assert body["outcome"] == "ok" and body["count"] == len(events) > 0, body
+        assert events[-1]["event_id"] == last["event_id"], events[-1]
+        assert events[0]["event_type"] == "playbook_started", events[0]
+        assert body["execution_id"] == str(last["execution_id"]), body
+        break
+    assert body["events"] == [] and body["count"] == 0, body
+    time.sleep(0.05)
+else:
+    sys.exit("state-spine: never complete for the newest line")
+status, body = get("execution=%d&head=%d" % (last["execution_id"], 2**62))
+assert status == 200 and body["outcome"] == "incomplete" and body["events"] == [], body
+status, body = get("execution=abc")
+assert status == 400 and body["outcome"] == "invalid", body
+print("state-spine: served %d events of execution %d; a head past the WAL: incomplete, no events; a bad id: 400"
+      % (len(events), last["execution_id"]))
+PY
+}
+
 roll_on_a_file() {
   local bin rdir port pid lines
   bin=$(cargo build --locked -q -p sb-sim --example worker_pool --message-format=json \
@@ -41,7 +79,8 @@ for line in sys.stdin:
   rdir=$(mktemp -d)
   port=$(free_port)
   echo "worker_pool rolled on a JSON-lines WAL ($rdir/wal.jsonl): SIGTERM, then a warm start"
-  NOETL_STATE_INDEX_CHECKPOINT_DIR="$rdir/ckpt" "$bin" --wal "file:$rdir/wal.jsonl" --duration 0 \
+  NOETL_STATE_INDEX_CHECKPOINT_DIR="$rdir/ckpt" NOETL_STATE_SHARD_WRITE=1 NOETL_STATE_SHARD_URL="$rdir/shards" \
+    "$bin" --wal "file:$rdir/wal.jsonl" --duration 0 \
     --metrics-addr "127.0.0.1:$port" >"$rdir/first.out" 2>"$rdir/first.err" &
   pid=$!
   for _ in $(seq 200); do
@@ -51,11 +90,19 @@ for line in sys.stdin:
   probe "http://127.0.0.1:$port/ready" || { echo "the first run never became ready"; cat "$rdir/first.err"; exit 1; }
   probe "http://127.0.0.1:$port/livez" || { echo "the first run is not live"; exit 1; }
   sleep 3
+  check_state_spine "$port" "$rdir/wal.jsonl"
   kill -TERM "$pid"
   wait "$pid" || { echo "the first run did not exit 0 after SIGTERM"; cat "$rdir/first.err"; exit 1; }
   cat "$rdir/first.out"
   grep -q '^worker pool: last checkpoint written' "$rdir/first.out" \
     || { echo "the first run took no last checkpoint"; exit 1; }
+  grep -q 'state shards: WriterStats {.*sealed_written: [1-9]' "$rdir/first.err" \
+    || { echo "the first run wrote no sealed state shard"; cat "$rdir/first.err"; exit 1; }
+  # One of the shards it wrote, as an operator looks at it.
+  local shard
+  shard=$(find "$rdir/shards" -name sealed.feather | head -1)
+  cargo run --locked -q -p sb-sim -- shard show "$shard" | grep -q 'the chain reaches genesis' \
+    || { echo "sb-sim shard show: $shard does not reach genesis"; exit 1; }
   lines=$(wc -l <"$rdir/wal.jsonl")
   NOETL_STATE_INDEX_CHECKPOINT_DIR="$rdir/ckpt" "$bin" --wal "file:$rdir/wal.jsonl" --duration 3 \
     --metrics-addr "127.0.0.1:$(free_port)" >"$rdir/second.out" 2>"$rdir/second.err" \

@@ -174,16 +174,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stop_drain = Arc::new(AtomicBool::new(false));
     let drain_task = start_drain(&runtime, target.blocks(), drain, &stop_drain);
     let interrupted = watch_signals(&runtime);
-    eprintln!(
-        "worker pool: WAL {}, metrics and probes on http://{}/metrics, /ready, /livez; {}",
-        target.describe(),
-        args.metrics_addr,
-        if args.duration == 0 {
-            "until SIGTERM or Ctrl-C".to_owned()
-        } else {
-            format!("{} s (SIGTERM or Ctrl-C stops it sooner)", args.duration)
-        }
-    );
+    announce(&args, &target);
 
     let started = Instant::now();
     let pool = Pool {
@@ -208,15 +199,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     finish_drives(&runtime, drives);
     close_wal(wal, &consumed, published, &stop_drain)?;
     let report = shut_down_drain(&runtime, drain_task)?;
-    if let Some(writer) = shard_writer {
-        eprintln!("worker pool: state shards: {:?}", writer.shut_down());
-    }
+    stop_shard_writer(shard_writer);
     let served = pool.served.lock().map_err(|_| "a drive panicked")?;
     summarize(&served, &report, published, started.elapsed(), &index);
     if served.latencies.is_empty() {
         return Err("no drive was dispatched".into());
     }
     Ok(())
+}
+
+/// Stops the state-shard writer, if the pool runs one, and says what it wrote.
+fn stop_shard_writer(writer: Option<ShardWriter>) {
+    if let Some(writer) = writer {
+        eprintln!("worker pool: state shards: {:?}", writer.shut_down());
+    }
+}
+
+/// Says where the pool runs and for how long.
+fn announce(args: &Args, target: &Target) {
+    eprintln!(
+        "worker pool: WAL {}, metrics and probes on http://{}/metrics, /ready, /livez; {}",
+        target.describe(),
+        args.metrics_addr,
+        if args.duration == 0 {
+            "until SIGTERM or Ctrl-C".to_owned()
+        } else {
+            format!("{} s (SIGTERM or Ctrl-C stops it sooner)", args.duration)
+        }
+    );
 }
 
 /// Where the pool checkpoints (`NOETL_STATE_INDEX_CHECKPOINT_DIR` or `_URL`), said.

@@ -80,7 +80,7 @@ fn fetch(show: &Show) -> Result<(String, Vec<u8>), BadShard> {
     let source = show.source.as_str();
     let is_store = !source.ends_with(".feather") && show.execution.is_some();
     let local = std::path::Path::new(source);
-    if !source.contains("://") && !(is_store && local.is_dir()) {
+    if !(source.contains("://") || (is_store && local.is_dir())) {
         let bytes = std::fs::read(local).map_err(|e| BadShard(format!("{source}: {e}")))?;
         return Ok((source.to_owned(), bytes));
     }

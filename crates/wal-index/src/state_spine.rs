@@ -169,7 +169,7 @@ fn json_string(out: &mut String, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::WalIndex;
+    use crate::engine::WalIndex;
     use chain_fold::Event;
 
     fn parsed(body: &str) -> serde_json::Value {
