@@ -3,6 +3,8 @@
 
 use std::io::{self, BufReader, Read};
 use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chain_fold::{Event, ExecutionId};
@@ -47,6 +49,9 @@ pub struct EhdbRehydrate {
     cursor: u64,
     bounds: ReadBounds,
     limits: Limits,
+    /// Reads running now, shared by every clone, counted until each read's thread ends.
+    running: Arc<AtomicUsize>,
+    max_running: usize,
 }
 
 impl EhdbRehydrate {
@@ -59,7 +64,24 @@ impl EhdbRehydrate {
             cursor: 0,
             bounds: ReadBounds::DEFAULT,
             limits: Limits::default(),
+            running: Arc::new(AtomicUsize::new(0)),
+            max_running: EhdbRehydrate::DEFAULT_MAX_RUNNING,
         }
+    }
+
+    /// Reads running at once by default: today's `NOETL_STATE_INDEX_REHYDRATE_CONCURRENCY`,
+    /// 2, the drive's [`RehydrateGate`](wal_index::rehydrate::RehydrateGate) default.
+    pub const DEFAULT_MAX_RUNNING: usize = 2;
+
+    /// At most `max` reads of the writer at once (at least 1), counted from a read's start
+    /// to the end of its thread. The drive's gate releases its permit when the drive stops
+    /// waiting for a read; the read itself runs on to its own deadline, and on the writer
+    /// it is a subscription that prepares the execution's whole log shard. This cap holds
+    /// the writer's load to `max` such subscriptions however many drives gave up on theirs:
+    /// past it a read answers "no replay" at once, as a throttled one does.
+    pub fn max_running(mut self, max: usize) -> EhdbRehydrate {
+        self.max_running = max.max(1);
+        self
     }
 
     /// Within other bounds: a deadline for the whole read and a cap on the records it
@@ -168,8 +190,29 @@ fn subscribe(
 /// deadline even when the drive stopped waiting for it first.
 impl DriveFallbacks for EhdbRehydrate {
     fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
+        // Relaxed: a count that bounds concurrent subscriptions; no data is published
+        // through it (each read's thread owns what it reads).
+        if self.running.fetch_add(1, Ordering::Relaxed) >= self.max_running {
+            self.running.fetch_sub(1, Ordering::Relaxed);
+            return Box::pin(std::future::ready(None));
+        }
         let feed = self.clone();
-        blocking_read(move || feed.read(execution_id).ok())
+        let ends = Running(Arc::clone(&self.running));
+        blocking_read(move || {
+            let _ends = ends;
+            feed.read(execution_id).ok()
+        })
+    }
+}
+
+/// Counts a read out of [`EhdbRehydrate`]'s running reads when its thread ends (or when it
+/// never started: dropped with the closure).
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Relaxed: as in `retained`.
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -371,3 +371,83 @@ fn a_resumed_quiet_shard_is_caught_up_on_the_real_writer() {
         let _ = source.pull(10, Duration::from_millis(20));
     }
 }
+
+/// The writer's CPU time so far (user + system), from `/proc`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// What an abandoned per-execution read costs this writer: it cannot be told. A
+/// subscription from cursor 0 makes the writer prepare the shard's whole log as one frame
+/// under its engine's lock; a reader that gives up and closes its socket (here at 100 ms)
+/// leaves the writer preparing until the frame is whole, and only the write that follows
+/// fails and ends the subscription. So each abandoned read still costs a whole shard
+/// replay, and the pool's defaults keep EHDB pools off this read (docs/migration.md):
+/// the state shard is their read on a miss.
+#[test]
+fn an_abandoned_read_costs_the_writer_its_whole_shard_then_stops() {
+    let dir = std::env::temp_dir().join(format!("sb-ehdb-abandoned-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let load = dir.join("load.jsonl");
+    let pad = "x".repeat(1000);
+    let mut lines = String::new();
+    for n in 0..60_000u64 {
+        let (execution, id) = (100 + (n % 50) as i64, (n / 50) as i64 + 1);
+        let prev = if id > 1 {
+            format!(r#","prev_event_id":{}"#, id - 1)
+        } else {
+            String::new()
+        };
+        lines.push_str(&format!(
+            r#"{{"event_id":{id},"execution_id":{execution}{prev},"event_type":"step","pad":"{pad}"}}"#
+        ));
+        lines.push('\n');
+    }
+    std::fs::write(&load, lines).unwrap();
+    let Some(writer) = Writer::start_loaded("abandoned-read", Some(&load)) else {
+        return;
+    };
+    let pid = writer.pid().unwrap();
+    let read = EhdbRehydrate::new(writer.feed.clone(), 1)
+        .bounds(wal_index::flow::ReadBounds::DEFAULT.with_deadline(Duration::from_millis(100)));
+    let before = cpu_seconds(pid);
+    let started = Instant::now();
+    let events = read.read(100).unwrap();
+    let gave_up = started.elapsed();
+    assert!(events.is_empty(), "no frame within 100 ms");
+    // The socket is closed; the writer goes on preparing the frame.
+    let mut last = cpu_seconds(pid);
+    let mut after_close = 0.0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = cpu_seconds(pid);
+        after_close += now - last;
+        let idle = now - last < 0.02;
+        last = now;
+        if idle {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the writer never stopped: {after_close} s"
+        );
+    }
+    eprintln!(
+        "gave up after {gave_up:?} (writer CPU {:.2} s by then); the writer spent {after_close:.2} s of CPU after the close, then stopped",
+        last - before - after_close
+    );
+    assert!(
+        after_close >= 0.2,
+        "the writer kept preparing after the reader closed: {after_close} s"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
