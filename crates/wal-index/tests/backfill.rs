@@ -79,6 +79,41 @@ fn a_drive_behind_the_backfill_reads_its_execution_at_once() {
     assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3, 4]);
 }
 
+/// Behind the backfill the drive reads its state shard first: one keyed read serves it,
+/// and the retained WAL (on EHDB, a subscription that costs the writer a whole log shard)
+/// is not read. A shard that does not serve is read once, not again after the deadline.
+#[test]
+fn a_drive_behind_the_backfill_reads_its_state_shard_before_the_wal() {
+    let index = WalIndex::default();
+    index.note_backfill(BEHIND);
+    let gate = RehydrateGate::default();
+    let both = Sources {
+        shard: Some(linear(7, 1, 4)),
+        retained: Some(linear(7, 1, 4)),
+    };
+    let flow = DriveFlow::new(budget())
+        .fallbacks(&both)
+        .rehydrate_gate(&gate);
+    let drive = index.drive(7, Some(4), &flow);
+    assert_eq!(drive.label, DriveLabel::ServedShard, "{drive:?}");
+    assert_eq!((drive.rehydrate, drive.backfill_skip), (None, true));
+    assert_eq!((drive.builds, drive.wakes, drive.timeouts), (2, 0, 0));
+
+    let short = Sources {
+        shard: Some(vec![ev(8, 3, Some(2)), ev(8, 4, Some(3))]),
+        retained: Some(linear(8, 1, 4)),
+    };
+    let flow = DriveFlow::new(budget())
+        .fallbacks(&short)
+        .rehydrate_gate(&gate);
+    let drive = index.drive(8, Some(4), &flow);
+    assert_eq!(
+        drive.shard,
+        Some(wal_index::labels::ShardReadLabel::Fallback)
+    );
+    assert_eq!(drive.label, DriveLabel::ServedRehydrated, "{drive:?}");
+}
+
 /// A drive on `index` with a retained WAL and a short budget: it waits out its deadline,
 /// then replays, as today's worker does.
 fn assert_keeps_the_workers_flow<I: StateIndex>(index: &I, what: &str) {

@@ -161,7 +161,12 @@ impl<I: StateIndex> Steps<'_, '_, I> {
             return end;
         }
         // The drain is replaying history this drive's chain is still behind: read the
-        // execution now rather than after the deadline.
+        // execution now rather than after the deadline, its state shard first (one keyed
+        // read), then the retained WAL.
+        if let Some(label) = self.serve_from_shard(drive).await {
+            drive.label = label;
+            return LoopEnd::Served;
+        }
         if self.early_read(drive).await {
             LoopEnd::Served
         } else if cfg!(feature = "mutation-backfill-read-ends-drive") {
@@ -179,18 +184,32 @@ impl<I: StateIndex> Steps<'_, '_, I> {
     /// drive, or the state shard, the read after the deadline, and the fallback.
     async fn after_deadline(&self, end: LoopEnd, drive: &mut Drive) {
         if end == LoopEnd::Served && drive.outcome.spine().is_some() {
-            if drive.label != DriveLabel::ServedRehydrated {
+            // Served by waiting, unless an early read (the shard's or the WAL's) served it.
+            if !matches!(
+                drive.label,
+                DriveLabel::ServedRehydrated
+                    | DriveLabel::ServedShard
+                    | DriveLabel::ServedShardMismatch
+            ) {
                 drive.label = DriveLabel::Served;
             }
-        } else if let Some(label) = self.serve_from_shard(drive).await {
-            drive.label = label;
         } else {
-            // Today's read after the deadline, whatever an early read gave: one that did
-            // not serve the drive (a broker still cold from the restart may answer short or
-            // not at all) takes nothing away from the read today's flow makes.
-            let read = self.read_retained().await;
-            if let Some(replay) = self.replay(read, drive).await {
-                self.report_replay(replay, drive);
+            // The state shard, unless it was read early, behind the backfill (a shard is
+            // read once per drive).
+            let shard = match drive.shard {
+                None => self.serve_from_shard(drive).await,
+                Some(_) => None,
+            };
+            if let Some(label) = shard {
+                drive.label = label;
+            } else {
+                // Today's read after the deadline, whatever an early read gave: one that
+                // did not serve the drive (a broker still cold from the restart may answer
+                // short or not at all) takes nothing away from the read today's flow makes.
+                let read = self.read_retained().await;
+                if let Some(replay) = self.replay(read, drive).await {
+                    self.report_replay(replay, drive);
+                }
             }
         }
         if drive.outcome.spine().is_none() {

@@ -7,7 +7,7 @@
 //! | 0 | a worker that is not authoritative for building does not drive | `fallback_disabled` |
 //! | 1 | applies the dispatch's `tail_events` (the payloads the server just published for this execution): a warm index serves on the first build without waiting for the drain | — |
 //! | 2 | the deadline loop: register, build, wait for the execution to change (or the per-wait cap, or the deadline), build again after every wake | `served` |
-//! | 3 | after the deadline, the execution's state shard (one keyed read of each event's slim payload) | `served_shard`, `served_shard_mismatch` |
+//! | 3 | after the deadline, the execution's state shard (one keyed read of each event's slim payload), applied to the index and built from the expected head: served only when that build reaches genesis | `served_shard`, `served_shard_mismatch` (verify mode) |
 //! | 4 | rehydrate from the retained WAL, at most `RehydrateGate::max_concurrent` at once, and build once more | `served_rehydrated` |
 //! | 5 | give up: the caller uses the server-built state (on the stateless edge, it retries) | `fallback_incomplete`, `stateless_retry` |
 //!
@@ -21,8 +21,10 @@
 //! whose execution is still behind it cannot be served by waiting: step 2 would spend the
 //! whole deadline and serve nothing. The engine knows when its drain is behind
 //! ([`Backfill`](crate::ingest::Backfill)); a drive on it that can read its execution
-//! ([`DriveFlow::can_rehydrate`]) then reads it at its first unserved build (step 4's cap
-//! and labels) instead of after the deadline. An async drive goes on waiting for the drain
+//! ([`DriveFlow::can_rehydrate`]) then reads it at its first unserved build instead of
+//! after the deadline: its state shard first, if the flow has a shard reader (step 3, one
+//! keyed read; a shard that does not serve is not read again after the deadline), then the
+//! retained WAL (step 4's cap and labels). An async drive goes on waiting for the drain
 //! meanwhile, within its deadline, and whichever serves it first wins; past the deadline it
 //! awaits the read alone. A blocking drive reads first. If the read does not serve it, the
 //! drive waits out what is left of its deadline, then goes on as above, step 4's read
