@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-libs=(chain-fold wal-index sb-metrics wal-source-ehdb)
+libs=(chain-fold wal-index sb-metrics wal-source-ehdb state-shard)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -5,18 +5,20 @@
 #   2. each crate builds (`cargo check --lib`) on the toolchain its rust-version names,
 #      installed with rustup (minimal profile) when missing; skipped, saying so, only
 #      where rustup cannot fetch it;
-#   3. `cargo publish --dry-run` packages all five and builds each package as published,
+#   3. `cargo publish --dry-run` packages all six and builds each package as published,
 #      against the others' packages (cargo's multi-package publish, Cargo 1.90+), in its
 #      own target dir, target/publish, which nothing else reads (CI deletes it after).
 #
 # Usage: scripts/publish-check.sh
-#   MSRV_SKIP="wal-source-nats"   crates whose step 2 is skipped (CI skips wal-source-nats:
-#                                 its bound is async-nats' own rust-version, which step 1
-#                                 checks, and building the broker client's stack on a
-#                                 second toolchain costs 2.5 minutes on 2 cores)
+#   MSRV_SKIP="wal-source-nats state-shard"   crates whose step 2 is skipped (CI skips
+#                                 wal-source-nats and state-shard: their bounds are their
+#                                 clients' own rust-versions (async-nats'; arrow's and
+#                                 object_store's), which step 1 checks, and building a
+#                                 broker or HTTP client's stack on a second toolchain costs
+#                                 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CRATES=(chain-fold wal-index sb-metrics wal-source-nats wal-source-ehdb)
+CRATES=(chain-fold wal-index sb-metrics wal-source-nats wal-source-ehdb state-shard)
 
 echo "--- 1. rust-version against the dependencies'"
 python3 - "${CRATES[@]}" <<'PY'

@@ -175,6 +175,15 @@ struct RunArgs {
     /// `checkpoints_total` series. Off by default.
     #[arg(long, value_name = "SECS", value_parser = number_in(0.001, 86_400.0))]
     checkpoint_secs: Option<f64>,
+    /// On an EHDB writer, read a miss's execution from the writer's feed (off by default:
+    /// each read makes the writer prepare a whole log shard while its producers wait).
+    #[arg(long)]
+    ehdb_feed_reads: bool,
+    /// With --roll-at: the old pool writes state shards to LOCATION (a directory, or an
+    /// s3:// URL configured from the AWS_* environment) and the new pool reads them on a
+    /// miss.
+    #[arg(long, value_name = "LOCATION")]
+    state_shards: Option<String>,
 }
 
 impl RunArgs {
@@ -201,6 +210,8 @@ impl RunArgs {
                 ..SimConfig::production_index()
             },
             checkpoint_every: self.checkpoint_secs.map(Duration::from_secs_f64),
+            ehdb_feed_reads: self.ehdb_feed_reads,
+            state_shards: self.state_shards.clone(),
             ..SimConfig::default()
         })
     }

@@ -18,7 +18,11 @@ use serde::Serialize;
 use wal_index::baseline::MutexIndex;
 use wal_index::checkpoint::{Checkpointable, Checkpointing, DirStore, Position};
 use wal_index::ingest::ChannelSource;
+use wal_index::labels::DriveLabel;
 use wal_index::{Drain, DriveFallbacks, StateIndex, WalIndex, WalSource};
+use state_shard::{
+    CellSettings, ShardStore, ShardWriter, StateShardReader, WriterConfig,
+};
 use wal_source_ehdb::{EhdbConfig, EhdbSource};
 use wal_source_nats::JetStreamSource;
 
@@ -51,6 +55,21 @@ pub enum Start {
     Checkpoint,
     /// Empty, replaying the WAL from its start.
     Replay,
+}
+
+/// A roll's state shards (`--state-shards`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ShardFigures {
+    /// The new pool's drives served from a state shard.
+    pub served_shard: usize,
+    /// `open` and `sealed` shards written over the roll (both pools' drains).
+    pub open_written: u64,
+    /// `sealed` shards written.
+    pub sealed_written: u64,
+    /// Failed writes, and shards not written because the store's could not be merged.
+    pub errors: u64,
+    /// Events the writer's queue dropped.
+    pub dropped: u64,
 }
 
 /// One roll's figures.
@@ -86,6 +105,9 @@ pub struct RollFigures {
     pub fell_back: usize,
     /// Drives in flight or queued on the old pool when it was dropped.
     pub abandoned: usize,
+    /// With `--state-shards`: the new pool's drives the state shard served, and what the
+    /// shard writer did over the whole roll.
+    pub shards: Option<ShardFigures>,
     /// How long the old pool took to stop (its step, and a checkpoint write in flight).
     pub old_pool_stop_s: f64,
 }
@@ -132,6 +154,46 @@ struct OldPool<I> {
     drain: DrainRun,
     drives: Arc<DriveContext<I>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What the old pool starts from.
+struct OldStart<'a> {
+    wal: &'a mut Feed,
+    observer: Arc<SimObserver>,
+    checkpoints: &'a CheckpointDir,
+    shards: &'a StateShards,
+    retained: Arc<RetainedWal>,
+    reads: Arc<dyn DriveFallbacks>,
+    config: &'a SimConfig,
+    runtime: &'a tokio::runtime::Handle,
+}
+
+impl<I: StateIndex + Checkpointable + Send + Sync + 'static> OldPool<I> {
+    /// Its index, its drain (checkpointing, and feeding the shard writer, when the roll
+    /// has them) and its drives.
+    fn start(with: OldStart<'_>) -> std::io::Result<OldPool<I>> {
+        let config = with.config;
+        let source = with.wal.source()?;
+        let index = Arc::new(I::with_observer(config.index, with.observer));
+        let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
+        if let Some(writer) = &with.shards.writer {
+            drain = drain.on_batch(writer.feed());
+        }
+        if let Some(checkpointing) = with.checkpoints.checkpointing()? {
+            drain = drain.checkpoint_to(checkpointing)?;
+        }
+        Ok(OldPool {
+            drives: Arc::new(DriveContext::new(
+                index,
+                config,
+                with.retained,
+                with.reads,
+                Instant::now(),
+            )),
+            drain: DrainRun::start(with.runtime, drain, config),
+            tasks: Vec::new(),
+        })
+    }
 }
 
 /// The pool after the roll, once started.
@@ -183,33 +245,29 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
     wal.flush()?;
     let every = (start != Start::Replay).then_some(roll.every);
     let checkpoints = CheckpointDir::new(every, &format!("{}-roll", I::NAME));
+    let reads = wal.per_execution_reads(Arc::clone(&retained), config.ehdb_feed_reads)?;
+    let shards = StateShards::open(config, &format!("{}-{start:?}", I::NAME))?;
     let new_start = NewStart {
         pool_wal: wal.pool_wal()?,
         channel: None,
-        reads: wal.per_execution_reads(Arc::clone(&retained))?,
+        reads: shards.reads(Arc::clone(&reads)),
         retained: Arc::clone(&retained),
         start,
         dir: checkpoints.path().to_path_buf(),
+        shard_writer: shards.writer.clone(),
     };
-    let source = wal.source()?;
     let observer = Arc::new(SimObserver::new(0, Vec::new()));
-    let index = Arc::new(I::with_observer(config.index, observer.clone()));
-    let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
-    if let Some(checkpointing) = checkpoints.checkpointing()? {
-        drain = drain.checkpoint_to(checkpointing)?;
-    }
     let old_observer = Arc::clone(&observer);
-    let old = OldPool {
-        drives: Arc::new(DriveContext::new(
-            index,
-            config,
-            Arc::clone(&retained),
-            wal.per_execution_reads(Arc::clone(&retained))?,
-            Instant::now(),
-        )),
-        drain: DrainRun::start(runtime.handle(), drain, config),
-        tasks: Vec::new(),
-    };
+    let old = OldPool::<I>::start(OldStart {
+        wal: &mut wal,
+        observer,
+        checkpoints: &checkpoints,
+        shards: &shards,
+        retained: Arc::clone(&retained),
+        reads,
+        config,
+        runtime: runtime.handle(),
+    })?;
     // The roll comes in a steady state: the old pool has caught up with the backlog.
     let deadline = Instant::now() + Duration::from_secs(600);
     while old_observer.caught_up_after().is_none() && Instant::now() < deadline {
@@ -231,9 +289,64 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
     });
     drop(wal);
     let records = new.drives.take_records();
-    let figures = figures(engine, start, &rolled, records, &new);
+    let served_shard = (records.iter())
+        .filter(|r| r.label == DriveLabel::ServedShard)
+        .count();
+    let mut figures = figures(engine, start, &rolled, records, &new);
     let _ = new.drain.stop(runtime.handle());
+    figures.shards = shards.finish(served_shard);
     Ok(figures)
+}
+
+/// The roll's state shards (`--state-shards`): a store of the roll's own under the
+/// location, a writer fed by whichever pool's drain runs, and the new pool's reads.
+struct StateShards {
+    store: Option<ShardStore>,
+    writer: Option<Arc<ShardWriter>>,
+}
+
+impl StateShards {
+    fn open(config: &SimConfig, roll: &str) -> std::io::Result<StateShards> {
+        let Some(location) = &config.state_shards else {
+            return Ok(StateShards {
+                store: None,
+                writer: None,
+            });
+        };
+        let run = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let at = format!("{}/{roll}-{run}", location.trim_end_matches('/'));
+        let store = ShardStore::open(&at, std::env::vars())?;
+        let writer = ShardWriter::start(store.clone(), CellSettings::default(), WriterConfig::from_env())?;
+        Ok(StateShards {
+            store: Some(store),
+            writer: Some(Arc::new(writer)),
+        })
+    }
+
+    /// `reads`, after the execution's state shard when the roll has shards.
+    fn reads(&self, reads: Arc<dyn DriveFallbacks>) -> Arc<dyn DriveFallbacks> {
+        match &self.store {
+            Some(store) => Arc::new(
+                StateShardReader::new(store.clone(), CellSettings::default()).then_retained(reads),
+            ),
+            None => reads,
+        }
+    }
+
+    /// What the writer did, once every pool let go of it, and the drives shards served.
+    fn finish(self, served_shard: usize) -> Option<ShardFigures> {
+        let writer = Arc::try_unwrap(self.writer?).ok()?;
+        let w = writer.shut_down();
+        Some(ShardFigures {
+            served_shard,
+            open_written: w.open_written,
+            sealed_written: w.sealed_written,
+            errors: w.errors,
+            dropped: w.dropped,
+        })
+    }
 }
 
 /// Publishes the live items at the configured rate, dispatching each drive to the pool of
@@ -342,6 +455,9 @@ struct NewStart {
     retained: Arc<RetainedWal>,
     start: Start,
     dir: std::path::PathBuf,
+    /// The state-shard writer that outlives the roll, as production's system pool does:
+    /// fed by the old pool's drain, then by the new one's.
+    shard_writer: Option<Arc<ShardWriter>>,
 }
 
 impl NewStart {
@@ -354,6 +470,7 @@ impl NewStart {
             retained: Arc::clone(&self.retained),
             start: self.start,
             dir: self.dir.clone(),
+            shard_writer: self.shard_writer.clone(),
         }
     }
 
@@ -389,6 +506,10 @@ impl NewStart {
                 .map(|(name, why)| format!("{name}: {why}"))
                 .collect(),
             covered: start.resumed_at.as_deref().map_or(0, |p| self.covered(p)),
+        };
+        let drain = match &self.shard_writer {
+            Some(writer) => drain.on_batch(writer.feed()),
+            None => drain,
         };
         let drain = DrainRun::start(runtime, drain, config);
         let reads = Arc::clone(&self.reads);
@@ -484,6 +605,7 @@ fn figures<I>(
         drives: records.len(),
         fell_back: records.iter().filter(|r| !r.served).count(),
         abandoned: rolled.abandoned,
+        shards: None,
         old_pool_stop_s: rolled.stop_s,
     }
 }
@@ -507,6 +629,20 @@ impl RollReport {
         let _ = writeln!(out, "|---|---|---:|---:|---:|---|---:|---:|");
         for r in &self.rolls {
             let _ = writeln!(out, "{}", row(r));
+        }
+        for r in &self.rolls {
+            if let Some(f) = &r.shards {
+                let _ = writeln!(
+                    out,
+                    "\n{}: {} drives served from state shards; the writer wrote {} open and {} sealed shards ({} errors, {} events dropped)",
+                    title(r),
+                    f.served_shard,
+                    f.open_written,
+                    f.sealed_written,
+                    f.errors,
+                    f.dropped
+                );
+            }
         }
         for r in self.rolls.iter().filter(|r| !r.refused.is_empty()) {
             let _ = writeln!(out, "\n{} refused: {}", title(r), r.refused.join("; "));

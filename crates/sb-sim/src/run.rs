@@ -66,6 +66,12 @@ pub struct SimConfig {
     /// The drain checkpoints the index this often, into a directory of the run's own
     /// (deleted afterwards); `None`: no checkpoints. Only the engine checkpoints.
     pub checkpoint_every: Option<Duration>,
+    /// On an EHDB writer, drives read a miss's execution from the writer's feed (each read
+    /// costs the writer a whole log shard's preparation). Off by default.
+    pub ehdb_feed_reads: bool,
+    /// A roll's old pool writes state shards here (a directory, or an `s3://` URL
+    /// configured from the environment) and its new pool reads them on a miss.
+    pub state_shards: Option<String>,
 }
 
 impl SimConfig {
@@ -98,6 +104,8 @@ impl Default for SimConfig {
             drives_on: RunOn::default(),
             wal: WalTarget::InProcess,
             checkpoint_every: None,
+            ehdb_feed_reads: false,
+            state_shards: None,
         }
     }
 }
@@ -262,7 +270,7 @@ pub fn run_engine<I: StateIndex + Checkpointable>(
     // A broker's or a writer's backlog is stored before the drain starts: a replay-on-boot
     // cold start.
     wal.flush()?;
-    let reads = wal.per_execution_reads(Arc::clone(&retained))?;
+    let reads = wal.per_execution_reads(Arc::clone(&retained), config.ehdb_feed_reads)?;
     let source = wal.source()?;
     let started = observer.started();
     let checkpoints = CheckpointDir::new(config.checkpoint_every, I::NAME);

@@ -63,3 +63,7 @@ pub use row::ShardRow;
 pub use settings::ShardSettings;
 pub use store::ShardStore;
 pub use writer::{ShardWriter, WriterConfig, WriterStats};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -211,15 +211,19 @@ impl Feed {
 
     /// The per-execution read a drive uses when waiting cannot serve it, through the
     /// transport a pool would use: on a broker, the run's stream read by the execution's
-    /// subject ([`JetStreamRehydrate`]); on an EHDB writer, its feed read from the run's
-    /// first record ([`EhdbRehydrate`](wal_source_ehdb::EhdbRehydrate): the feed has no read by execution, so it waits for
-    /// the writer to prepare the shard's log, 17-22 s at production's volume, and ends at
-    /// its 3 s deadline with what it found); on the in-process channel, `retained`, the
-    /// records the producer published, by execution. Call it before [`Feed::source`] takes
-    /// the broker's configuration.
+    /// subject ([`JetStreamRehydrate`]); on an EHDB writer, none unless `ehdb_feed_reads`
+    /// (then its feed read from the run's first record,
+    /// [`EhdbRehydrate`](wal_source_ehdb::EhdbRehydrate): the feed has no read by
+    /// execution, so the writer prepares the shard's whole log for each read, 17-22 s at
+    /// production's volume, under the lock its producers' publications wait on, and goes on
+    /// preparing after the read gave up at its 3 s deadline: a pool on EHDB reads state
+    /// shards instead); on the in-process channel, `retained`, the records the producer
+    /// published, by execution. Call it before [`Feed::source`] takes the broker's
+    /// configuration.
     pub fn per_execution_reads(
         &self,
         retained: Arc<RetainedWal>,
+        ehdb_feed_reads: bool,
     ) -> io::Result<Arc<dyn DriveFallbacks>> {
         match self {
             Feed::Nats {
@@ -232,7 +236,8 @@ impl Feed {
                         .map_err(io::Error::other)?;
                 Ok(Arc::new(reads))
             }
-            Feed::Ehdb(feed) => Ok(Arc::new(feed.rehydrate())),
+            Feed::Ehdb(feed) if ehdb_feed_reads => Ok(Arc::new(feed.rehydrate())),
+            Feed::Ehdb(_) => Ok(Arc::new(NoRead)),
             _ => Ok(retained),
         }
     }
@@ -453,6 +458,13 @@ pub fn read_stream(
     }
     Ok(items_from_payloads(payloads, drive_rate, seed))
 }
+
+/// No per-execution read: the pool's drives wait, and fall back (an EHDB pool without its
+/// feed reads).
+#[derive(Debug)]
+struct NoRead;
+
+impl DriveFallbacks for NoRead {}
 
 /// The WAL a worker can replay from on a miss (rehydrate): every record published so far,
 /// by execution. The producer records each item as it publishes it; a drive reads its own
