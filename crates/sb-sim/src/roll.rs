@@ -15,14 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use state_shard::{CellSettings, ShardStore, ShardWriter, StateShardReader, WriterConfig};
 use wal_index::baseline::MutexIndex;
 use wal_index::checkpoint::{Checkpointable, Checkpointing, DirStore, Position};
 use wal_index::ingest::ChannelSource;
 use wal_index::labels::DriveLabel;
 use wal_index::{Drain, DriveFallbacks, StateIndex, WalIndex, WalSource};
-use state_shard::{
-    CellSettings, ShardStore, ShardWriter, StateShardReader, WriterConfig,
-};
 use wal_source_ehdb::{EhdbConfig, EhdbSource};
 use wal_source_nats::JetStreamSource;
 
@@ -318,7 +316,11 @@ impl StateShards {
             .map_or(0, |d| d.as_millis());
         let at = format!("{}/{roll}-{run}", location.trim_end_matches('/'));
         let store = ShardStore::open(&at, std::env::vars())?;
-        let writer = ShardWriter::start(store.clone(), CellSettings::default(), WriterConfig::from_env())?;
+        let writer = ShardWriter::start(
+            store.clone(),
+            CellSettings::default(),
+            WriterConfig::from_env(),
+        )?;
         Ok(StateShards {
             store: Some(store),
             writer: Some(Arc::new(writer)),
