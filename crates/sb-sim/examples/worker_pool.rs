@@ -47,8 +47,9 @@
 //! drain's source and the drives' per-execution read) is built in [`pool_side`] with each
 //! source crate's own constructors, the code a pool author copies. A drive's rehydrate on a
 //! miss reads what a pool on that WAL reads: the execution's subject on JetStream
-//! (`JetStreamRehydrate`), the execution's shard of the writer's feed on EHDB
-//! (`EhdbRehydrate`, which waits for the writer's replay of the shard), and the records the
+//! (`JetStreamRehydrate`), on EHDB nothing unless `NOETL_STATE_INDEX_REHYDRATE_ON_MISS` is
+//! on (then `EhdbRehydrate`, which costs the writer a replay of the whole log shard: an EHDB
+//! pool reads state shards instead), and the records the
 //! producer published on the in-process channel, which has no transport to read.
 
 use std::io::{Read, Write};
@@ -475,10 +476,34 @@ fn pool_side(wal: &mut Producer, retained: Arc<RetainedWal>) -> std::io::Result<
             let make = move || -> std::io::Result<Box<dyn WalSource>> {
                 Ok(Box::new(EhdbSource::connect(config.clone())?))
             };
-            (Box::new(make), Arc::new(EhdbRehydrate::new(feed, shards)))
+            // The writer's feed has no read by execution: each read makes the writer prepare
+            // the execution's whole log shard, and a read that gives up cannot stop it. An
+            // EHDB pool reads state shards on a miss; the feed only when asked.
+            let reads: Arc<dyn DriveFallbacks> = if rehydrate_on_miss() {
+                Arc::new(EhdbRehydrate::new(feed, shards))
+            } else {
+                Arc::new(NoRead)
+            };
+            (Box::new(make), reads)
         }
     })
 }
+
+/// `NOETL_STATE_INDEX_REHYDRATE_ON_MISS` (truthy: `1`, `true`, `yes`, `on`): on EHDB, read a
+/// miss's execution from the writer's feed. Off by default.
+fn rehydrate_on_miss() -> bool {
+    std::env::var("NOETL_STATE_INDEX_REHYDRATE_ON_MISS").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        )
+    })
+}
+
+/// No per-execution read (an EHDB pool without feed reads).
+struct NoRead;
+
+impl DriveFallbacks for NoRead {}
 
 /// Flushes the WAL and ends it: an in-process WAL closes, and the drain ends when it has
 /// consumed it; a broker stream, a writer or a file stays open, so the drain is stopped once

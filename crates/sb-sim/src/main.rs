@@ -325,6 +325,12 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `sb-sim simulate`: a generated workload, its size checked before it is generated.
 fn simulate(sim: Simulate) -> Result<(), Box<dyn std::error::Error>> {
+    if sim.run.state_shards.is_some() && sim.roll_at.is_none() {
+        return Err(
+            "--state-shards is a roll's (the old pool writes, the new one reads): add --roll-at"
+                .into(),
+        );
+    }
     let shape = sim.shape.shape();
     // Both flags are bounded, so the product is finite; the plan holds every event
     // in memory, so its size is checked before anything is generated.

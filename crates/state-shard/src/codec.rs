@@ -1,6 +1,7 @@
 //! A shard's bytes: an Arrow IPC **stream** (not the file format, despite the `.feather`
 //! name) of one record batch with production's eight columns (`state-shard.md`, section 2).
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -29,10 +30,11 @@ pub const COLUMNS: [&str; 8] = [
 /// nullable, no metadata; `prev_event_id` typed Int64 unless every row's is null, then
 /// Utf8 (all null), as production's type inference gives. `None` for no rows: production
 /// writes nothing then.
-pub fn encode(rows: &[ShardRow]) -> Result<Option<Vec<u8>>, ArrowError> {
+pub fn encode<R: Borrow<ShardRow>>(rows: &[R]) -> Result<Option<Vec<u8>>, ArrowError> {
     if rows.is_empty() {
         return Ok(None);
     }
+    let rows: Vec<&ShardRow> = rows.iter().map(Borrow::borrow).collect();
     let all_null_prev = rows.iter().all(|r| r.prev_event_id.is_none());
     let prev_type = if all_null_prev {
         DataType::Utf8
@@ -53,7 +55,7 @@ pub fn encode(rows: &[ShardRow]) -> Result<Option<Vec<u8>>, ArrowError> {
             .collect::<Vec<_>>(),
     ));
     let text = |f: fn(&ShardRow) -> Option<&str>| -> ArrayRef {
-        Arc::new(rows.iter().map(f).collect::<StringArray>())
+        Arc::new(rows.iter().map(|r| f(r)).collect::<StringArray>())
     };
     let prev: ArrayRef = if all_null_prev {
         Arc::new(StringArray::new_null(rows.len()))

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use chain_fold::{Event, SLIM_KEYS};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// One row of a shard: an event and the columns production derives from its envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,9 +50,17 @@ impl ShardRow {
     /// # Ok::<(), chain_fold::EventError>(())
     /// ```
     pub fn from_event(event: &Event, extracted_budget: usize) -> ShardRow {
-        let envelope: Value = serde_json::from_slice(event.payload()).unwrap_or(Value::Null);
-        let text = |key: &str| envelope.get(key).and_then(Value::as_str).map(str::to_owned);
-        let reference = first_result_ref(&envelope);
+        // The members one level down, unparsed: the payload's text is assembled from their
+        // bytes, and only an envelope that names a result reference is parsed whole.
+        let members: Option<BTreeMap<String, &RawValue>> =
+            serde_json::from_slice(event.payload()).ok();
+        let text = |key: &str| {
+            let raw = members.as_ref()?.get(key)?;
+            serde_json::from_str::<String>(raw.get()).ok()
+        };
+        let envelope: Option<Value> = memchr::memmem::find(event.payload(), b"result_ref")
+            .and_then(|_| serde_json::from_slice(event.payload()).ok());
+        let reference = envelope.as_ref().and_then(first_result_ref);
         ShardRow {
             event_id: event.id(),
             prev_event_id: event.prev(),
@@ -65,16 +74,16 @@ impl ShardRow {
             extracted: reference
                 .and_then(|r| r.get("extracted"))
                 .map(|v| cut(v.to_string(), extracted_budget)),
-            payload: shard_payload(event, &envelope),
+            payload: shard_payload(event, members.as_ref()),
         }
     }
 }
 
-/// The slim members of `envelope` and `prev_event_id`, keys sorted bytewise, compact. A
-/// payload that is not an object (an event this crate did not decode) is rebuilt from the
-/// event's fields.
-fn shard_payload(event: &Event, envelope: &Value) -> String {
-    let Some(members) = envelope.as_object() else {
+/// The slim members of the envelope and `prev_event_id`, keys sorted bytewise, compact (a
+/// canonical payload's member values are already compact). A payload that is not an object
+/// (an event this crate did not decode) is rebuilt from the event's fields.
+fn shard_payload(event: &Event, members: Option<&BTreeMap<String, &RawValue>>) -> String {
+    let Some(members) = members else {
         let mut minimal = serde_json::json!({
             "event_id": event.id(),
             "execution_id": event.execution_id(),
@@ -85,13 +94,14 @@ fn shard_payload(event: &Event, envelope: &Value) -> String {
         }
         return minimal.to_string();
     };
-    let prev = event.prev().map(Value::from);
-    let mut kept: BTreeMap<&str, &Value> = members
+    let prev = event.prev().map(|p| p.to_string());
+    let prev_raw: Option<Box<RawValue>> = prev.and_then(|p| RawValue::from_string(p).ok());
+    let mut kept: BTreeMap<&str, &RawValue> = members
         .iter()
         .filter(|(key, _)| SLIM_KEYS.contains(&key.as_str()) || key.as_str() == "prev_event_id")
-        .map(|(key, value)| (key.as_str(), value))
+        .map(|(key, value)| (key.as_str(), *value))
         .collect();
-    if let Some(prev) = &prev {
+    if let Some(prev) = &prev_raw {
         kept.entry("prev_event_id").or_insert(prev);
     }
     serde_json::to_string(&kept).unwrap_or_default()

@@ -294,7 +294,8 @@ enum Message {
 
 /// One execution the writer holds.
 struct Held {
-    rows: BTreeMap<EventId, Event>,
+    /// Each event's row, derived once when the event arrives.
+    rows: BTreeMap<EventId, ShardRow>,
     last_active: Instant,
     /// When its `open` shard was last attempted.
     last_attempt: Option<Instant>,
@@ -367,7 +368,8 @@ impl Work {
             held.terminal |= event.is_terminal();
             held.dirty = true;
             held.last_active = now;
-            held.rows.insert(event.id(), event);
+            let row = ShardRow::from_event(&event, self.config.extracted_budget);
+            held.rows.insert(event.id(), row);
         }
     }
 
@@ -463,11 +465,7 @@ impl Work {
             self.failed();
             return;
         }
-        let rows: Vec<ShardRow> = held
-            .rows
-            .values()
-            .map(|e| ShardRow::from_event(e, self.config.extracted_budget))
-            .collect();
+        let rows: Vec<&ShardRow> = held.rows.values().collect();
         let bytes = match encode(&rows) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return,
@@ -499,8 +497,10 @@ impl Work {
     fn merge(&mut self, id: ExecutionId, held: &mut Held) -> bool {
         match self.reader.read_blocking(id) {
             ShardAnswer::Events(events) => {
+                let budget = self.config.extracted_budget;
                 for event in events {
-                    held.rows.entry(event.id()).or_insert(event);
+                    (held.rows.entry(event.id()))
+                        .or_insert_with(|| ShardRow::from_event(&event, budget));
                 }
                 self.counters.add(MERGED, 1);
             }
