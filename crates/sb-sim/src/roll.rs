@@ -60,7 +60,7 @@ pub enum Start {
 pub struct ShardFigures {
     /// The new pool's drives served from a state shard.
     pub served_shard: usize,
-    /// `open` and `sealed` shards written over the roll (both pools' drains).
+    /// `open` shards written over the roll.
     pub open_written: u64,
     /// `sealed` shards written.
     pub sealed_written: u64,
@@ -159,7 +159,6 @@ struct OldStart<'a> {
     wal: &'a mut Feed,
     observer: Arc<SimObserver>,
     checkpoints: &'a CheckpointDir,
-    shards: &'a StateShards,
     retained: Arc<RetainedWal>,
     reads: Arc<dyn DriveFallbacks>,
     config: &'a SimConfig,
@@ -167,16 +166,12 @@ struct OldStart<'a> {
 }
 
 impl<I: StateIndex + Checkpointable + Send + Sync + 'static> OldPool<I> {
-    /// Its index, its drain (checkpointing, and feeding the shard writer, when the roll
-    /// has them) and its drives.
+    /// Its index, its drain (checkpointing, when the roll has checkpoints) and its drives.
     fn start(with: OldStart<'_>) -> std::io::Result<OldPool<I>> {
         let config = with.config;
         let source = with.wal.source()?;
         let index = Arc::new(I::with_observer(config.index, with.observer));
         let mut drain = Drain::new(Arc::clone(&index), source, config.drain);
-        if let Some(writer) = &with.shards.writer {
-            drain = drain.on_batch(writer.feed());
-        }
         if let Some(checkpointing) = with.checkpoints.checkpointing()? {
             drain = drain.checkpoint_to(checkpointing)?;
         }
@@ -236,15 +231,16 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         .build()?;
     let mut wal = Feed::open(&config.wal, I::NAME)?;
     let retained = Arc::new(RetainedWal::default());
+    let shards = Arc::new(StateShards::open(config, &format!("{}-{start:?}", I::NAME))?);
     for item in &plan.backlog {
         wal.append(item)?;
         retained.record(item);
+        shards.offer(item);
     }
     wal.flush()?;
     let every = (start != Start::Replay).then_some(roll.every);
     let checkpoints = CheckpointDir::new(every, &format!("{}-roll", I::NAME));
     let reads = wal.per_execution_reads(Arc::clone(&retained), config.ehdb_feed_reads)?;
-    let shards = StateShards::open(config, &format!("{}-{start:?}", I::NAME))?;
     let new_start = NewStart {
         pool_wal: wal.pool_wal()?,
         channel: None,
@@ -252,7 +248,7 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         retained: Arc::clone(&retained),
         start,
         dir: checkpoints.path().to_path_buf(),
-        shard_writer: shards.writer.clone(),
+        shards: Arc::clone(&shards),
     };
     let observer = Arc::new(SimObserver::new(0, Vec::new()));
     let old_observer = Arc::clone(&observer);
@@ -260,7 +256,6 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         wal: &mut wal,
         observer,
         checkpoints: &checkpoints,
-        shards: &shards,
         retained: Arc::clone(&retained),
         reads,
         config,
@@ -292,15 +287,21 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         .count();
     let mut figures = figures(engine, start, &rolled, records, &new);
     let _ = new.drain.stop(runtime.handle());
-    figures.shards = shards.finish(served_shard);
+    figures.shards = Arc::try_unwrap(shards)
+        .ok()
+        .and_then(|shards| shards.finish(served_shard));
     Ok(figures)
 }
 
 /// The roll's state shards (`--state-shards`): a store of the roll's own under the
 /// location, a writer fed by whichever pool's drain runs, and the new pool's reads.
+///
+/// The writer plays production's system pool: a consumer of the log that the roll does not
+/// stop, fed each event as it is published (decoded slim, as the pools store it).
 struct StateShards {
     store: Option<ShardStore>,
-    writer: Option<Arc<ShardWriter>>,
+    writer: Option<ShardWriter>,
+    feed: Option<std::sync::Mutex<Box<dyn FnMut(&[chain_fold::Event]) + Send>>>,
 }
 
 impl StateShards {
@@ -309,6 +310,7 @@ impl StateShards {
             return Ok(StateShards {
                 store: None,
                 writer: None,
+                feed: None,
             });
         };
         let run = std::time::SystemTime::now()
@@ -321,10 +323,23 @@ impl StateShards {
             CellSettings::default(),
             WriterConfig::from_env(),
         )?;
+        let feed: Box<dyn FnMut(&[chain_fold::Event]) + Send> = Box::new(writer.feed());
         Ok(StateShards {
             store: Some(store),
-            writer: Some(Arc::new(writer)),
+            writer: Some(writer),
+            feed: Some(std::sync::Mutex::new(feed)),
         })
+    }
+
+    /// Hands the writer the event `item` publishes.
+    fn offer(&self, item: &crate::workload::Item) {
+        let Some(feed) = &self.feed else { return };
+        let Ok(event) = chain_fold::Event::from_json_slim(&item.payload) else {
+            return;
+        };
+        if let Ok(mut feed) = feed.lock() {
+            feed(std::slice::from_ref(&event));
+        }
     }
 
     /// `reads`, after the execution's state shard when the roll has shards.
@@ -337,10 +352,9 @@ impl StateShards {
         }
     }
 
-    /// What the writer did, once every pool let go of it, and the drives shards served.
+    /// What the writer did, and the drives shards served.
     fn finish(self, served_shard: usize) -> Option<ShardFigures> {
-        let writer = Arc::try_unwrap(self.writer?).ok()?;
-        let w = writer.shut_down();
+        let w = self.writer?.shut_down();
         Some(ShardFigures {
             served_shard,
             open_written: w.open_written,
@@ -392,6 +406,7 @@ fn live_phase<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         }
         wal.append(item)?;
         new_start.retained.record(item);
+        new_start.shards.offer(item);
         let Some(dispatch) = Dispatch::of(item, config.tails) else {
             continue;
         };
@@ -457,9 +472,8 @@ struct NewStart {
     retained: Arc<RetainedWal>,
     start: Start,
     dir: std::path::PathBuf,
-    /// The state-shard writer that outlives the roll, as production's system pool does:
-    /// fed by the old pool's drain, then by the new one's.
-    shard_writer: Option<Arc<ShardWriter>>,
+    /// The roll's state shards, offered each live event as it is published.
+    shards: Arc<StateShards>,
 }
 
 impl NewStart {
@@ -472,7 +486,7 @@ impl NewStart {
             retained: Arc::clone(&self.retained),
             start: self.start,
             dir: self.dir.clone(),
-            shard_writer: self.shard_writer.clone(),
+            shards: Arc::clone(&self.shards),
         }
     }
 
@@ -508,10 +522,6 @@ impl NewStart {
                 .map(|(name, why)| format!("{name}: {why}"))
                 .collect(),
             covered: start.resumed_at.as_deref().map_or(0, |p| self.covered(p)),
-        };
-        let drain = match &self.shard_writer {
-            Some(writer) => drain.on_batch(writer.feed()),
-            None => drain,
         };
         let drain = DrainRun::start(runtime, drain, config);
         let reads = Arc::clone(&self.reads);
