@@ -231,7 +231,10 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
         .build()?;
     let mut wal = Feed::open(&config.wal, I::NAME)?;
     let retained = Arc::new(RetainedWal::default());
-    let shards = Arc::new(StateShards::open(config, &format!("{}-{start:?}", I::NAME))?);
+    let shards = Arc::new(StateShards::open(
+        config,
+        &format!("{}-{start:?}", I::NAME),
+    )?);
     for item in &plan.backlog {
         wal.append(item)?;
         retained.record(item);
@@ -301,8 +304,11 @@ fn roll_one<I: StateIndex + Checkpointable + Send + Sync + 'static>(
 struct StateShards {
     store: Option<ShardStore>,
     writer: Option<ShardWriter>,
-    feed: Option<std::sync::Mutex<Box<dyn FnMut(&[chain_fold::Event]) + Send>>>,
+    feed: Option<std::sync::Mutex<ShardFeed>>,
 }
+
+/// The writer's feed ([`ShardWriter::feed`]).
+type ShardFeed = Box<dyn FnMut(&[chain_fold::Event]) + Send>;
 
 impl StateShards {
     fn open(config: &SimConfig, roll: &str) -> std::io::Result<StateShards> {
@@ -323,7 +329,7 @@ impl StateShards {
             CellSettings::default(),
             WriterConfig::from_env(),
         )?;
-        let feed: Box<dyn FnMut(&[chain_fold::Event]) + Send> = Box::new(writer.feed());
+        let feed: ShardFeed = Box::new(writer.feed());
         Ok(StateShards {
             store: Some(store),
             writer: Some(writer),
