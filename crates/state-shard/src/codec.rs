@@ -95,7 +95,8 @@ pub struct DecodedShard {
 
 /// Decodes an Arrow IPC stream held whole in memory. Nothing is allocated beyond what
 /// `bytes` holds: a message or body whose declared length runs past the end is a
-/// truncated stream, not an allocation. A stream without its end-of-stream marker is
+/// truncated stream, not an allocation, and a batch that declares more rows than the
+/// stream has bytes is refused. A stream without its end-of-stream marker is
 /// accepted when it ends between messages (a writer that stopped after the last batch),
 /// and refused when it ends inside one.
 pub fn decode(bytes: &[u8]) -> Result<DecodedShard, ShardError> {
@@ -104,6 +105,16 @@ pub fn decode(bytes: &[u8]) -> Result<DecodedShard, ShardError> {
     let mut batches = Vec::new();
     while !buffer.is_empty() {
         match decoder.decode(&mut buffer) {
+            // A batch without buffers (no columns, or only Null ones) may declare any row
+            // count; one that declares more rows than the stream has bytes is refused, so no
+            // later step sizes anything from a count the bytes do not hold.
+            Ok(Some(batch)) if batch.num_rows() > bytes.len() => {
+                return Err(ShardError::Decode(format!(
+                    "a batch declares {} rows in a stream of {} bytes",
+                    batch.num_rows(),
+                    bytes.len()
+                )));
+            }
             Ok(Some(batch)) => batches.push(batch),
             Ok(None) => {}
             Err(error) => return Err(ShardError::Decode(error.to_string())),
@@ -121,14 +132,14 @@ pub fn decode(bytes: &[u8]) -> Result<DecodedShard, ShardError> {
 impl DecodedShard {
     /// Rows in every batch.
     pub fn rows(&self) -> usize {
-        self.batches.iter().map(RecordBatch::num_rows).sum()
+        (self.batches.iter()).fold(0usize, |n, b| n.saturating_add(b.num_rows()))
     }
 
     /// Every non-null `payload` cell, in file order, as production's reader takes them: the
     /// column is found by name in each batch and must be Utf8 with 32-bit offsets
     /// (LargeUtf8 and Utf8View are refused, as production refuses them).
     pub fn payloads(&self) -> Result<Vec<&str>, ShardError> {
-        let mut out = Vec::with_capacity(self.rows());
+        let mut out = Vec::new();
         for batch in &self.batches {
             let column = batch
                 .column_by_name("payload")
@@ -145,7 +156,7 @@ impl DecodedShard {
     /// A column by name in each batch as text, for showing a shard: Int64 as decimals, Utf8
     /// as itself, nulls as `None`; `None` when a batch lacks it or holds another type.
     pub fn column_text(&self, name: &str) -> Option<Vec<Option<String>>> {
-        let mut out = Vec::with_capacity(self.rows());
+        let mut out = Vec::new();
         for batch in &self.batches {
             let column = batch.column_by_name(name)?;
             if let Some(ints) = column.as_any().downcast_ref::<Int64Array>() {
@@ -159,5 +170,40 @@ impl DecodedShard {
             }
         }
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::RecordBatchOptions;
+
+    /// A stream whose one batch has no columns and declares `rows` rows: arrow accepts any
+    /// count for a batch without buffers.
+    fn declared_rows(rows: usize) -> Vec<u8> {
+        let schema = Arc::new(Schema::empty());
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        let batch =
+            RecordBatch::try_new_with_options(Arc::clone(&schema), vec![], &options).unwrap();
+        let mut writer = StreamWriter::try_new(Vec::new(), &schema).unwrap();
+        writer.write(&batch).unwrap();
+        writer.finish().unwrap();
+        writer.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_row_count_the_bytes_do_not_hold_is_refused() {
+        for rows in [1 << 20, 1 << 40, usize::MAX >> 1] {
+            let bytes = declared_rows(rows);
+            let refused = decode(&bytes).unwrap_err();
+            assert!(
+                matches!(refused, ShardError::Decode(ref why) if why.contains("rows")),
+                "{refused}"
+            );
+            assert!(crate::events_of(&bytes, 1, true).is_err());
+        }
+        // A few rows without a `payload` column decode, and are then refused for that.
+        let small = decode(&declared_rows(3)).unwrap();
+        assert_eq!(small.payloads().unwrap_err(), ShardError::NoPayloadColumn);
     }
 }

@@ -35,6 +35,8 @@ struct Inner {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     location: String,
+    /// The bound on one request ([`ShardStore::DEFAULT_REQUEST_TIMEOUT`]).
+    request_timeout: std::time::Duration,
     /// `Some` until dropped.
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -134,10 +136,16 @@ impl ShardStore {
                 store,
                 prefix,
                 location,
+                request_timeout: ShardStore::DEFAULT_REQUEST_TIMEOUT,
                 runtime: Some(runtime),
             }),
         })
     }
+
+    /// The bound on one request, the client's retries included: 10 s. A store that accepts
+    /// and never answers costs a request this long (the client alone would retry for
+    /// minutes), so a drive's read and the writer's shutdown stay bounded.
+    pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
     /// Where the store is, for logs.
     pub fn location(&self) -> &str {
@@ -215,7 +223,17 @@ impl ShardStore {
         T: Send + 'static,
         W: Future<Output = Result<T, ShardError>> + Send + 'static,
     {
-        let task = self.inner.runtime.as_ref().map(|rt| rt.spawn(work));
+        // Each request whole (its client's retries included) within the store's bound: a
+        // store that accepts and never answers costs a write this long, not the client's
+        // minutes of retries.
+        let within = self.inner.request_timeout;
+        let bounded = async move {
+            match tokio::time::timeout(within, work).await {
+                Ok(result) => result,
+                Err(_) => Err(ShardError::Store(format!("no answer within {within:?}"))),
+            }
+        };
+        let task = self.inner.runtime.as_ref().map(|rt| rt.spawn(bounded));
         async move {
             let Some(task) = task else {
                 return Err(ShardError::Store("the store was dropped".into()));

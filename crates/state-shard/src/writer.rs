@@ -56,6 +56,12 @@ impl Default for WriterConfig {
 }
 
 impl WriterConfig {
+    /// How long [`ShardWriter::shut_down`] goes on writing the `open` shards it holds
+    /// unwritten rows of (each request is bounded by
+    /// [`ShardStore::DEFAULT_REQUEST_TIMEOUT`], so a shutdown ends within about the sum);
+    /// the ones left are counted as errors.
+    pub const SHUTDOWN_FLUSH_WITHIN: Duration = Duration::from_secs(10);
+
     /// The defaults overridden by production's variables in `lookup` (trimmed; an
     /// unparsable value keeps the default).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> WriterConfig {
@@ -100,8 +106,8 @@ pub struct WriterStats {
     /// Writes that failed, and shards not written because the one in the store could not
     /// be read to merge with.
     pub errors: u64,
-    /// Shards merged with the one already in the store (an execution this process did
-    /// not see from its genesis).
+    /// Executions whose shard already in the store held rows this process had not seen,
+    /// merged in before the first write.
     pub merged: u64,
     /// Executions dropped for idling past the TTL.
     pub evicted_idle: u64,
@@ -156,10 +162,12 @@ const METRIC_PREFIX: &str = "noetl_worker_state_materializer_";
 ///   [`Drain::on_batch`](wal_index::Drain::on_batch)), not a second consumer of the log;
 /// - an `open` shard whose interval passed is written at the next tick even if no event
 ///   came (production waits for the next event or the seal);
-/// - **a shard never replaces a longer one with a partial chain**: an execution this
-///   process did not see from its genesis (it started before a restart, or was evicted
-///   and came back, or came back after its seal) is merged with the shard already in the
-///   store before its first write, and is not written at all if that shard cannot be read.
+/// - **a shard never loses a row it held**: before an execution's first write from memory
+///   (it came into memory now, or again after an eviction, a seal, a restart, a batch
+///   dropped at the queue), the writer reads its shard in the store (`sealed`, then
+///   `open`) and merges the rows it lacks; it writes nothing for the execution if that
+///   shard exists and cannot be read. One read per execution per stay in memory (a
+///   404, usually: two GETs); what the writer writes afterwards is a superset of it.
 ///
 /// Rows are one per event id, ascending, a redelivery replacing its row; the `sealed`
 /// shard is written at the terminal event and the execution dropped from memory. Every
@@ -303,8 +311,9 @@ struct Held {
     dirty: bool,
     /// Its terminal event arrived: `sealed` is due.
     terminal: bool,
-    /// It holds its genesis, or was merged with the store's shard: a write is whole.
-    whole: bool,
+    /// Merged with the store's shard: what this process writes holds at least what the store
+    /// held when the execution came into memory.
+    merged: bool,
 }
 
 struct Work {
@@ -336,14 +345,23 @@ impl Work {
                     }
                     self.cycle(stop);
                     if stop {
-                        return;
+                        return self.refuse_queued(&receiver);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => self.cycle(false),
                 Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => {
                     self.cycle(true);
-                    return;
+                    return self.refuse_queued(&receiver);
                 }
+            }
+        }
+    }
+
+    /// Counts as dropped the batches offered after the stop (feeds still attached).
+    fn refuse_queued(&self, receiver: &Receiver<Message>) {
+        while let Ok(message) = receiver.try_recv() {
+            if let Message::Batch(batch) = message {
+                self.counters.add(DROPPED, batch.len() as u64);
             }
         }
     }
@@ -362,9 +380,8 @@ impl Work {
                     last_attempt: None,
                     dirty: false,
                     terminal: false,
-                    whole: false,
+                    merged: false,
                 });
-            held.whole |= event.is_genesis();
             held.terminal |= event.is_terminal();
             held.dirty = true;
             held.last_active = now;
@@ -383,7 +400,13 @@ impl Work {
             .filter(|(_, h)| h.terminal)
             .map(|(&id, _)| id)
             .collect();
+        // At the shutdown, the flush stops at its bound; what is left is counted unwritten.
+        let flush_ends = Instant::now() + WriterConfig::SHUTDOWN_FLUSH_WITHIN;
         for id in ended {
+            if flush && Instant::now() >= flush_ends {
+                self.counters.add(ERRORS, 1);
+                continue;
+            }
             if let Some(mut held) = self.held.remove(&id) {
                 self.write(id, &mut held, ShardKind::Sealed);
             }
@@ -401,6 +424,10 @@ impl Work {
             .map(|(&id, _)| id)
             .collect();
         for id in due {
+            if flush && Instant::now() >= flush_ends {
+                self.counters.add(ERRORS, 1);
+                continue;
+            }
             if let Some(mut held) = self.held.remove(&id) {
                 held.last_attempt = Some(now);
                 self.write(id, &mut held, ShardKind::Open);
@@ -458,10 +485,9 @@ impl Work {
         }
     }
 
-    /// Writes one shard of `held`; merges it first with the store's if this process did
-    /// not see the execution from its genesis.
+    /// Writes one shard of `held`; merges it first with the store's at its first write.
     fn write(&mut self, id: ExecutionId, held: &mut Held, kind: ShardKind) {
-        if !held.whole && !self.merge(id, held) {
+        if !held.merged && !self.merge(id, held) {
             self.failed();
             return;
         }
@@ -498,16 +524,19 @@ impl Work {
         match self.reader.read_blocking(id) {
             ShardAnswer::Events(events) => {
                 let budget = self.config.extracted_budget;
+                let before = held.rows.len();
                 for event in events {
                     (held.rows.entry(event.id()))
                         .or_insert_with(|| ShardRow::from_event(&event, budget));
                 }
-                self.counters.add(MERGED, 1);
+                if held.rows.len() > before {
+                    self.counters.add(MERGED, 1);
+                }
             }
             ShardAnswer::NotFound | ShardAnswer::Empty | ShardAnswer::NoReader => {}
             ShardAnswer::Failed(_) => return false,
         }
-        held.whole = true;
+        held.merged = true;
         true
     }
 

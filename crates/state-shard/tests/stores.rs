@@ -315,8 +315,6 @@ fn the_writer_paces_open_shards_and_seals_at_the_end() {
         (stats.events, stats.rows, stats.errors),
         (LEN as u64, 2 + 4 + LEN as u64, 0)
     );
-    // A feed used after the writer stopped drops and counts.
-    feed(&first[..1]);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -361,6 +359,40 @@ fn the_writer_merges_instead_of_replacing_a_longer_shard() {
     let stats = run(&after[1..]);
     assert_eq!((stats.errors, stats.open_written), (1, 0), "{stats:?}");
     assert_eq!(std::fs::read(&open).unwrap(), b"not arrow");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The merge does not depend on seeing the genesis: a writer that gets an execution's
+/// genesis again (a redelivery after a restart) among later events still merges with the
+/// store's longer shard before it writes.
+#[test]
+fn a_redelivered_genesis_does_not_skip_the_merge() {
+    let dir = temp_dir("redelivered");
+    let store = ShardStore::open(dir.to_str().unwrap(), std::iter::empty()).unwrap();
+    let lines = wal(3, LEN);
+    let all = events(&lines);
+    let second = &all[LEN as usize..2 * LEN as usize];
+    let run = |events: &[Event]| {
+        let writer = ShardWriter::start(
+            store.clone(),
+            CellSettings::default(),
+            WriterConfig::default(),
+        )
+        .unwrap();
+        let mut feed = writer.feed();
+        feed(events);
+        writer.shut_down()
+    };
+    // The execution up to its last event but one, then a restarted writer given two late
+    // events and the genesis, redelivered.
+    run(&second[..LEN as usize - 1]);
+    let stats = run(&[second[5].clone(), second[6].clone(), second[0].clone()]);
+    assert_eq!((stats.merged, stats.errors), (1, 0), "{stats:?}");
+    let reader = StateShardReader::new(store.clone(), CellSettings::default());
+    let ShardAnswer::Events(held) = reader.read_blocking(FIRST + 1) else {
+        panic!()
+    };
+    assert_eq!(held.len(), LEN as usize - 1, "no row lost");
     std::fs::remove_dir_all(&dir).ok();
 }
 

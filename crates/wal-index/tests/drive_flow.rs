@@ -251,6 +251,8 @@ fn verify_compares_the_shard_with_the_retained_wal<I: StateIndex>() {
     let drive = index.drive(4, Some(2), &flow(&differing));
     assert_eq!(drive.label, DriveLabel::ServedShardMismatch);
     assert_eq!(reported.verified(ShardVerifyLabel::Mismatched), 1);
+    // Production's outcome for a contradicted shard: `fallback`, not `hit`.
+    assert_eq!(drive.shard, Some(ShardReadLabel::Fallback));
     let served = drive.outcome.spine().unwrap();
     let first = served.events().next().unwrap();
     assert_eq!(

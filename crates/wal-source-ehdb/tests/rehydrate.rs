@@ -96,3 +96,35 @@ fn an_unreachable_writer_is_no_replay() {
         .bounds(ReadBounds::DEFAULT.with_deadline(Duration::from_millis(100)));
     assert!(futures_lite::future::block_on(retained.retained(7)).is_none());
 }
+
+/// At most `max_running` reads of the writer at once, counted until each read's thread ends:
+/// a drive that stops waiting does not free its place while its subscription still runs.
+#[test]
+fn reads_past_the_cap_answer_at_once_until_a_running_one_ends() {
+    // A writer that accepts and never answers: each read runs to its deadline.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let retained = EhdbRehydrate::new(addr, 1)
+        .bounds(ReadBounds::DEFAULT.with_deadline(Duration::from_millis(600)))
+        .max_running(1);
+    // The first read starts, and its drive stops waiting at once (the future is dropped).
+    drop(retained.retained(7));
+    let started = Instant::now();
+    let refused = futures_lite::future::block_on(retained.retained(8));
+    assert!(refused.is_none(), "over the cap: no replay");
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "answered at once"
+    );
+    // Once the first read's thread ended at its deadline, a read runs again (to its own
+    // deadline, and finds nothing: an empty replay, not a refusal).
+    std::thread::sleep(Duration::from_millis(900));
+    let started = Instant::now();
+    let ran = futures_lite::future::block_on(retained.retained(9));
+    assert_eq!(ran, Some(Vec::new()));
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "it ran to its deadline"
+    );
+    drop(silent);
+}

@@ -310,12 +310,21 @@ impl<I: StateIndex> Steps<'_, '_, I> {
             report(ShardReadLabel::Fallback, drive);
             return None;
         }
-        report(ShardReadLabel::Hit, drive);
-        if self.flow.verify_shard {
-            Some(self.verify_shard(drive).await)
+        let took = started.elapsed();
+        let label = if self.flow.verify_shard {
+            self.verify_shard(drive).await
         } else {
-            Some(DriveLabel::ServedShard)
-        }
+            DriveLabel::ServedShard
+        };
+        // A shard the retained WAL contradicts is production's `fallback`: the WAL served.
+        let read = if label == DriveLabel::ServedShardMismatch {
+            ShardReadLabel::Fallback
+        } else {
+            ShardReadLabel::Hit
+        };
+        drive.shard = Some(read);
+        index.observer().state_shard_read(read, took);
+        Some(label)
     }
 
     /// Verify mode: the retained WAL's spine from the served spine's head, compared byte
