@@ -318,6 +318,19 @@ fn the_writer_paces_open_shards_and_seals_at_the_end() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A writer's whole life: started, fed `events`, shut down.
+fn write_once(store: &ShardStore, events: &[Event]) -> state_shard::WriterStats {
+    let writer = ShardWriter::start(
+        store.clone(),
+        CellSettings::default(),
+        WriterConfig::default(),
+    )
+    .unwrap();
+    let mut feed = writer.feed();
+    feed(events);
+    writer.shut_down()
+}
+
 /// A shard is never replaced by a partial chain: a writer that sees an execution only
 /// from the middle (a restarted pool) merges the store's shard first; one that cannot
 /// read the store's shard writes nothing for it.
@@ -329,17 +342,7 @@ fn the_writer_merges_instead_of_replacing_a_longer_shard() {
     let all = events(&lines);
     let second = &all[LEN as usize..2 * LEN as usize];
     let (before, after) = second.split_at(5);
-    let run = |events: &[Event]| {
-        let writer = ShardWriter::start(
-            store.clone(),
-            CellSettings::default(),
-            WriterConfig::default(),
-        )
-        .unwrap();
-        let mut feed = writer.feed();
-        feed(events);
-        writer.shut_down()
-    };
+    let run = |events: &[Event]| write_once(&store, events);
     run(before);
     let stats = run(after);
     assert_eq!(stats.merged, 1, "{stats:?}");
@@ -372,17 +375,7 @@ fn a_redelivered_genesis_does_not_skip_the_merge() {
     let lines = wal(3, LEN);
     let all = events(&lines);
     let second = &all[LEN as usize..2 * LEN as usize];
-    let run = |events: &[Event]| {
-        let writer = ShardWriter::start(
-            store.clone(),
-            CellSettings::default(),
-            WriterConfig::default(),
-        )
-        .unwrap();
-        let mut feed = writer.feed();
-        feed(events);
-        writer.shut_down()
-    };
+    let run = |events: &[Event]| write_once(&store, events);
     // The execution up to its last event but one, then a restarted writer given two late
     // events and the genesis, redelivered.
     run(&second[..LEN as usize - 1]);
