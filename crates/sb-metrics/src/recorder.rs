@@ -73,10 +73,48 @@ pub struct StateBuilderMetrics {
     stalled_chains: [Counter; STALL_REASONS.len()],
     checkpoints: [Counter; CHECKPOINT_OUTCOMES.len()],
     checkpoint_refused: [Counter; REFUSAL_REASONS.len()],
-    shard_reads: [Counter; SHARD_READ_OUTCOMES.len()],
-    shard_read_duration: Histogram,
-    shard_verify: [Counter; SHARD_VERIFY_OUTCOMES.len()],
+    shard: ShardReadSeries,
+}
+
+/// The state-shard reader's series, named under [`worker_prefix`].
+#[derive(Debug)]
+struct ShardReadSeries {
+    reads: [Counter; SHARD_READ_OUTCOMES.len()],
+    duration: Histogram,
+    verify: [Counter; SHARD_VERIFY_OUTCOMES.len()],
     equivalence_mismatch: Counter,
+}
+
+impl ShardReadSeries {
+    /// Registered under the worker prefix of `prefix`, with `extra` on every series.
+    fn register(prefix: &str, extra: &[Label]) -> ShardReadSeries {
+        let shard_prefix = worker_prefix(prefix);
+        let with_extra = |mut own: Vec<Label>| {
+            own.extend(extra.iter().cloned());
+            own
+        };
+        let counter = |suffix: &str| {
+            let name = format!("{shard_prefix}{suffix}");
+            move |own: Vec<Label>| metrics::counter!(name.clone(), with_extra(own))
+        };
+        ShardReadSeries {
+            reads: labelled(
+                &SHARD_READ_OUTCOMES,
+                counter(name::STATE_SHARD_READS_TOTAL),
+                "outcome",
+            ),
+            duration: metrics::histogram!(
+                format!("{shard_prefix}{}", name::STATE_SHARD_READ_DURATION_SECONDS),
+                with_extra(Vec::new())
+            ),
+            verify: labelled(
+                &SHARD_VERIFY_OUTCOMES,
+                counter(name::STATE_SHARD_VERIFY_TOTAL),
+                "outcome",
+            ),
+            equivalence_mismatch: counter(name::STATE_EQUIVALENCE_MISMATCH_TOTAL)(Vec::new()),
+        }
+    }
 }
 
 fn labelled<T, const N: usize>(
@@ -110,11 +148,6 @@ impl StateBuilderMetrics {
         let with_extra = |mut own: Vec<Label>| {
             own.extend(extra.iter().cloned());
             own
-        };
-        let shard_prefix = worker_prefix(prefix);
-        let shard_counter = |suffix: &str| {
-            let name = format!("{shard_prefix}{suffix}");
-            move |own: Vec<Label>| metrics::counter!(name.clone(), with_extra(own))
         };
         let n = |suffix: &str| format!("{prefix}{suffix}");
         let counter = |suffix: &str| {
@@ -180,21 +213,7 @@ impl StateBuilderMetrics {
                 counter(name::CHECKPOINT_REFUSED_TOTAL),
                 "reason",
             ),
-            shard_reads: labelled(
-                &SHARD_READ_OUTCOMES,
-                shard_counter(name::STATE_SHARD_READS_TOTAL),
-                "outcome",
-            ),
-            shard_read_duration: metrics::histogram!(
-                format!("{shard_prefix}{}", name::STATE_SHARD_READ_DURATION_SECONDS),
-                with_extra(Vec::new())
-            ),
-            shard_verify: labelled(
-                &SHARD_VERIFY_OUTCOMES,
-                shard_counter(name::STATE_SHARD_VERIFY_TOTAL),
-                "outcome",
-            ),
-            equivalence_mismatch: shard_counter(name::STATE_EQUIVALENCE_MISMATCH_TOTAL)(Vec::new()),
+            shard: ShardReadSeries::register(prefix, &extra),
         };
         m.pre_register();
         Arc::new(m)
@@ -214,9 +233,9 @@ impl StateBuilderMetrics {
             .chain(&self.stalled_chains)
             .chain(&self.checkpoints)
             .chain(&self.checkpoint_refused)
-            .chain(&self.shard_reads)
-            .chain(&self.shard_verify)
-            .chain([&self.wal_events, &self.equivalence_mismatch]);
+            .chain(&self.shard.reads)
+            .chain(&self.shard.verify)
+            .chain([&self.wal_events, &self.shard.equivalence_mismatch]);
         for c in counters {
             c.increment(0);
         }
@@ -302,14 +321,14 @@ impl IndexObserver for StateBuilderMetrics {
     }
 
     fn state_shard_read(&self, outcome: ShardReadLabel, took: Duration) {
-        self.shard_reads[outcome.index()].increment(1);
-        self.shard_read_duration.record(took.as_secs_f64());
+        self.shard.reads[outcome.index()].increment(1);
+        self.shard.duration.record(took.as_secs_f64());
     }
 
     fn state_shard_verify(&self, outcome: ShardVerifyLabel) {
-        self.shard_verify[outcome.index()].increment(1);
+        self.shard.verify[outcome.index()].increment(1);
         if outcome == ShardVerifyLabel::Mismatched {
-            self.equivalence_mismatch.increment(1);
+            self.shard.equivalence_mismatch.increment(1);
         }
     }
 }
