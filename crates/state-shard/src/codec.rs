@@ -1,5 +1,6 @@
 //! A shard's bytes: an Arrow IPC **stream** (not the file format, despite the `.feather`
-//! name) of one record batch with production's eight columns (`state-shard.md`, section 2).
+//! name) of one record batch with production's eight columns (noetl/worker's
+//! `src/state_materializer.rs`, v5.120.0, through noetl/tools' `src/arrow_codec.rs`).
 
 use std::borrow::Borrow;
 use std::sync::Arc;

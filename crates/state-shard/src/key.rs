@@ -1,5 +1,6 @@
 //! Where an execution's shards live: production's key layout, its hash and its date rule
-//! (`shared/reference/state-shard.md`, section 1).
+//! (noetl/worker's `src/state_locator.rs` and `src/snowflake.rs`, v5.120.0;
+//! noetl/tools' `noetl-locator`).
 
 use std::fmt;
 
@@ -222,7 +223,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
 
-    /// noetl-locator's locked vectors (state-shard.md, section 1).
+    /// noetl-locator's locked vectors (noetl/tools' `noetl-locator`).
     #[test]
     fn the_hash_matches_the_locators_vectors() {
         assert_eq!(hash_shard("t_acme", "p_gen", Some(325), 256), 235);

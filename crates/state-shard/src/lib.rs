@@ -13,7 +13,8 @@
 //! costs one GET of a few kilobytes.
 //!
 //! This crate is both halves, byte-compatible with production (the reference is
-//! `shared/reference/state-shard.md`; the key layout, hash and date rule in [`key`], the
+//! noetl/worker v5.120.0's `src/state_reader.rs`, `src/state_materializer.rs` and
+//! `src/state_locator.rs`; the key layout, hash and date rule in [`key`], the
 //! columns and types in [`codec`], the slim payload text in [`row`]):
 //!
 //! - [`StateShardReader`] is a [`DriveFallbacks`](wal_index::DriveFallbacks): its

@@ -1,5 +1,5 @@
 //! The drive's step 3: an execution's state shard, read as production's worker reads it
-//! (`state-shard.md`, section 4).
+//! (noetl/worker's `src/state_reader.rs`, v5.120.0).
 
 use std::future::Future;
 

@@ -1,5 +1,5 @@
-//! One shard row from one event, as production's writer makes it (`state-shard.md`,
-//! sections 2 and 5).
+//! One shard row from one event, as production's writer makes it (noetl/worker's
+//! `src/state_materializer.rs`, v5.120.0).
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,6 @@
 //! A state-shard writer beside the drain: production's materializer, fed by the drain's
-//! batches instead of a consumer group of its own (`state-shard.md`, section 3).
+//! batches instead of a consumer group of its own (noetl/worker's
+//! `src/state_materializer.rs`, v5.120.0).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;

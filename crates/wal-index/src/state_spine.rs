@@ -1,5 +1,6 @@
 //! `GET /ehdb/state-spine?execution=<id>[&head=<id>]`: the spine production's server asks a
-//! worker for, answered from any [`StateIndex`] (`shared/reference/state-spine.md`).
+//! worker for, answered from any [`StateIndex`] (noetl/worker's
+//! `src/metrics_server.rs`).
 //!
 //! The server folds the events itself; the worker serves them. The answer **fails
 //! closed**: an incomplete build (the drain is behind, a link is missing, the index does

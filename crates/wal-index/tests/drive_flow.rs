@@ -158,8 +158,8 @@ fn a_drive_rebuilds_after_every_wake_until_its_deadline<I: StateIndex>() {
 }
 
 /// After the deadline the state shard serves, as production reads it: its events are
-/// applied to the index and the build walks from the expected head (state-shard.md,
-/// section 4: applied, then a rebuild that must reach genesis). Neither is a rehydrate.
+/// applied to the index and the build walks from the expected head (noetl/worker's
+/// `state_reader.rs`: applied, then a rebuild that must reach genesis). Neither is a rehydrate.
 fn the_state_shard_serves_after_the_deadline<I: StateIndex>() {
     let (index, reported) = observed::<I>();
     let sources = Sources {

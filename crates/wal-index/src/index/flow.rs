@@ -76,7 +76,7 @@ pub type FallbackRead<'a> = Pin<Box<dyn Future<Output = Option<Vec<Event>>> + Se
 pub type ShardRead<'a> = Pin<Box<dyn Future<Output = ShardAnswer> + Send + 'a>>;
 
 /// What a state-shard read answered: the reader outcomes of production's worker
-/// (`shared/reference/state-shard.md`, section 4), before the drive's build says whether the
+/// (noetl/worker v5.120.0's `src/state_reader.rs`), before the drive's build says whether the
 /// shard served.
 ///
 /// | answer | production's reader | `state_shard_reads_total{outcome}` |
