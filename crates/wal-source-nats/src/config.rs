@@ -133,6 +133,35 @@ impl JetStreamConfig {
         self
     }
 
+    /// How long a record skipped across a break (one whose sequence a deposed leader
+    /// served with another record) stays missing before this source rewinds to it, when
+    /// the broker answers: the [`verify_window`](JetStreamConfig::verify_window) after the
+    /// last consumer was created, the check (up to two
+    /// [`api_timeout`](JetStreamConfig::api_timeout)s for the 256 records a break
+    /// typically leaves suspect) and the new consumer (one more). A hole in a chain that
+    /// lasts this long across a leader change is the check at work, not a loss: an
+    /// index's [`stall_after`](wal_index::IndexConfig::stall_after) above it (plus the
+    /// redelivery after the rewind) reports only holes the check did not close. A check
+    /// the broker leaves unanswered is tried again, so during an outage a hole can last
+    /// longer; the default stall bound, 30 s, leaves room for that.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wal_source_nats::JetStreamConfig;
+    ///
+    /// let config = JetStreamConfig::new("nats://127.0.0.1:4222");
+    /// assert_eq!(config.rewind_within(), Duration::from_secs(11));
+    /// assert!(config.rewind_within() < wal_index::IndexConfig::DEFAULT_STALL_AFTER);
+    /// // No check: a skipped record is never rewound to.
+    /// assert_eq!(config.verify_window(Duration::ZERO).rewind_within(), Duration::ZERO);
+    /// ```
+    pub fn rewind_within(&self) -> Duration {
+        if self.verify_window.is_zero() {
+            return Duration::ZERO;
+        }
+        self.verify_window + self.api_timeout * 3
+    }
+
     /// A durable consumer named `name` instead of replay-on-boot.
     pub fn durable(mut self, name: impl Into<String>) -> Self {
         self.mode = ConsumerMode::Durable { name: name.into() };

@@ -2,7 +2,10 @@
 //! publishes live: the stream's leader SIGKILLed and restarted, a follower SIGKILLed and
 //! restarted, the leader SIGSTOPped past the election timeout and SIGCONTed. After the three
 //! faults every acknowledged event is in the index once, every execution is served whole,
-//! the drain recovered by itself, and no chain stalled. A second test partitions the leader
+//! the drain recovered by itself, and no chain stalled past the time the source's check
+//! takes to rewind to a record a deposed leader hid
+//! ([`JetStreamConfig::rewind_within`](wal_source_nats::JetStreamConfig::rewind_within)).
+//! A second test partitions the leader
 //! away and heals it, where network namespaces can be made. Bounded (about a minute); the long
 //! version with the fault table is `scripts/nats-cluster.sh drill`. Skips where no
 //! `nats-server` exists, unless `SB_REQUIRE_NATS` is set.
@@ -27,7 +30,8 @@ fn config(down: Duration) -> DrillConfig {
 }
 
 /// Runs `faults` and checks what every fault must leave: each acknowledged event in the
-/// index once, every execution served whole, no stalled chain, and a new leader after the
+/// index once, every execution served whole, no chain stalled past the source's rewind
+/// bound, and a new leader after the
 /// leader was killed (a pause or a partition shorter than the election may leave the old
 /// leader in place; the figures say which).
 fn drill(cluster: &mut Cluster, down: Duration, faults: &[Fault]) {

@@ -267,13 +267,18 @@ pub fn run(
         .ensure_stream_replicated(STREAM, 3, Duration::from_secs(60))
         .map_err(|e| e.to_string())?;
     let log = Arc::new(Log::default());
+    let source_config = JetStreamConfig::new(&url).stream(STREAM);
+    // A record a deposed leader's sequence hid stays missing until the source's check
+    // rewinds to it, a window after the last consumer was created: a hole that long is
+    // the check at work. Past that bound (and a few seconds for the redelivery on a
+    // loaded 2-core machine) a hole is reported: one the check closed late. A hole never
+    // closed fails the counts at the end (indexed, served whole) however late it opened.
     let index_config = IndexConfig {
-        stall_after: Some(Duration::from_secs(5)),
+        stall_after: Some(source_config.rewind_within() + Duration::from_secs(4)),
         ..IndexConfig::default()
     };
     let index = Arc::new(WalIndex::with_observer(index_config, log.clone()));
-    let source = JetStreamSource::connect(JetStreamConfig::new(&url).stream(STREAM))
-        .map_err(|e| e.to_string())?;
+    let source = JetStreamSource::connect(source_config).map_err(|e| e.to_string())?;
     let drain = Drain::new(Arc::clone(&index), source, DrainConfig::default()).spawn();
     let mut producer = Producer {
         publisher,
