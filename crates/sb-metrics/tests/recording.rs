@@ -300,7 +300,11 @@ fn every_series_moves_as_documented<I: StateIndex>() {
 struct Retained(i64);
 
 impl DriveFallbacks for Retained {
-    fn retained(&self, execution: i64) -> wal_index::flow::FallbackRead<'_> {
+    fn retained(
+        &self,
+        execution: i64,
+        _: wal_index::ingest::DecodeMode,
+    ) -> wal_index::flow::FallbackRead<'_> {
         Box::pin(std::future::ready(Some(if self.0 == 0 {
             Vec::new()
         } else {

@@ -6,6 +6,7 @@ use std::future::Future;
 use chain_fold::{Event, ExecutionId};
 use wal_index::DriveFallbacks;
 use wal_index::flow::{FallbackRead, ShardAnswer, ShardRead};
+use wal_index::ingest::DecodeMode;
 
 use crate::codec::decode;
 use crate::error::ShardError;
@@ -44,29 +45,19 @@ pub struct StateShardReader {
     store: ShardStore,
     cell: CellSettings,
     max_bytes: u64,
-    slim: bool,
 }
 
 impl StateShardReader {
     /// The cap on one shard object's size by default: 64 MiB.
     pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 
-    /// Reads shards from `store` under `cell`'s keys, decoding their events slim (as a
-    /// production pool's index stores them), refusing objects over 64 MiB.
+    /// Reads shards from `store` under `cell`'s keys, refusing objects over 64 MiB.
     pub fn new(store: ShardStore, cell: CellSettings) -> StateShardReader {
         StateShardReader {
             store,
             cell,
             max_bytes: StateShardReader::DEFAULT_MAX_BYTES,
-            slim: true,
         }
-    }
-
-    /// Decodes events whole (`false`) or slim (`true`, the default): the mode the pool's
-    /// index stores, so a shard's event is the same bytes as the drain's.
-    pub fn slim(mut self, slim: bool) -> StateShardReader {
-        self.slim = slim;
-        self
     }
 
     /// Refuses shard objects larger than `max_bytes` before reading them.
@@ -80,12 +71,14 @@ impl StateShardReader {
         &self.cell
     }
 
-    /// Reads the execution's shard.
+    /// Reads the execution's shard, decoding each cell once as `mode` says (the mode the
+    /// pool's index stores, so a shard's event is the same bytes as the drain's).
     pub fn read(
         &self,
         execution_id: ExecutionId,
+        mode: DecodeMode,
     ) -> impl Future<Output = ShardAnswer> + Send + 'static + use<> {
-        let (store, max_bytes, slim) = (self.store.clone(), self.max_bytes, self.slim);
+        let (store, max_bytes) = (self.store.clone(), self.max_bytes);
         let keys =
             [ShardKind::Sealed, ShardKind::Open].map(|kind| self.cell.key(execution_id, kind));
         async move {
@@ -94,7 +87,7 @@ impl StateShardReader {
                 match store.get(&key, max_bytes).await {
                     Ok(None) => continue,
                     Ok(Some(bytes)) => {
-                        return match events_of(&bytes, execution_id, slim) {
+                        return match events_of(&bytes, execution_id, mode) {
                             Ok(events) if events.is_empty() => ShardAnswer::Empty,
                             Ok(events) => ShardAnswer::Events(events),
                             Err(error) => ShardAnswer::Failed(error.to_string()),
@@ -108,8 +101,8 @@ impl StateShardReader {
     }
 
     /// [`read`](Self::read), waiting on the calling thread.
-    pub fn read_blocking(&self, execution_id: ExecutionId) -> ShardAnswer {
-        futures_lite::future::block_on(self.read(execution_id))
+    pub fn read_blocking(&self, execution_id: ExecutionId, mode: DecodeMode) -> ShardAnswer {
+        futures_lite::future::block_on(self.read(execution_id, mode))
     }
 
     /// Reads from the shard store first, then `retained` for the drive's step 4.
@@ -121,25 +114,20 @@ impl StateShardReader {
     }
 }
 
-/// The execution's events in a shard's bytes, decoded slim or whole. An error when the
+/// The execution's events in a shard's bytes, each cell decoded once as `mode` says. An error when the
 /// bytes are not a stream, the `payload` column is missing or not Utf8, or no cell is JSON;
 /// cells that are JSON but not events, and events of other executions, are skipped.
 pub fn events_of(
     bytes: &[u8],
     execution_id: ExecutionId,
-    slim: bool,
+    mode: DecodeMode,
 ) -> Result<Vec<Event>, ShardError> {
     let shard = decode(bytes)?;
     let payloads = shard.payloads()?;
     let mut json = 0usize;
     let mut events = Vec::new();
     for payload in payloads {
-        let decoded = if slim {
-            Event::from_json_slim(payload.as_bytes())
-        } else {
-            Event::from_json(payload.as_bytes())
-        };
-        match decoded {
+        match mode.decode(payload.as_bytes()) {
             Ok(event) => {
                 json += 1;
                 if event.execution_id() == execution_id {
@@ -160,8 +148,8 @@ pub fn events_of(
 }
 
 impl DriveFallbacks for StateShardReader {
-    fn state_shard(&self, execution_id: ExecutionId) -> ShardRead<'_> {
-        Box::pin(self.read(execution_id))
+    fn state_shard(&self, execution_id: ExecutionId, mode: DecodeMode) -> ShardRead<'_> {
+        Box::pin(self.read(execution_id, mode))
     }
 }
 
@@ -174,10 +162,10 @@ pub struct ShardsThenRetained<R> {
 }
 
 impl<R: DriveFallbacks> DriveFallbacks for ShardsThenRetained<R> {
-    fn state_shard(&self, execution_id: ExecutionId) -> ShardRead<'_> {
-        self.shards.state_shard(execution_id)
+    fn state_shard(&self, execution_id: ExecutionId, mode: DecodeMode) -> ShardRead<'_> {
+        self.shards.state_shard(execution_id, mode)
     }
-    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
-        self.retained.retained(execution_id)
+    fn retained(&self, execution_id: ExecutionId, mode: DecodeMode) -> FallbackRead<'_> {
+        self.retained.retained(execution_id, mode)
     }
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use chain_fold::{Event, EventId, ExecutionId};
 use wal_index::flow::ShardAnswer;
+use wal_index::ingest::DecodeMode;
 
 use crate::codec::encode;
 use crate::key::{CellSettings, ShardKind};
@@ -187,6 +188,7 @@ const METRIC_PREFIX: &str = "noetl_worker_state_materializer_";
 /// use state_shard::{CellSettings, ShardStore, ShardWriter, StateShardReader, WriterConfig};
 /// use wal_index::ingest::JsonLinesSource;
 /// use wal_index::flow::ShardAnswer;
+/// use wal_index::ingest::DecodeMode;
 /// use wal_index::{Drain, DrainConfig, WalIndex};
 ///
 /// # fn main() -> std::io::Result<()> {
@@ -201,7 +203,7 @@ const METRIC_PREFIX: &str = "noetl_worker_state_materializer_";
 /// let stats = writer.shut_down();
 /// assert_eq!(stats.sealed_written, 1);
 /// let reader = StateShardReader::new(store, CellSettings::default());
-/// let ShardAnswer::Events(events) = reader.read_blocking(5) else { panic!() };
+/// let ShardAnswer::Events(events) = reader.read_blocking(5, DecodeMode::Slim) else { panic!() };
 /// assert_eq!(events.len(), 2);
 /// # std::fs::remove_dir_all(&dir).ok();
 /// # Ok(()) }
@@ -223,7 +225,7 @@ impl ShardWriter {
         let (sender, receiver) = std::sync::mpsc::sync_channel(config.queue_batches.max(1));
         let counters = Arc::new(Counters::default());
         let work = Work {
-            reader: StateShardReader::new(store.clone(), cell.clone()).slim(false),
+            reader: StateShardReader::new(store.clone(), cell.clone()),
             store,
             cell,
             config,
@@ -522,7 +524,7 @@ impl Work {
     /// Adds the rows of the shard already in the store that `held` lacks. False when that
     /// shard exists but cannot be read: writing would replace it, perhaps with less.
     fn merge(&mut self, id: ExecutionId, held: &mut Held) -> bool {
-        match self.reader.read_blocking(id) {
+        match self.reader.read_blocking(id, DecodeMode::Whole) {
             ShardAnswer::Events(events) => {
                 let budget = self.config.extracted_budget;
                 let before = held.rows.len();

@@ -20,6 +20,7 @@ use state_shard::{
     CellSettings, ShardKind, ShardRow, ShardStore, ShardWriter, StateShardReader, WriterConfig,
 };
 use wal_index::flow::{FallbackRead, ShardAnswer};
+use wal_index::ingest::DecodeMode;
 use wal_index::labels::{DriveLabel, ShardReadLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, StateIndex, WalIndex};
@@ -51,7 +52,7 @@ fn no_wait() -> DriveBudget {
 struct Retained(Vec<Event>);
 
 impl DriveFallbacks for Retained {
-    fn retained(&self, _: chain_fold::ExecutionId) -> FallbackRead<'_> {
+    fn retained(&self, _: chain_fold::ExecutionId, _: DecodeMode) -> FallbackRead<'_> {
         Box::pin(std::future::ready(Some(self.0.clone())))
     }
 }
@@ -67,7 +68,10 @@ fn each_outcome(store: &ShardStore, object_file: impl Fn(&str) -> PathBuf) {
     let head = 1_000 + LEN;
 
     // Not found: both keys 404.
-    assert_eq!(reader.read_blocking(FIRST), ShardAnswer::NotFound);
+    assert_eq!(
+        reader.read_blocking(FIRST, DecodeMode::Slim),
+        ShardAnswer::NotFound
+    );
 
     // A 404 on `sealed` with a good `open`: served from `open`.
     put_shard(store, first, ShardKind::Open);
@@ -94,7 +98,7 @@ fn each_outcome(store: &ShardStore, object_file: impl Fn(&str) -> PathBuf) {
     let path = object_file(&sealed_key);
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() * 2 / 3]).unwrap();
-    let answer = reader.read_blocking(FIRST);
+    let answer = reader.read_blocking(FIRST, DecodeMode::Slim);
     assert!(
         matches!(&answer, ShardAnswer::Failed(why) if why.contains("Arrow")),
         "{answer:?}"
@@ -121,7 +125,7 @@ fn each_outcome(store: &ShardStore, object_file: impl Fn(&str) -> PathBuf) {
     no_payload.finish().unwrap();
     futures_lite::future::block_on(store.put(&sealed_key, no_payload.into_inner().unwrap()))
         .unwrap();
-    let answer = reader.read_blocking(FIRST);
+    let answer = reader.read_blocking(FIRST, DecodeMode::Slim);
     assert!(
         matches!(&answer, ShardAnswer::Failed(why) if why.contains("payload")),
         "{answer:?}"
@@ -132,7 +136,10 @@ fn each_outcome(store: &ShardStore, object_file: impl Fn(&str) -> PathBuf) {
     let key_of_second = CellSettings::default().key(FIRST + 1, ShardKind::Sealed);
     let moved = object_file(&key_of_second);
     std::fs::copy(&moved, &path).unwrap();
-    assert_eq!(reader.read_blocking(FIRST), ShardAnswer::Empty);
+    assert_eq!(
+        reader.read_blocking(FIRST, DecodeMode::Slim),
+        ShardAnswer::Empty
+    );
     let drive = WalIndex::new(slim()).drive(
         FIRST,
         Some(head),
@@ -262,7 +269,10 @@ fn the_reader_reads_through_productions_server_path() {
         "the key raw in the path, `open` not asked for"
     );
     // The second execution has no shard: both keys asked for, both 404.
-    assert_eq!(reader.read_blocking(FIRST + 1), ShardAnswer::NotFound);
+    assert_eq!(
+        reader.read_blocking(FIRST + 1, DecodeMode::Slim),
+        ShardAnswer::NotFound
+    );
     assert_eq!(server.paths.lock().unwrap().len(), 3);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -301,7 +311,7 @@ fn the_writer_paces_open_shards_and_seals_at_the_end() {
         started.elapsed()
     );
     let reader = StateShardReader::new(store.clone(), CellSettings::default());
-    let ShardAnswer::Events(held) = reader.read_blocking(FIRST) else {
+    let ShardAnswer::Events(held) = reader.read_blocking(FIRST, DecodeMode::Slim) else {
         panic!()
     };
     assert_eq!(held.len(), 4, "the timer wrote the throttled rows");
@@ -382,7 +392,7 @@ fn a_redelivered_genesis_does_not_skip_the_merge() {
     let stats = run(&[second[5].clone(), second[6].clone(), second[0].clone()]);
     assert_eq!((stats.merged, stats.errors), (1, 0), "{stats:?}");
     let reader = StateShardReader::new(store.clone(), CellSettings::default());
-    let ShardAnswer::Events(held) = reader.read_blocking(FIRST + 1) else {
+    let ShardAnswer::Events(held) = reader.read_blocking(FIRST + 1, DecodeMode::Slim) else {
         panic!()
     };
     assert_eq!(held.len(), LEN as usize - 1, "no row lost");

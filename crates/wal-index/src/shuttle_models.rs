@@ -168,7 +168,11 @@ fn workload<I: StateIndex>() {
 struct Retained(Vec<Event>, usize, std::sync::atomic::AtomicU32);
 
 impl crate::index::flow::DriveFallbacks for Retained {
-    fn retained(&self, _: chain_fold::ExecutionId) -> crate::index::flow::FallbackRead<'_> {
+    fn retained(
+        &self,
+        _: chain_fold::ExecutionId,
+        _: crate::ingest::DecodeMode,
+    ) -> crate::index::flow::FallbackRead<'_> {
         self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (events, yields) = (self.0.clone(), self.1);
         Box::pin(async move {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{Sources, ev, linear};
 use wal_index::baseline::MutexIndex;
 use wal_index::flow::{DriveFallbacks, FallbackRead, blocking_read};
-use wal_index::ingest::{Backfill, channel_wal};
+use wal_index::ingest::{Backfill, DecodeMode, channel_wal};
 use wal_index::labels::{DriveLabel, RehydrateLabel};
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{
@@ -311,7 +311,7 @@ struct SlowFeed {
 }
 
 impl DriveFallbacks for SlowFeed {
-    fn retained(&self, execution: ExecutionId) -> FallbackRead<'_> {
+    fn retained(&self, execution: ExecutionId, _: DecodeMode) -> FallbackRead<'_> {
         let (pause, reads) = (self.pause, Arc::clone(&self.reads));
         blocking_read(move || {
             std::thread::sleep(pause);
@@ -470,7 +470,7 @@ struct ShortThenWholeFeed {
 }
 
 impl DriveFallbacks for ShortThenWholeFeed {
-    fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
+    fn retained(&self, _: ExecutionId, _: DecodeMode) -> FallbackRead<'_> {
         let first = self.reads.fetch_add(1, Ordering::Relaxed) == 0;
         let events = if first {
             self.whole[self.whole.len() - 1..].to_vec()
@@ -602,7 +602,7 @@ struct AnswerFeed {
 }
 
 impl DriveFallbacks for AnswerFeed {
-    fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
+    fn retained(&self, _: ExecutionId, _: DecodeMode) -> FallbackRead<'_> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         match self.answer {
             Answer::Never => Box::pin(std::future::pending()),
@@ -642,7 +642,7 @@ struct CountingFeed {
 }
 
 impl DriveFallbacks for CountingFeed {
-    fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
+    fn retained(&self, _: ExecutionId, _: DecodeMode) -> FallbackRead<'_> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         Box::pin(std::future::ready(Some(self.events.clone())))
     }

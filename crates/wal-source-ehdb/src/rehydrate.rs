@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use chain_fold::{Event, ExecutionId};
 use wal_index::DriveFallbacks;
 use wal_index::flow::{FallbackRead, ReadBounds, blocking_read};
-use wal_index::ingest::Decoded;
+use wal_index::ingest::{DecodeMode, Decoded};
 
 use crate::connect::{after, dial, send_subscription};
 use crate::frame::{FeedError, FrameReader, FrameSummary, Limits};
@@ -104,13 +104,15 @@ impl EhdbRehydrate {
         self
     }
 
-    /// The replay itself: the events found, or why the writer could not be read at all.
-    pub fn read(&self, execution_id: ExecutionId) -> io::Result<Vec<Event>> {
+    /// The replay itself: the events found, each decoded once as `mode` says, or why the
+    /// writer could not be read at all.
+    pub fn read(&self, execution_id: ExecutionId, mode: DecodeMode) -> io::Result<Vec<Event>> {
         let until = Instant::now() + self.bounds.deadline();
         let shard = shard_of(execution_id, self.shards);
         let mut input = subscribe(&self.addr, shard, self.cursor, until)?;
         let mut events = Vec::new();
         let mut reader = FrameReader::new(self.limits);
+        reader.decode_as(mode);
         let read = reader.read_frame_of(
             &mut input,
             execution_id,
@@ -189,7 +191,7 @@ fn subscribe(
 /// an async drive must not park its executor's worker on it. The read ends at its own
 /// deadline even when the drive stopped waiting for it first.
 impl DriveFallbacks for EhdbRehydrate {
-    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
+    fn retained(&self, execution_id: ExecutionId, mode: DecodeMode) -> FallbackRead<'_> {
         // Relaxed: a count that bounds concurrent subscriptions; no data is published
         // through it (each read's thread owns what it reads).
         if self.running.fetch_add(1, Ordering::Relaxed) >= self.max_running {
@@ -200,7 +202,7 @@ impl DriveFallbacks for EhdbRehydrate {
         let ends = Running(Arc::clone(&self.running));
         blocking_read(move || {
             let _ends = ends;
-            feed.read(execution_id).ok()
+            feed.read(execution_id, mode).ok()
         })
     }
 }

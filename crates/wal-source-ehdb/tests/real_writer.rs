@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::LogRecord;
 use wal_index::WalSource;
-use wal_index::ingest::Pull;
+use wal_index::ingest::{DecodeMode, Pull};
 use wal_index::{Drain, DrainConfig, DriveFallbacks, StateIndex, WalIndex};
 use wal_source_ehdb::test_writer::{Cut, CutProxy, Writer};
 use wal_source_ehdb::{EhdbConfig, EhdbPublisher, EhdbRehydrate, EhdbSource};
@@ -121,7 +121,8 @@ fn a_replay_reads_one_execution_from_the_real_writer() {
     };
     publish(&writer, 0..200);
     let feed = EhdbRehydrate::new(writer.feed.clone(), 1);
-    let events = futures_lite::future::block_on(feed.retained(103)).expect("reachable");
+    let events =
+        futures_lite::future::block_on(feed.retained(103, DecodeMode::Whole)).expect("reachable");
     assert_eq!(
         events.iter().map(|e| e.id()).collect::<Vec<_>>(),
         (1..=20).collect::<Vec<_>>()
@@ -420,7 +421,7 @@ fn an_abandoned_read_costs_the_writer_its_whole_shard_then_stops() {
         .bounds(wal_index::flow::ReadBounds::DEFAULT.with_deadline(Duration::from_millis(100)));
     let before = cpu_seconds(pid);
     let started = Instant::now();
-    let events = read.read(100).unwrap();
+    let events = read.read(100, DecodeMode::Whole).unwrap();
     let gave_up = started.elapsed();
     assert!(events.is_empty(), "no frame within 100 ms");
     // The socket is closed; the writer goes on preparing the frame.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::{Behaviour, FakeWriter, LogRecord};
 use wal_index::flow::ReadBounds;
+use wal_index::ingest::DecodeMode;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, StateIndex, WalIndex};
 use wal_source_ehdb::EhdbRehydrate;
@@ -31,12 +32,24 @@ fn shared_log() -> Vec<LogRecord> {
 fn a_replay_reads_its_execution_alone_and_serves_the_drive() {
     let writer = FakeWriter::start(shared_log(), vec![Behaviour::Serve]);
     let retained = EhdbRehydrate::new(writer.addr.clone(), 1);
-    let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
+    let events =
+        futures_lite::future::block_on(retained.retained(7, DecodeMode::Whole)).expect("reachable");
     assert_eq!(
         events.iter().map(|e| e.id()).collect::<Vec<_>>(),
         vec![1, 2, 3, 4]
     );
     assert!(events.iter().all(|e| e.execution_id() == 7));
+    // A slim index's read decodes each record once, straight to its slim projection.
+    let slim =
+        futures_lite::future::block_on(retained.retained(7, DecodeMode::Slim)).expect("reachable");
+    assert_eq!(slim.len(), events.len());
+    for (slim, whole) in slim.iter().zip(&events) {
+        assert_eq!(slim.payload(), whole.to_slim().payload());
+        assert!(
+            slim.to_slim().ptr_eq(slim),
+            "already slim: nothing to parse again"
+        );
+    }
 
     let index = WalIndex::default();
     let gate = RehydrateGate::default();
@@ -56,7 +69,8 @@ fn the_message_cap_bounds_the_records_read_of_any_execution() {
     let retained =
         EhdbRehydrate::new(writer.addr.clone(), 1).bounds(ReadBounds::DEFAULT.with_max_records(3));
     // Records 1 (7), 2 (8), 3 (7): the cap stops the read before 7's third and fourth.
-    let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
+    let events =
+        futures_lite::future::block_on(retained.retained(7, DecodeMode::Whole)).expect("reachable");
     assert_eq!(
         events.iter().map(|e| e.id()).collect::<Vec<_>>(),
         vec![1, 2]
@@ -75,7 +89,8 @@ fn the_deadline_bounds_a_writer_that_stops_mid_frame() {
     let retained = EhdbRehydrate::new(writer.addr.clone(), 1)
         .bounds(ReadBounds::DEFAULT.with_deadline(Duration::from_millis(300)));
     let started = Instant::now();
-    let events = futures_lite::future::block_on(retained.retained(7)).expect("reachable");
+    let events =
+        futures_lite::future::block_on(retained.retained(7, DecodeMode::Whole)).expect("reachable");
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(250) && took < Duration::from_secs(5),
@@ -94,7 +109,7 @@ fn an_unreachable_writer_is_no_replay() {
         .port();
     let retained = EhdbRehydrate::new(format!("127.0.0.1:{port}"), 1)
         .bounds(ReadBounds::DEFAULT.with_deadline(Duration::from_millis(100)));
-    assert!(futures_lite::future::block_on(retained.retained(7)).is_none());
+    assert!(futures_lite::future::block_on(retained.retained(7, DecodeMode::Whole)).is_none());
 }
 
 /// At most `max_running` reads of the writer at once, counted until each read's thread ends:
@@ -108,9 +123,9 @@ fn reads_past_the_cap_answer_at_once_until_a_running_one_ends() {
         .bounds(ReadBounds::DEFAULT.with_deadline(Duration::from_millis(600)))
         .max_running(1);
     // The first read starts, and its drive stops waiting at once (the future is dropped).
-    drop(retained.retained(7));
+    drop(retained.retained(7, DecodeMode::Whole));
     let started = Instant::now();
-    let refused = futures_lite::future::block_on(retained.retained(8));
+    let refused = futures_lite::future::block_on(retained.retained(8, DecodeMode::Whole));
     assert!(refused.is_none(), "over the cap: no replay");
     assert!(
         started.elapsed() < Duration::from_millis(300),
@@ -120,7 +135,7 @@ fn reads_past_the_cap_answer_at_once_until_a_running_one_ends() {
     // deadline, and finds nothing: an empty replay, not a refusal).
     std::thread::sleep(Duration::from_millis(900));
     let started = Instant::now();
-    let ran = futures_lite::future::block_on(retained.retained(9));
+    let ran = futures_lite::future::block_on(retained.retained(9, DecodeMode::Whole));
     assert_eq!(ran, Some(Vec::new()));
     assert!(
         started.elapsed() >= Duration::from_millis(500),

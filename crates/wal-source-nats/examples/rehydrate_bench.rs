@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use wal_index::ingest::DecodeMode;
 use wal_source_nats::{
     JetStreamConfig, JetStreamPublisher, JetStreamRehydrate, SubjectLayout, Subjects,
 };
@@ -58,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .take(20)
     {
         let started = Instant::now();
-        let got = reads.read(execution)?;
+        let got = reads.read(execution, DecodeMode::Slim)?;
         let took = started.elapsed();
         println!(
             "execution {execution}: {} events in {:.1} ms",

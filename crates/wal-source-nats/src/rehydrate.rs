@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt;
 use wal_index::flow::{DriveFallbacks, FallbackRead, ReadBounds};
+use wal_index::ingest::DecodeMode;
 use wal_index::{Event, ExecutionId};
 
 use crate::config::{JetStreamConfig, Subjects};
@@ -195,10 +196,11 @@ impl JetStreamRehydrate {
         self
     }
 
-    /// One execution's retained events, in stream order; `Ok(empty)` if the stream holds
-    /// none. Blocks the calling thread (the [`DriveFallbacks`] form does not).
-    pub fn read(&self, execution_id: ExecutionId) -> std::io::Result<Vec<Event>> {
-        let read = self.read_task(execution_id);
+    /// One execution's retained events, in stream order, each decoded once as `mode` says;
+    /// `Ok(empty)` if the stream holds none. Blocks the calling thread (the
+    /// [`DriveFallbacks`] form does not).
+    pub fn read(&self, execution_id: ExecutionId, mode: DecodeMode) -> std::io::Result<Vec<Event>> {
+        let read = self.read_task(execution_id, mode);
         self.runtime.block_on(async move {
             read.await
                 .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
@@ -209,12 +211,13 @@ impl JetStreamRehydrate {
     fn read_task(
         &self,
         execution_id: ExecutionId,
+        mode: DecodeMode,
     ) -> tokio::task::JoinHandle<std::io::Result<Vec<Event>>> {
         let (context, stream) = (self.context.clone(), self.config.stream.clone());
         let filter = self.layout.execution_filter(execution_id);
         let (deadline, cap) = (self.bounds.deadline(), self.bounds.max_records());
         self.runtime.handle().spawn(async move {
-            let read = read_execution(&context, &stream, filter, execution_id, cap);
+            let read = read_execution(&context, &stream, filter, (execution_id, mode), cap);
             tokio::time::timeout(deadline, read)
                 .await
                 .unwrap_or_else(|_| {
@@ -232,7 +235,7 @@ async fn read_execution(
     context: &jetstream::Context,
     stream: &str,
     filter_subject: String,
-    execution_id: ExecutionId,
+    (execution_id, mode): (ExecutionId, DecodeMode),
     cap: u64,
 ) -> std::io::Result<Vec<Event>> {
     let failed = |what: &str, e: &dyn std::fmt::Display| {
@@ -296,7 +299,7 @@ async fn read_execution(
             };
             taken += 1;
             let last = message.info().is_ok_and(|info| info.pending == 0);
-            if let Ok(event) = Event::from_json_bytes(message.payload.clone())
+            if let Ok(event) = mode.decode(&message.payload)
                 && event.execution_id() == execution_id
             {
                 events.push(event);
@@ -332,8 +335,8 @@ impl Drop for DeleteOnDrop {
 /// The read runs on the client's runtime; the future only waits for it, and dropping the
 /// future aborts it.
 impl DriveFallbacks for JetStreamRehydrate {
-    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
-        let task = AbortOnDrop(self.read_task(execution_id));
+    fn retained(&self, execution_id: ExecutionId, mode: DecodeMode) -> FallbackRead<'_> {
+        let task = AbortOnDrop(self.read_task(execution_id, mode));
         Box::pin(async move {
             let mut task = task;
             (&mut task.0).await.ok()?.ok()

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{chain, tip};
 use wal_index::flow::ReadBounds;
-use wal_index::ingest::Backfill;
+use wal_index::ingest::{Backfill, DecodeMode};
 use wal_index::labels::DriveLabel;
 use wal_index::rehydrate::RehydrateGate;
 use wal_index::{DriveBudget, DriveFlow, StateIndex, WalIndex};
@@ -48,26 +48,36 @@ fn an_execution_is_read_by_its_subject_in_either_layout() {
     publisher.flush().unwrap();
 
     let ours = JetStreamRehydrate::connect(config.clone(), SubjectLayout::default()).unwrap();
-    let events = ours.read(3).unwrap();
+    let events = ours.read(3, DecodeMode::Whole).unwrap();
     assert_eq!(ids(&events), (3001..=3006).collect::<Vec<_>>());
     assert!(events.iter().all(|e| e.execution_id() == 3));
+    // A slim index's read decodes each record once, straight to its slim projection.
+    let slim = ours.read(3, DecodeMode::Slim).unwrap();
+    assert_eq!(slim.len(), events.len());
+    for (slim, whole) in slim.iter().zip(&events) {
+        assert_eq!(slim.payload(), whole.to_slim().payload());
+        assert!(
+            slim.to_slim().ptr_eq(slim),
+            "already slim: nothing to parse again"
+        );
+    }
     assert_eq!(
-        ours.read(99).unwrap(),
+        ours.read(99, DecodeMode::Whole).unwrap(),
         Vec::new(),
         "no messages: an empty history"
     );
     assert_eq!(
-        ours.read(42).unwrap(),
+        ours.read(42, DecodeMode::Whole).unwrap(),
         Vec::new(),
         "not on this layout's subjects"
     );
 
     let production = JetStreamRehydrate::connect(config, SubjectLayout::tenant_org()).unwrap();
     assert_eq!(
-        ids(&production.read(42).unwrap()),
+        ids(&production.read(42, DecodeMode::Whole).unwrap()),
         vec![42001, 42002, 42003, 42004]
     );
-    assert_eq!(production.read(3).unwrap(), Vec::new());
+    assert_eq!(production.read(3, DecodeMode::Whole).unwrap(), Vec::new());
 }
 
 #[test]
@@ -86,7 +96,7 @@ fn a_read_over_its_cap_is_refused_not_cut_short() {
     let capped = JetStreamRehydrate::connect(config, SubjectLayout::default())
         .unwrap()
         .bounds(ReadBounds::DEFAULT.with_max_records(5));
-    let error = capped.read(7).unwrap_err();
+    let error = capped.read(7, DecodeMode::Whole).unwrap_err();
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
 }
 

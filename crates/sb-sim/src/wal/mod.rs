@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use wal_index::flow::FallbackRead;
-use wal_index::ingest::{ChannelSource, Pull, WalWriter, channel_wal};
+use wal_index::ingest::{ChannelSource, DecodeMode, Pull, WalWriter, channel_wal};
 use wal_index::{DriveFallbacks, Event, ExecutionId, WalSource};
 use wal_source_nats::{
     JetStreamConfig, JetStreamPublisher, JetStreamRehydrate, JetStreamSource, SubjectLayout,
@@ -491,20 +491,21 @@ impl RetainedWal {
 
 /// In memory: each read answers at once, on the drive's own thread.
 impl DriveFallbacks for RetainedWal {
-    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
-        Box::pin(std::future::ready(self.events_of(execution_id)))
+    fn retained(&self, execution_id: ExecutionId, mode: DecodeMode) -> FallbackRead<'_> {
+        Box::pin(std::future::ready(self.events_of(execution_id, mode)))
     }
 }
 
 impl RetainedWal {
-    /// One execution's retained events, decoded (`None` if it has none).
-    fn events_of(&self, execution_id: ExecutionId) -> Option<Vec<Event>> {
+    /// One execution's retained events, each decoded once as `mode` says (`None` if it has
+    /// none).
+    fn events_of(&self, execution_id: ExecutionId, mode: DecodeMode) -> Option<Vec<Event>> {
         let records = self.by_execution.read().ok()?;
         Some(
             records
                 .get(&execution_id)?
                 .iter()
-                .filter_map(|payload| Event::from_json_bytes(payload.clone()).ok())
+                .filter_map(|payload| mode.decode(payload).ok())
                 .collect(),
         )
     }

@@ -23,6 +23,7 @@ use super::StateIndex;
 use bytes::Bytes;
 
 use super::flow::{DriveFlow, ShardAnswer};
+use crate::ingest::DecodeMode;
 use crate::labels::{DriveLabel, RehydrateLabel, ShardReadLabel, ShardVerifyLabel, WaitLabel};
 use crate::rehydrate::RehydratePermit;
 use crate::report::{Build, Drive, DriveOutcome};
@@ -119,7 +120,7 @@ pub(crate) async fn run_flow<I: StateIndex>(
 }
 
 /// Step 1: the dispatch's tail events, each decoded on its own, so a bad one costs only
-/// itself.
+/// itself, and once, the way the index stores events.
 async fn apply_tail<I: StateIndex>(
     index: &I,
     execution_id: ExecutionId,
@@ -131,8 +132,9 @@ async fn apply_tail<I: StateIndex>(
     // the engine skips it, and its drive ends after one build. (Today's index, which keeps
     // no finished set, re-creates it; so do the comparators.)
     let finished = !flow.tail_events.is_empty() && index.finished_and_gone(execution_id);
+    let mode = DecodeMode::for_slim(index.config().slim);
     for payload in flow.tail_events.iter().filter(|_| !finished) {
-        match Event::from_json_bytes(payload.clone()) {
+        match mode.decode(payload) {
             Ok(event) if event.execution_id() == execution_id => {
                 index.apply_async(event).await;
                 drive.tail_applied += 1;
@@ -153,6 +155,11 @@ async fn apply_tail<I: StateIndex>(
 }
 
 impl<I: StateIndex> Steps<'_, '_, I> {
+    /// How the drive's reads decode records: the way the index stores events.
+    fn decode_mode(&self) -> DecodeMode {
+        DecodeMode::for_slim(self.index.config().slim)
+    }
+
     /// Step 2: the deadline loop, left early for a read while the drain backfills (the
     /// read, then what is left of the deadline).
     async fn wait(&self, drive: &mut Drive) -> LoopEnd {
@@ -272,7 +279,10 @@ impl<I: StateIndex> Steps<'_, '_, I> {
     /// compared with the retained WAL's ([`Steps::verify_shard`]).
     async fn serve_from_shard(&self, drive: &mut Drive) -> Option<DriveLabel> {
         let (index, execution_id) = (self.index, self.execution_id);
-        let read = self.flow.fallbacks?.state_shard(execution_id);
+        let read = self
+            .flow
+            .fallbacks?
+            .state_shard(execution_id, self.decode_mode());
         let started = Instant::now();
         let answer = self
             .waiting
@@ -402,7 +412,7 @@ impl<I: StateIndex> Steps<'_, '_, I> {
         let Some(permit) = gate.try_enter() else {
             return Read::Throttled;
         };
-        let read = fallbacks.retained(self.execution_id);
+        let read = fallbacks.retained(self.execution_id, self.decode_mode());
         match self
             .waiting
             .within(read, flow.fallback_timeout)

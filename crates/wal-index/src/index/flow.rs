@@ -66,6 +66,7 @@ use bytes::Bytes;
 use chain_fold::{Event, ExecutionId};
 
 use crate::config::DriveBudget;
+use crate::ingest::DecodeMode;
 use crate::rehydrate::RehydrateGate;
 
 /// What a fallback read returns: a boxed future, so [`DriveFallbacks`] stays usable as a
@@ -116,31 +117,40 @@ pub enum ShardAnswer {
 /// polls the future (an executor's worker, for the async drive).
 ///
 /// ```
-/// use wal_index::{Event, ExecutionId};
+/// use wal_index::ExecutionId;
 /// use wal_index::flow::{DriveFallbacks, FallbackRead, blocking_read};
+/// use wal_index::ingest::DecodeMode;
 ///
 /// struct Retained;
 /// impl DriveFallbacks for Retained {
-///     fn retained(&self, execution: ExecutionId) -> FallbackRead<'_> {
-///         // A blocking client: the read runs on a thread of its own.
-///         blocking_read(move || Some(vec![Event::minimal(1, execution, None, "playbook_started")]))
+///     fn retained(&self, execution: ExecutionId, mode: DecodeMode) -> FallbackRead<'_> {
+///         // A blocking client: the read runs on a thread of its own, and decodes each
+///         // record once, the way the index stores it.
+///         blocking_read(move || {
+///             let record = format!(r#"{{"event_id":1,"execution_id":{execution},"worker_id":"w"}}"#);
+///             mode.decode(record.as_bytes()).ok().map(|event| vec![event])
+///         })
 ///     }
 /// }
-/// let events = futures_lite::future::block_on(Retained.retained(4)).unwrap();
+/// let events = futures_lite::future::block_on(Retained.retained(4, DecodeMode::Slim)).unwrap();
 /// assert_eq!(events[0].execution_id(), 4);
+/// assert_eq!(events[0].payload(), br#"{"event_id":1,"execution_id":4}"#);
 /// ```
 pub trait DriveFallbacks: Send + Sync {
-    /// The execution's state shard: each of its events with its slim payload, any order.
-    /// The default reads none ([`ShardAnswer::NoReader`]).
-    fn state_shard(&self, execution_id: ExecutionId) -> ShardRead<'_> {
-        let _ = execution_id;
+    /// The execution's state shard: each of its events with its slim payload, any order,
+    /// decoded once as `mode` says (the index's: a slim index is handed slim events, so
+    /// applying them parses nothing again). The default reads none
+    /// ([`ShardAnswer::NoReader`]).
+    fn state_shard(&self, execution_id: ExecutionId, mode: DecodeMode) -> ShardRead<'_> {
+        let _ = (execution_id, mode);
         Box::pin(std::future::ready(ShardAnswer::NoReader))
     }
 
-    /// The execution's events retained by the WAL, for rehydrate. `None` when this worker
-    /// cannot read the retained WAL (no replay is attempted).
-    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
-        let _ = execution_id;
+    /// The execution's events retained by the WAL, for rehydrate, each record decoded once
+    /// as `mode` says (the index's, as the drain decodes). `None` when this worker cannot
+    /// read the retained WAL (no replay is attempted).
+    fn retained(&self, execution_id: ExecutionId, mode: DecodeMode) -> FallbackRead<'_> {
+        let _ = (execution_id, mode);
         Box::pin(std::future::ready(None))
     }
 }
@@ -148,11 +158,11 @@ pub trait DriveFallbacks: Send + Sync {
 /// A shared reader reads as the one it points to (a pool keeps its reads in an `Arc` that
 /// its drives share).
 impl<T: DriveFallbacks + ?Sized> DriveFallbacks for std::sync::Arc<T> {
-    fn state_shard(&self, execution_id: ExecutionId) -> ShardRead<'_> {
-        (**self).state_shard(execution_id)
+    fn state_shard(&self, execution_id: ExecutionId, mode: DecodeMode) -> ShardRead<'_> {
+        (**self).state_shard(execution_id, mode)
     }
-    fn retained(&self, execution_id: ExecutionId) -> FallbackRead<'_> {
-        (**self).retained(execution_id)
+    fn retained(&self, execution_id: ExecutionId, mode: DecodeMode) -> FallbackRead<'_> {
+        (**self).retained(execution_id, mode)
     }
 }
 

@@ -291,12 +291,13 @@ pub trait StateIndex: IndexHooks + Send + Sync + 'static {
     /// ```
     /// use wal_index::{DriveBudget, DriveFallbacks, DriveFlow, Event, ExecutionId, StateIndex, WalIndex};
     /// use wal_index::flow::FallbackRead;
+    /// use wal_index::ingest::DecodeMode;
     /// use wal_index::labels::{DriveLabel, RehydrateLabel};
     /// use wal_index::rehydrate::RehydrateGate;
     ///
     /// struct RetainedWal;
     /// impl DriveFallbacks for RetainedWal {
-    ///     fn retained(&self, execution: ExecutionId) -> FallbackRead<'_> {
+    ///     fn retained(&self, execution: ExecutionId, _: DecodeMode) -> FallbackRead<'_> {
     ///         Box::pin(std::future::ready(Some(vec![
     ///             Event::minimal(1, execution, None, "playbook_started"),
     ///             Event::minimal(2, execution, Some(1), "step"),

@@ -4,6 +4,7 @@
 use chain_fold::{Event, EventId, ExecutionId};
 use wal_index::DriveFallbacks;
 use wal_index::flow::{FallbackRead, ShardAnswer, ShardRead};
+use wal_index::ingest::DecodeMode;
 
 /// An event with a minimal envelope; a root is a genesis.
 pub fn ev(execution: ExecutionId, id: EventId, prev: Option<EventId>) -> Event {
@@ -53,14 +54,14 @@ pub struct Sources {
 }
 
 impl DriveFallbacks for Sources {
-    fn state_shard(&self, _: ExecutionId) -> ShardRead<'_> {
+    fn state_shard(&self, _: ExecutionId, _: DecodeMode) -> ShardRead<'_> {
         let answer = match &self.shard {
             Some(events) => ShardAnswer::Events(events.clone()),
             None => ShardAnswer::NoReader,
         };
         Box::pin(std::future::ready(answer))
     }
-    fn retained(&self, _: ExecutionId) -> FallbackRead<'_> {
+    fn retained(&self, _: ExecutionId, _: DecodeMode) -> FallbackRead<'_> {
         Box::pin(std::future::ready(self.retained.clone()))
     }
 }
