@@ -29,7 +29,13 @@ use chain_fold::Event;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sb_benches::{interleaved, linear, payload};
 use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
-use wal_index::{IndexConfig, StateIndex, WalIndex};
+use wal_index::{IndexConfig, IndexObserver, StateIndex, WalIndex};
+
+/// An observer that takes every build's duration and records nothing: builds are timed,
+/// as a pool's with metrics are.
+struct TimedBuilds;
+
+impl IndexObserver for TimedBuilds {}
 
 /// A thread applying `wal` in 200-event batches, over and over, until dropped.
 struct Background {
@@ -72,7 +78,11 @@ impl Drop for Background {
 fn incomplete_build_under_busy_drain<I: StateIndex>(c: &mut Criterion) {
     const TARGET: i64 = -1;
     let body = payload(256);
-    let index = Arc::new(I::with_config(IndexConfig::default()));
+    // Timed builds, as a pool with metrics has them: the wait share below reads them.
+    let index = Arc::new(I::with_observer(
+        IndexConfig::default(),
+        Arc::new(TimedBuilds),
+    ));
     index.apply_batch(linear(TARGET, 1, 10, false, &body));
     let mut wal = Vec::new();
     for (next, batch) in (11..).zip(interleaved(2_000, 27, 50, &body).chunks(199)) {

@@ -3,6 +3,8 @@
 //! Every generator is deterministic: the same arguments give the same events, so runs are
 //! comparable across engines and machines.
 
+pub mod lean;
+
 use bytes::Bytes;
 use chain_fold::{Chain, Event, EventId, ExecutionId, SpineOrder};
 
@@ -46,12 +48,25 @@ pub fn chain(len: i64, body: &Bytes) -> Chain {
 /// A WAL of `executions` executions of `per_execution` events each, ending in a terminal
 /// event, interleaved round-robin over `live` executions at a time as a busy WAL is.
 pub fn interleaved(executions: i64, per_execution: i64, live: i64, body: &Bytes) -> Vec<Event> {
+    interleaved_from(0, executions, per_execution, live, body)
+}
+
+/// [`interleaved`] with executions numbered from `first` (event ids follow them, so WALs
+/// from disjoint ranges share no id).
+pub fn interleaved_from(
+    first: ExecutionId,
+    executions: i64,
+    per_execution: i64,
+    live: i64,
+    body: &Bytes,
+) -> Vec<Event> {
     let mut out = Vec::with_capacity((executions * per_execution) as usize);
     let live = live.max(1);
     for group in 0..(executions + live - 1) / live {
         let members: Vec<Vec<Event>> = (0..live)
             .map(|e| group * live + e)
             .filter(|&exec| exec < executions)
+            .map(|exec| first + exec)
             .map(|exec| linear(exec, exec * per_execution + 1, per_execution, true, body))
             .collect();
         for k in 0..per_execution as usize {

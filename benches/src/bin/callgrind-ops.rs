@@ -7,10 +7,11 @@
 use std::hint::black_box;
 
 use chain_fold::{Event, SpineCache, advance};
+use sb_benches::lean::LeanIndex;
 use sb_benches::{chain, linear, payload};
 use wal_index::{IndexConfig, StateIndex, WalIndex};
 
-const OPS: [&str; 9] = [
+const OPS: [&str; 11] = [
     "decode_1k",
     "walk_11",
     "cache_hit_27",
@@ -18,7 +19,9 @@ const OPS: [&str; 9] = [
     "engine_apply",
     "engine_build_incomplete",
     "engine_build_incremental",
+    "lean_build_incremental",
     "engine_batch_200",
+    "lean_batch_200",
     "json_write_27",
 ];
 
@@ -80,12 +83,31 @@ fn main() {
                 black_box(index.build(1, Some(id)).outcome);
             }
         }
+        "lean_build_incremental" => {
+            // The same as `engine_build_incremental` on the lean design (`sb_benches::lean`).
+            let index = LeanIndex::default();
+            index.apply_batch(linear(1, 1, 27, false, &body));
+            index.build(1, Some(27));
+            for id in 28..28 + count {
+                index.apply(Event::from_parts(id, 1, Some(id - 1), "step", body.clone()));
+                black_box(index.build(1, Some(id)).is_some());
+            }
+        }
         "engine_batch_200" => {
             // The drain's path: 200-event batches over 50 live executions of 27 events,
             // terminal last, so executions are created and evicted as the WAL cycles. The
             // WAL is built once (a fixed setup that cancels out) and replayed: a replayed
             // execution was evicted by its terminal event, so it is created afresh.
             let index = WalIndex::new(IndexConfig::default());
+            let wal = sb_benches::interleaved(200, 27, 50, &payload(64));
+            let batches: Vec<&[Event]> = wal.chunks(200).filter(|b| b.len() == 200).collect();
+            for round in 0..count as usize {
+                index.apply_batch(batches[round % batches.len()].to_vec());
+            }
+        }
+        "lean_batch_200" => {
+            // The same as `engine_batch_200` on the lean design (`sb_benches::lean`).
+            let index = LeanIndex::default();
             let wal = sb_benches::interleaved(200, 27, 50, &payload(64));
             let batches: Vec<&[Event]> = wal.chunks(200).filter(|b| b.len() == 200).collect();
             for round in 0..count as usize {

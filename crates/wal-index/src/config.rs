@@ -15,6 +15,24 @@ pub struct EvictionPolicy {
     pub max_executions: Option<usize>,
 }
 
+impl EvictionPolicy {
+    /// Whether any limit judges executions by recency (a TTL, or a byte or count ceiling,
+    /// which evicts the least recently used first). Without one, builds leave recency
+    /// alone: nothing would read it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wal_index::config::EvictionPolicy;
+    ///
+    /// assert!(!EvictionPolicy::default().reads_recency());
+    /// let ttl = EvictionPolicy { ttl: Some(Duration::from_secs(600)), ..Default::default() };
+    /// assert!(ttl.reads_recency());
+    /// ```
+    pub fn reads_recency(&self) -> bool {
+        self.max_bytes.is_some() || self.ttl.is_some() || self.max_executions.is_some()
+    }
+}
+
 /// How an index behaves. `IndexConfig::default()` is today's default (causal order, no
 /// eviction limits, full envelopes, sink gate off) plus one observation today's worker does
 /// not make: a chain stalled for [`IndexConfig::DEFAULT_STALL_AFTER`] is reported.

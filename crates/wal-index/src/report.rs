@@ -55,7 +55,10 @@ pub struct Build {
     /// whose build has no step that can block; its snapshot loads count as work, in
     /// `elapsed`.
     pub waited: Duration,
-    /// The whole build, `waited` included (production's `build_duration_seconds`).
+    /// The whole build, `waited` included (production's `build_duration_seconds`). Zero
+    /// from the engine when its observer does not time builds
+    /// ([`IndexObserver::times_builds`](crate::IndexObserver::times_builds): the default
+    /// [`NoopObserver`](crate::observe::NoopObserver) does not).
     pub elapsed: Duration,
 }
 

@@ -99,6 +99,12 @@ pub struct WalIndex {
     backfill: BackfillCell,
     /// What stall checks remember between runs (`stalls.rs`).
     stalls: stalls::StallWatch,
+    /// Builds refresh recency: an eviction limit reads it
+    /// ([`EvictionPolicy::reads_recency`](crate::config::EvictionPolicy::reads_recency)).
+    builds_refresh_recency: bool,
+    /// Builds are timed: the observer takes their durations
+    /// ([`IndexObserver::times_builds`]).
+    builds_timed: bool,
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -309,6 +315,8 @@ impl StateIndex for WalIndex {
         WalIndex {
             config,
             directory: Directory::new(),
+            builds_refresh_recency: config.eviction.reads_recency(),
+            builds_timed: observer.times_builds(),
             accounting: Accounting::new(observer),
             clock: Clock::new(),
             backfill: BackfillCell::default(),

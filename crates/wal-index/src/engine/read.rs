@@ -20,38 +20,44 @@ pub(super) fn build(
     execution_id: ExecutionId,
     expected_head: Option<EventId>,
 ) -> Build {
-    let started = Stopwatch::start();
+    // The clock is read only for what a pool keeps: recency when an eviction limit reads
+    // it, the build's duration when the observer takes it.
+    let started = (index.builds_refresh_recency || index.builds_timed).then(Stopwatch::start);
     let built = index.directory.peek(execution_id, |slot| {
         let slot = slot?;
         // Every build of a resident execution refreshes its recency, served or not (as
         // today), to the millisecond: a drive that keeps missing must not age its execution
         // into a TTL or LRU eviction.
-        slot.touch_for_build(index.clock.started(started));
+        if let Some(started) = started.filter(|_| index.builds_refresh_recency) {
+            slot.touch_for_build(index.clock.started(started));
+        }
         if let Some(tip) = expected_head.filter(|&tip| !slot.may_hold(tip)) {
             return Some((
                 AdvanceOutcome::Incomplete(Incomplete::TipMissing(tip)),
                 None,
             ));
         }
-        // The cache is loaded as an owned Arc (its identity is what the compare-and-swap
-        // below compares), and *before* the chain: an apply that rewrites an event
+        // The cache is loaded *before* the chain: an apply that rewrites an event
         // publishes its chain, then empties the cache, so a build that read the chain
         // before the rewrite also read the cache before it was emptied, and its
-        // compare-and-swap fails. The chain is only borrowed for the walk, without touching
-        // its reference count, so builds of one hot execution do not contend on it.
-        let cached = slot.cached_spine();
-        let result = slot.with_chain(|chain| {
-            let target = expected_head.or_else(|| chain.max_id());
-            target.map(|t| advance(chain, Option::as_ref(&cached), t))
-        })?;
-        // A cache hit is already cached; an ancestor served as a prefix of the cached spine
-        // leaves the longer spine cached, so the drives finishing after it extend that one.
-        if let Some(spine) = &result.spine
-            && result.replaces_cache
-        {
-            slot.publish_spine(&cached, spine.clone(), &index.accounting);
-        }
-        Some((result.outcome, result.spine))
+        // compare-and-swap fails. Both are lent, not cloned (the cache's identity is what
+        // the compare-and-swap compares), so builds of one hot execution do not contend on
+        // their reference counts.
+        slot.with_cached_spine(|cached| {
+            let result = slot.with_chain(|chain| {
+                let target = expected_head.or_else(|| chain.max_id());
+                target.map(|t| advance(chain, Option::as_ref(cached), t))
+            })?;
+            // A cache hit is already cached; an ancestor served as a prefix of the cached
+            // spine leaves the longer spine cached, so the drives finishing after it extend
+            // that one.
+            if let Some(spine) = &result.spine
+                && result.replaces_cache
+            {
+                slot.publish_spine(cached, spine.clone(), &index.accounting);
+            }
+            Some((result.outcome, result.spine))
+        })
     });
     let (outcome, spine) = built.unwrap_or_else(|| {
         let why = expected_head.map_or(Incomplete::NoEvents, Incomplete::TipMissing);
@@ -63,7 +69,9 @@ pub(super) fn build(
         outcome,
         spine,
         Duration::ZERO,
-        started.elapsed(),
+        started
+            .filter(|_| index.builds_timed)
+            .map_or(Duration::ZERO, |started| started.elapsed()),
     )
 }
 

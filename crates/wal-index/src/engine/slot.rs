@@ -163,6 +163,14 @@ impl Slot {
         sync::load(&self.spine)
     }
 
+    /// Runs `f` on the shared spine cache as last published, lent without touching its
+    /// reference count (builds of one hot execution on several cores would otherwise take
+    /// turns owning the count's line); what `f` is lent is what
+    /// [`publish_spine`](Self::publish_spine) compares.
+    pub(crate) fn with_cached_spine<R>(&self, f: impl FnOnce(&Arc<Option<Spine>>) -> R) -> R {
+        sync::peek_arc(&self.spine, f)
+    }
+
     /// Publishes `spine` if the cache still holds `seen` and the slot is not retired; a
     /// concurrent build that published first wins and this one's result is simply not
     /// cached. Never blocks. The winner charges the ledger the difference between the spine

@@ -253,6 +253,10 @@ pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
     f(&load_tracked(swap).value)
 }
 
+pub(crate) fn peek_arc<T, R>(swap: &Swap<T>, f: impl FnOnce(&Arc<T>) -> R) -> R {
+    f(&load_tracked(swap).value)
+}
+
 pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
     let fresh = Tracked::publishable(value);
     // The weakened model publishes with a plain relaxed store (stores are serialized by

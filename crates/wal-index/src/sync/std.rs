@@ -126,6 +126,14 @@ pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
     f(&swap.load())
 }
 
+/// [`peek`] with the `Arc` itself lent, not cloned: its identity is what a later
+/// [`compare_and_swap`] compares, so a build can load a cell, decide, and replace it
+/// without a reference-count increment and decrement on a line every reader of the cell
+/// shares. The same debt slot as [`peek`], held for the whole of `f`.
+pub(crate) fn peek_arc<T, R>(swap: &Swap<T>, f: impl FnOnce(&Arc<T>) -> R) -> R {
+    f(&swap.load())
+}
+
 /// Publishes `value` (a release store; pairs with the acquire in [`load`]).
 pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
     swap.store(value);
