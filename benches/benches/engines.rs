@@ -32,7 +32,8 @@ use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::{IndexConfig, IndexObserver, StateIndex, WalIndex};
 
 /// An observer that takes every build's duration and records nothing: builds are timed,
-/// as a pool's with metrics are.
+/// as a pool's with metrics are, and as the comparators always time them, so every row
+/// compares like with like.
 struct TimedBuilds;
 
 impl IndexObserver for TimedBuilds {}
@@ -134,7 +135,7 @@ fn incremental_build<I: StateIndex>(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let limit = len + len / 10 + 10;
                 let fresh = || {
-                    let index = I::with_config(IndexConfig::default());
+                    let index = I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds));
                     index.apply_batch(linear(1, 1, len, false, &body));
                     index.build(1, Some(len));
                     (index, len)
@@ -173,7 +174,7 @@ fn cold_rebuild<I: StateIndex>(c: &mut Criterion) {
     let body = payload(256);
     let mut group = c.benchmark_group("cold_rebuild");
     for len in [11i64, 1_000, 10_000] {
-        let index = I::with_config(IndexConfig::default());
+        let index = I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds));
         index.apply_batch(linear(1, 1, len - 1, false, &body));
         let (a, b_tip) = (len, len + 1);
         index.apply(Event::from_parts(a, 1, Some(len - 1), "step", body.clone()));
@@ -252,7 +253,10 @@ fn drain_throughput<I: StateIndex>(c: &mut Criterion) {
     group.throughput(Throughput::Elements(wal.len() as u64));
     group.sample_size(20);
     for readers in [0usize, 2] {
-        let index = Arc::new(I::with_config(IndexConfig::default()));
+        let index = Arc::new(I::with_observer(
+            IndexConfig::default(),
+            Arc::new(TimedBuilds),
+        ));
         index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
         let threads = Readers::start(&index, readers);
         let id = if readers == 0 {
@@ -277,7 +281,10 @@ fn drain_throughput<I: StateIndex>(c: &mut Criterion) {
 /// over (executions end in a terminal event, so the index stays bounded).
 fn build_during_backfill<I: StateIndex>(c: &mut Criterion, backfill: &[Event]) {
     let mut group = c.benchmark_group("build_during_backfill");
-    let index = Arc::new(I::with_config(IndexConfig::default()));
+    let index = Arc::new(I::with_observer(
+        IndexConfig::default(),
+        Arc::new(TimedBuilds),
+    ));
     index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
     group.bench_function(BenchmarkId::new(I::NAME, "idle"), |b| {
         b.iter(|| black_box(index.build(-1, Some(27))).outcome)
@@ -304,7 +311,12 @@ fn create_executions<I: StateIndex>(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function(BenchmarkId::new(I::NAME, EXECUTIONS), |b| {
         b.iter_batched(
-            || (I::with_config(IndexConfig::default()), wal.clone()),
+            || {
+                (
+                    I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds)),
+                    wal.clone(),
+                )
+            },
             |(index, wal)| {
                 for batch in wal.chunks(200) {
                     index.apply_batch(batch.to_vec());
@@ -328,7 +340,10 @@ fn drain_scaling<I: StateIndex>(c: &mut Criterion) {
     group.throughput(Throughput::Elements(wal.len() as u64));
     group.sample_size(10);
     for readers in [1usize, 2, 4, 8, 16] {
-        let index = Arc::new(I::with_config(IndexConfig::default()));
+        let index = Arc::new(I::with_observer(
+            IndexConfig::default(),
+            Arc::new(TimedBuilds),
+        ));
         index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
         let threads = Readers::start(&index, readers);
         let id = format!("{readers}_readers");
@@ -360,7 +375,7 @@ fn drain_scaling<I: StateIndex>(c: &mut Criterion) {
 /// and on as many threads as the machine has, all building at once; throughput is builds
 /// per second summed over the threads.
 fn build_scaling<I: StateIndex>(c: &mut Criterion) {
-    let index = I::with_config(IndexConfig::default());
+    let index = I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds));
     index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
     index.build(-1, Some(27));
     let mut group = c.benchmark_group("build_scaling");

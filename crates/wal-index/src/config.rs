@@ -17,8 +17,10 @@ pub struct EvictionPolicy {
 
 impl EvictionPolicy {
     /// Whether any limit judges executions by recency (a TTL, or a byte or count ceiling,
-    /// which evicts the least recently used first). Without one, builds leave recency
-    /// alone: nothing would read it.
+    /// which evicts the least recently used first). Without one, the engine's builds take
+    /// their recency from the newest write's reading of the clock instead of reading it
+    /// themselves (at most a batch behind while the drain applies; a checkpoint records it
+    /// for a pool that restores with limits).
     ///
     /// ```
     /// use std::time::Duration;

@@ -1168,6 +1168,38 @@ fn a_restore_keeps_recency_and_honours_the_restoring_index_caps() {
     );
 }
 
+/// An index without eviction limits reads no clock in its builds, but a build still
+/// refreshes its execution's recency (from the newest write's reading), so a checkpoint
+/// carries a read-mostly execution as recent to a pool that restores it with limits.
+#[test]
+fn a_build_without_limits_still_refreshes_the_recency_a_checkpoint_carries() {
+    use std::time::Duration;
+
+    let old = WalIndex::default();
+    for execution in 1..=3 {
+        old.apply(Event::minimal(1, execution, None, "playbook_started"));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Execution 1, written first, is built after the last write.
+    assert!(old.build(1, Some(1)).spine.is_some());
+    let checkpoint = Checkpoint::capture(&old, position());
+    let idle = |execution: i64| {
+        checkpoint
+            .executions
+            .iter()
+            .find(|e| e.execution_id == execution)
+            .map(|e| e.idle_ms)
+            .unwrap()
+    };
+    assert!(
+        idle(1) <= idle(3) && idle(1) < idle(2),
+        "built after execution 3 was written: 1 idle {} ms, 2 idle {} ms, 3 idle {} ms",
+        idle(1),
+        idle(2),
+        idle(3)
+    );
+}
+
 #[test]
 fn a_finished_execution_in_a_checkpoint_is_evicted_at_restore_as_a_replay_evicts_it() {
     let config = IndexConfig {

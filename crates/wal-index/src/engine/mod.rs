@@ -99,9 +99,14 @@ pub struct WalIndex {
     backfill: BackfillCell,
     /// What stall checks remember between runs (`stalls.rs`).
     stalls: stalls::StallWatch,
-    /// Builds refresh recency: an eviction limit reads it
+    /// Builds refresh recency from the clock: an eviction limit reads it
     /// ([`EvictionPolicy::reads_recency`](crate::config::EvictionPolicy::reads_recency)).
-    builds_refresh_recency: bool,
+    /// Without one, from [`WalIndex::last_write`] (a checkpoint still records recency).
+    builds_read_the_clock: bool,
+    /// The clock as the newest write read it (nanoseconds since the clock's epoch): what a
+    /// build without an eviction limit records as its recency, so builds of such an index
+    /// read no clock and the writes, which read it anyway, pay one store per batch.
+    last_write: AtomicU64,
     /// Builds are timed: the observer takes their durations
     /// ([`IndexObserver::times_builds`]).
     builds_timed: bool,
@@ -130,6 +135,22 @@ impl WalIndex {
 
     fn nanos(&self, at: Instant) -> u64 {
         self.clock.at(at)
+    }
+
+    /// The clock now, for a write: also kept as [`last_write`](Self::last_write).
+    fn now_for_write(&self) -> u64 {
+        let now = self.clock.now();
+        // Relaxed: a recency hint, as the slots' own (`Slot::touch`); pairs with the load
+        // in `last_write`, and nothing else is read on the strength of it.
+        self.last_write.fetch_max(now, Ordering::Relaxed);
+        now
+    }
+
+    /// The clock as the newest write read it: at most one batch behind the clock while the
+    /// drain applies, and never behind any write's own recency.
+    fn last_write(&self) -> u64 {
+        // Relaxed: see `now_for_write`.
+        self.last_write.load(Ordering::Relaxed)
     }
 
     /// `execution_id`'s published chain and how long it had been neither applied to nor
@@ -315,7 +336,8 @@ impl StateIndex for WalIndex {
         WalIndex {
             config,
             directory: Directory::new(),
-            builds_refresh_recency: config.eviction.reads_recency(),
+            builds_read_the_clock: config.eviction.reads_recency(),
+            last_write: AtomicU64::new(0),
             builds_timed: observer.times_builds(),
             accounting: Accounting::new(observer),
             clock: Clock::new(),

@@ -22,15 +22,19 @@ pub(super) fn build(
 ) -> Build {
     // The clock is read only for what a pool keeps: recency when an eviction limit reads
     // it, the build's duration when the observer takes it.
-    let started = (index.builds_refresh_recency || index.builds_timed).then(Stopwatch::start);
+    let started = (index.builds_read_the_clock || index.builds_timed).then(Stopwatch::start);
     let built = index.directory.peek(execution_id, |slot| {
         let slot = slot?;
         // Every build of a resident execution refreshes its recency, served or not (as
         // today), to the millisecond: a drive that keeps missing must not age its execution
-        // into a TTL or LRU eviction.
-        if let Some(started) = started.filter(|_| index.builds_refresh_recency) {
-            slot.touch_for_build(index.clock.started(started));
-        }
+        // into a TTL or LRU eviction. Without an eviction limit nothing evicts by it, and
+        // the build takes the newest write's reading instead of the clock's (a checkpoint
+        // still records recency, for a pool that restores it with limits).
+        let now = match started.filter(|_| index.builds_read_the_clock) {
+            Some(started) => index.clock.started(started),
+            None => index.last_write(),
+        };
+        slot.touch_for_build(now);
         if let Some(tip) = expected_head.filter(|&tip| !slot.may_hold(tip)) {
             return Some((
                 AdvanceOutcome::Incomplete(Incomplete::TipMissing(tip)),

@@ -18,7 +18,7 @@ pub(super) fn apply(index: &WalIndex, event: Event) -> Applied {
         is_new: false,
         is_terminal: event.is_terminal(),
     };
-    let now = index.clock.now();
+    let now = index.now_for_write();
     let (done, _) = index.apply_to_slot(applied.execution_id, std::iter::once(event), now);
     Applied {
         is_new: done.new == 1,
@@ -33,7 +33,7 @@ pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
     let mut events: Vec<Event> = events.into_iter().map(|e| index.prepare(e)).collect();
     // A stable sort groups each execution's events, keeping their WAL order.
     events.sort_by_key(Event::execution_id);
-    let now = index.clock.now();
+    let now = index.now_for_write();
     let mut report = BatchReport::default();
     let mut terminal = Vec::new();
     let mut events = events.into_iter().peekable();
@@ -77,7 +77,7 @@ pub(super) fn rehydrate(
 ) -> RehydrateReport {
     let (mut report, mine) = RehydrateReport::sorted(execution_id, events);
     if !mine.is_empty() {
-        let now = index.clock.now();
+        let now = index.now_for_write();
         let mine = mine.into_iter().map(|e| index.prepare(e));
         let (done, _) = index.apply_to_slot(execution_id, mine, now);
         report.applied = done.applied;

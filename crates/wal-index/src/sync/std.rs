@@ -127,9 +127,10 @@ pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
 }
 
 /// [`peek`] with the `Arc` itself lent, not cloned: its identity is what a later
-/// [`compare_and_swap`] compares, so a build can load a cell, decide, and replace it
-/// without a reference-count increment and decrement on a line every reader of the cell
-/// shares. The same debt slot as [`peek`], held for the whole of `f`.
+/// [`compare_and_swap`] compares, so a build can load a cell, decide, and replace it. A
+/// build that only reads (a cache hit) touches no reference count on a line every reader
+/// of the cell shares; one whose compare-and-swap succeeds pays arc-swap's debts, as a
+/// clone would have. The same debt slot as [`peek`], held for the whole of `f`.
 pub(crate) fn peek_arc<T, R>(swap: &Swap<T>, f: impl FnOnce(&Arc<T>) -> R) -> R {
     f(&swap.load())
 }
