@@ -34,7 +34,11 @@ pub(super) fn build(
             Some(started) => index.clock.started(started),
             None => index.last_write(),
         };
-        slot.touch_for_build(now);
+        // The mutation leaves recency alone without a limit: a checkpoint would carry a
+        // read-mostly execution as idle since its last write.
+        if !cfg!(feature = "mutation-build-skips-recency") || index.builds_read_the_clock {
+            slot.touch_for_build(now);
+        }
         if let Some(tip) = expected_head.filter(|&tip| !slot.may_hold(tip)) {
             return Some((
                 AdvanceOutcome::Incomplete(Incomplete::TipMissing(tip)),
