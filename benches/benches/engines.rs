@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use chain_fold::Event;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use sb_benches::{interleaved, linear, payload};
+use sb_benches::{interleaved, linear, payload, time_incremental_builds};
 use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
 use wal_index::{IndexConfig, IndexObserver, StateIndex, WalIndex};
 
@@ -133,34 +133,25 @@ fn incremental_build<I: StateIndex>(c: &mut Criterion) {
     for len in [10i64, 1_000, 100_000] {
         group.bench_function(BenchmarkId::new(I::NAME, len), |b| {
             b.iter_custom(|iters| {
-                let limit = len + len / 10 + 10;
                 let fresh = || {
                     let index = I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds));
                     index.apply_batch(linear(1, 1, len, false, &body));
                     index.build(1, Some(len));
-                    (index, len)
+                    index
                 };
-                let (mut index, mut tip) = fresh();
-                let mut timed = Duration::ZERO;
-                for _ in 0..iters {
-                    if tip >= limit {
-                        (index, tip) = fresh();
-                    }
-                    index.apply(Event::from_parts(
-                        tip + 1,
-                        1,
-                        Some(tip),
-                        "step",
-                        body.clone(),
-                    ));
-                    tip += 1;
-                    let started = Instant::now();
-                    let build = index.build(1, Some(tip));
-                    let json = build.spine.map(|s| s.json_array().into_buf());
-                    timed += started.elapsed();
-                    black_box(json);
-                }
-                timed
+                time_incremental_builds(
+                    iters,
+                    len,
+                    &body,
+                    fresh,
+                    |index, event| {
+                        index.apply(event);
+                    },
+                    |index, tip| {
+                        let build = index.build(1, Some(tip));
+                        build.spine.map(|s| s.json_array().into_buf())
+                    },
+                )
             })
         });
     }

@@ -23,7 +23,7 @@ use arc_swap::ArcSwap;
 use chain_fold::{Chain, Event, Spine, SpineOrder, advance};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sb_benches::lean::LeanIndex;
-use sb_benches::{interleaved_from, linear, payload};
+use sb_benches::{interleaved_from, linear, payload, time_incremental_builds};
 use wal_index::baseline::PapayaIndex;
 use wal_index::{IndexConfig, IndexObserver, StateIndex, WalIndex};
 
@@ -38,40 +38,24 @@ trait Rows: Send + Sync + 'static {
     fn spine(&self, execution_id: i64, head: i64) -> Option<Spine>;
 }
 
-/// A [`StateIndex`] with its default configuration and observer (which times no build).
-struct Indexed<I>(I);
-
-/// The engine with an observer that takes every build's duration (and records nothing):
-/// builds timed, as a pool's with metrics are.
-struct TimedEngine(WalIndex);
+/// A [`StateIndex`] with its default configuration; `TIMED`: with an observer that takes
+/// every build's duration (and records nothing), as a pool's with metrics does, else the
+/// default observer, which times no build.
+struct Indexed<I, const TIMED: bool = false>(I);
 
 struct TimedBuilds;
 
 impl IndexObserver for TimedBuilds {}
 
-impl Rows for TimedEngine {
-    const NAME: &'static str = "lockfree_timed";
+impl<I: StateIndex + 'static, const TIMED: bool> Rows for Indexed<I, TIMED> {
+    const NAME: &'static str = if TIMED { "lockfree_timed" } else { I::NAME };
     fn empty() -> Self {
-        TimedEngine(WalIndex::with_observer(
-            IndexConfig::default(),
-            Arc::new(TimedBuilds),
-        ))
-    }
-    fn apply_batch(&self, events: Vec<Event>) {
-        self.0.apply_batch(events);
-    }
-    fn apply(&self, event: Event) {
-        self.0.apply(event);
-    }
-    fn spine(&self, execution_id: i64, head: i64) -> Option<Spine> {
-        self.0.build(execution_id, Some(head)).spine
-    }
-}
-
-impl<I: StateIndex + 'static> Rows for Indexed<I> {
-    const NAME: &'static str = I::NAME;
-    fn empty() -> Self {
-        Indexed(I::with_config(IndexConfig::default()))
+        let config = IndexConfig::default();
+        Indexed(if TIMED {
+            I::with_observer(config, Arc::new(TimedBuilds))
+        } else {
+            I::with_config(config)
+        })
     }
     fn apply_batch(&self, events: Vec<Event>) {
         self.0.apply_batch(events);
@@ -108,33 +92,15 @@ fn incremental<R: Rows>(c: &mut Criterion) {
     for len in [10i64, 10_000] {
         group.bench_function(BenchmarkId::new(R::NAME, len), |b| {
             b.iter_custom(|iters| {
-                let limit = len + len / 10 + 10;
                 let fresh = || {
                     let index = R::empty();
                     index.apply_batch(linear(1, 1, len, false, &body));
                     index.spine(1, len);
-                    (index, len)
+                    index
                 };
-                let (mut index, mut tip) = fresh();
-                let mut timed = Duration::ZERO;
-                for _ in 0..iters {
-                    if tip >= limit {
-                        (index, tip) = fresh();
-                    }
-                    index.apply(Event::from_parts(
-                        tip + 1,
-                        1,
-                        Some(tip),
-                        "step",
-                        body.clone(),
-                    ));
-                    tip += 1;
-                    let started = Instant::now();
-                    let json = index.spine(1, tip).map(|s| s.json_array().into_buf());
-                    timed += started.elapsed();
-                    black_box(json);
-                }
-                timed
+                time_incremental_builds(iters, len, &body, fresh, R::apply, |index, tip| {
+                    index.spine(1, tip).map(|s| s.json_array().into_buf())
+                })
             })
         });
     }
@@ -267,7 +233,7 @@ fn drain<R: Rows>(c: &mut Criterion) {
 
 fn lean(c: &mut Criterion) {
     incremental::<Indexed<WalIndex>>(c);
-    incremental::<TimedEngine>(c);
+    incremental::<Indexed<WalIndex, true>>(c);
     incremental::<Indexed<PapayaIndex>>(c);
     incremental::<LeanIndex>(c);
     parts(c);

@@ -36,6 +36,39 @@ pub fn linear(
         .collect()
 }
 
+/// The incremental build's loop (`engines`' bench 3, `lean`'s first group): `iters` times,
+/// one event appended to execution 1's chain of ~`len` events (untimed), then `build`
+/// timed, spine and JSON hand-out included; the chain is made afresh by `fresh` (a new
+/// index holding `len` events, built once) when it outgrows 1.1 `len` + 10. Returns the
+/// time spent in `build`.
+pub fn time_incremental_builds<I, R>(
+    iters: u64,
+    len: i64,
+    body: &Bytes,
+    fresh: impl Fn() -> I,
+    apply: impl Fn(&I, Event),
+    build: impl Fn(&I, EventId) -> R,
+) -> std::time::Duration {
+    let limit = len + len / 10 + 10;
+    let (mut index, mut tip) = (fresh(), len);
+    let mut timed = std::time::Duration::ZERO;
+    for _ in 0..iters {
+        if tip >= limit {
+            (index, tip) = (fresh(), len);
+        }
+        apply(
+            &index,
+            Event::from_parts(tip + 1, 1, Some(tip), "step", body.clone()),
+        );
+        tip += 1;
+        let started = std::time::Instant::now();
+        let served = build(&index, tip);
+        timed += started.elapsed();
+        std::hint::black_box(served);
+    }
+    timed
+}
+
 /// A chain of `len` events (one execution).
 pub fn chain(len: i64, body: &Bytes) -> Chain {
     let mut chain = Chain::new(SpineOrder::Causal);

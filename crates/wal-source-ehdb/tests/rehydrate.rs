@@ -42,14 +42,7 @@ fn a_replay_reads_its_execution_alone_and_serves_the_drive() {
     // A slim index's read decodes each record once, straight to its slim projection.
     let slim =
         futures_lite::future::block_on(retained.retained(7, DecodeMode::Slim)).expect("reachable");
-    assert_eq!(slim.len(), events.len());
-    for (slim, whole) in slim.iter().zip(&events) {
-        assert_eq!(slim.payload(), whole.to_slim().payload());
-        assert!(
-            slim.to_slim().ptr_eq(slim),
-            "already slim: nothing to parse again"
-        );
-    }
+    sb_test_kit::decoded::assert_slim_read_of(&slim, &events);
 
     let index = WalIndex::default();
     let gate = RehydrateGate::default();

@@ -53,14 +53,7 @@ fn an_execution_is_read_by_its_subject_in_either_layout() {
     assert!(events.iter().all(|e| e.execution_id() == 3));
     // A slim index's read decodes each record once, straight to its slim projection.
     let slim = ours.read(3, DecodeMode::Slim).unwrap();
-    assert_eq!(slim.len(), events.len());
-    for (slim, whole) in slim.iter().zip(&events) {
-        assert_eq!(slim.payload(), whole.to_slim().payload());
-        assert!(
-            slim.to_slim().ptr_eq(slim),
-            "already slim: nothing to parse again"
-        );
-    }
+    sb_test_kit::decoded::assert_slim_read_of(&slim, &events);
     assert_eq!(
         ours.read(99, DecodeMode::Whole).unwrap(),
         Vec::new(),
