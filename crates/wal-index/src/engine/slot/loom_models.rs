@@ -103,13 +103,15 @@ fn concurrent_builds_share_the_spine_cache_by_compare_and_swap() {
         slot.apply(&mut std::iter::once(ev(2, Some(1))), &accounting, 1)
             .expect("live");
         let build = |slot: Arc<Slot>, accounting: Arc<Accounting>| {
+            // As a build does (`engine::read::build`): the cache lent, then the chain,
+            // then the compare-and-swap against what was lent.
             move || {
-                let seen = slot.cached_spine();
-                let chain = slot.chain();
-                let result = advance(&chain, Option::as_ref(&seen), 2);
-                let spine = result.spine.expect("indexed");
-                slot.publish_spine(&seen, spine.clone(), &accounting);
-                spine.ids()
+                slot.with_cached_spine(|seen| {
+                    let result = slot.with_chain(|chain| advance(chain, Option::as_ref(seen), 2));
+                    let spine = result.spine.expect("indexed");
+                    slot.publish_spine(seen, spine.clone(), &accounting);
+                    spine.ids()
+                })
             }
         };
         let a = thread::spawn(build(Arc::clone(&slot), Arc::clone(&accounting)));
