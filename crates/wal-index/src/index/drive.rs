@@ -23,7 +23,6 @@ use super::StateIndex;
 use bytes::Bytes;
 
 use super::flow::{DriveFlow, ShardAnswer};
-use crate::ingest::DecodeMode;
 use crate::labels::{DriveLabel, RehydrateLabel, ShardReadLabel, ShardVerifyLabel, WaitLabel};
 use crate::rehydrate::RehydratePermit;
 use crate::report::{Build, Drive, DriveOutcome};
@@ -132,7 +131,7 @@ async fn apply_tail<I: StateIndex>(
     // the engine skips it, and its drive ends after one build. (Today's index, which keeps
     // no finished set, re-creates it; so do the comparators.)
     let finished = !flow.tail_events.is_empty() && index.finished_and_gone(execution_id);
-    let mode = DecodeMode::for_slim(index.config().slim);
+    let mode = index.decode_mode();
     for payload in flow.tail_events.iter().filter(|_| !finished) {
         match mode.decode(payload) {
             Ok(event) if event.execution_id() == execution_id => {
@@ -155,11 +154,6 @@ async fn apply_tail<I: StateIndex>(
 }
 
 impl<I: StateIndex> Steps<'_, '_, I> {
-    /// How the drive's reads decode records: the way the index stores events.
-    fn decode_mode(&self) -> DecodeMode {
-        DecodeMode::for_slim(self.index.config().slim)
-    }
-
     /// Step 2: the deadline loop, left early for a read while the drain backfills (the
     /// read, then what is left of the deadline).
     async fn wait(&self, drive: &mut Drive) -> LoopEnd {
@@ -282,7 +276,7 @@ impl<I: StateIndex> Steps<'_, '_, I> {
         let read = self
             .flow
             .fallbacks?
-            .state_shard(execution_id, self.decode_mode());
+            .state_shard(execution_id, self.index.decode_mode());
         let started = Instant::now();
         let answer = self
             .waiting
@@ -412,7 +406,7 @@ impl<I: StateIndex> Steps<'_, '_, I> {
         let Some(permit) = gate.try_enter() else {
             return Read::Throttled;
         };
-        let read = fallbacks.retained(self.execution_id, self.decode_mode());
+        let read = fallbacks.retained(self.execution_id, self.index.decode_mode());
         match self
             .waiting
             .within(read, flow.fallback_timeout)

@@ -17,6 +17,7 @@ use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::backfill::Backfill;
 use crate::config::IndexConfig;
+use crate::ingest::DecodeMode;
 use crate::observe::IndexObserver;
 use crate::report::{
     Applied, ApplyError, BatchReport, Build, Drive, EvictionStats, IndexStats, RehydrateReport,
@@ -62,6 +63,12 @@ pub trait IndexHooks {
     /// and the comparator say no: today's drain parses every whole envelope and projects
     /// under its lock, and they keep that cost.
     fn drain_decodes_slim(&self) -> bool;
+
+    /// How every route decodes records for this index: the drain's pulls, a source that
+    /// decodes its own, the drive's tail events and its per-execution reads.
+    fn decode_mode(&self) -> DecodeMode {
+        DecodeMode::for_slim(self.drain_decodes_slim())
+    }
 
     /// The drain's word on where it stands against the log's head (see [`Backfill`]),
     /// after each pull and once more, as [`Backfill::Unknown`], when a drain that was

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use chain_fold::Event;
 
-use super::decode::{DecodeMode, decode_records};
+use super::decode::decode_records;
 use super::source::{Backfill, Pull, RecordError, WalSource};
 use crate::checkpoint::{
     CheckpointReport, Checkpointable, Checkpointer, Checkpointing, LastCheckpoint,
@@ -256,7 +256,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
     /// A drain that has not pulled anything yet.
     pub fn new(index: Arc<I>, mut source: S, config: DrainConfig) -> Self {
         // A source that decodes its own records decodes them as this index stores them.
-        source.decode_as(DecodeMode::for_slim(index.drain_decodes_slim()));
+        source.decode_as(index.decode_mode());
         Drain {
             index,
             source,
@@ -465,7 +465,7 @@ impl<I: StateIndex, S: WalSource> Drain<I, S> {
             Pull::Idle => Step::Idle,
             Pull::Records(records) => {
                 self.index.observer().wal_events(records.len() as u64);
-                let mode = DecodeMode::for_slim(self.index.drain_decodes_slim());
+                let mode = self.index.decode_mode();
                 let mut events = Vec::with_capacity(records.len());
                 for (position, decoded) in decode_records(records, mode, self.config.decode_threads)
                 {
