@@ -27,16 +27,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use chain_fold::Event;
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use sb_benches::{interleaved, linear, payload, time_incremental_builds};
+use sb_benches::{interleaved, linear, payload, time_incremental_builds, timed_index};
 use wal_index::baseline::{MutexIndex, PapayaIndex, ShardedMutexIndex};
-use wal_index::{IndexConfig, IndexObserver, StateIndex, WalIndex};
-
-/// An observer that takes every build's duration and records nothing: builds are timed,
-/// as a pool's with metrics are, and as the comparators always time them, so every row
-/// compares like with like.
-struct TimedBuilds;
-
-impl IndexObserver for TimedBuilds {}
+use wal_index::{IndexConfig, StateIndex, WalIndex};
 
 /// A thread applying `wal` in 200-event batches, over and over, until dropped.
 struct Background {
@@ -80,10 +73,7 @@ fn incomplete_build_under_busy_drain<I: StateIndex>(c: &mut Criterion) {
     const TARGET: i64 = -1;
     let body = payload(256);
     // Timed builds, as a pool with metrics has them: the wait share below reads them.
-    let index = Arc::new(I::with_observer(
-        IndexConfig::default(),
-        Arc::new(TimedBuilds),
-    ));
+    let index = Arc::new(timed_index::<I>());
     index.apply_batch(linear(TARGET, 1, 10, false, &body));
     let mut wal = Vec::new();
     for (next, batch) in (11..).zip(interleaved(2_000, 27, 50, &body).chunks(199)) {
@@ -134,7 +124,7 @@ fn incremental_build<I: StateIndex>(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new(I::NAME, len), |b| {
             b.iter_custom(|iters| {
                 let fresh = || {
-                    let index = I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds));
+                    let index = timed_index::<I>();
                     index.apply_batch(linear(1, 1, len, false, &body));
                     index.build(1, Some(len));
                     index
@@ -165,7 +155,7 @@ fn cold_rebuild<I: StateIndex>(c: &mut Criterion) {
     let body = payload(256);
     let mut group = c.benchmark_group("cold_rebuild");
     for len in [11i64, 1_000, 10_000] {
-        let index = I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds));
+        let index = timed_index::<I>();
         index.apply_batch(linear(1, 1, len - 1, false, &body));
         let (a, b_tip) = (len, len + 1);
         index.apply(Event::from_parts(a, 1, Some(len - 1), "step", body.clone()));
@@ -244,10 +234,7 @@ fn drain_throughput<I: StateIndex>(c: &mut Criterion) {
     group.throughput(Throughput::Elements(wal.len() as u64));
     group.sample_size(20);
     for readers in [0usize, 2] {
-        let index = Arc::new(I::with_observer(
-            IndexConfig::default(),
-            Arc::new(TimedBuilds),
-        ));
+        let index = Arc::new(timed_index::<I>());
         index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
         let threads = Readers::start(&index, readers);
         let id = if readers == 0 {
@@ -272,10 +259,7 @@ fn drain_throughput<I: StateIndex>(c: &mut Criterion) {
 /// over (executions end in a terminal event, so the index stays bounded).
 fn build_during_backfill<I: StateIndex>(c: &mut Criterion, backfill: &[Event]) {
     let mut group = c.benchmark_group("build_during_backfill");
-    let index = Arc::new(I::with_observer(
-        IndexConfig::default(),
-        Arc::new(TimedBuilds),
-    ));
+    let index = Arc::new(timed_index::<I>());
     index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
     group.bench_function(BenchmarkId::new(I::NAME, "idle"), |b| {
         b.iter(|| black_box(index.build(-1, Some(27))).outcome)
@@ -302,12 +286,7 @@ fn create_executions<I: StateIndex>(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function(BenchmarkId::new(I::NAME, EXECUTIONS), |b| {
         b.iter_batched(
-            || {
-                (
-                    I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds)),
-                    wal.clone(),
-                )
-            },
+            || (timed_index::<I>(), wal.clone()),
             |(index, wal)| {
                 for batch in wal.chunks(200) {
                     index.apply_batch(batch.to_vec());
@@ -331,10 +310,7 @@ fn drain_scaling<I: StateIndex>(c: &mut Criterion) {
     group.throughput(Throughput::Elements(wal.len() as u64));
     group.sample_size(10);
     for readers in [1usize, 2, 4, 8, 16] {
-        let index = Arc::new(I::with_observer(
-            IndexConfig::default(),
-            Arc::new(TimedBuilds),
-        ));
+        let index = Arc::new(timed_index::<I>());
         index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
         let threads = Readers::start(&index, readers);
         let id = format!("{readers}_readers");
@@ -366,7 +342,7 @@ fn drain_scaling<I: StateIndex>(c: &mut Criterion) {
 /// and on as many threads as the machine has, all building at once; throughput is builds
 /// per second summed over the threads.
 fn build_scaling<I: StateIndex>(c: &mut Criterion) {
-    let index = I::with_observer(IndexConfig::default(), Arc::new(TimedBuilds));
+    let index = timed_index::<I>();
     index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
     index.build(-1, Some(27));
     let mut group = c.benchmark_group("build_scaling");

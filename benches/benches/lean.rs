@@ -23,9 +23,9 @@ use arc_swap::ArcSwap;
 use chain_fold::{Chain, Event, Spine, SpineOrder, advance};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sb_benches::lean::LeanIndex;
-use sb_benches::{interleaved_from, linear, payload, time_incremental_builds};
+use sb_benches::{interleaved_from, linear, payload, time_incremental_builds, timed_index};
 use wal_index::baseline::PapayaIndex;
-use wal_index::{IndexConfig, IndexObserver, StateIndex, WalIndex};
+use wal_index::{IndexConfig, StateIndex, WalIndex};
 
 /// What the rows ask of an index: the engine, the comparator and the lean design alike.
 trait Rows: Send + Sync + 'static {
@@ -43,18 +43,13 @@ trait Rows: Send + Sync + 'static {
 /// default observer, which times no build.
 struct Indexed<I, const TIMED: bool = false>(I);
 
-struct TimedBuilds;
-
-impl IndexObserver for TimedBuilds {}
-
 impl<I: StateIndex + 'static, const TIMED: bool> Rows for Indexed<I, TIMED> {
     const NAME: &'static str = if TIMED { "lockfree_timed" } else { I::NAME };
     fn empty() -> Self {
-        let config = IndexConfig::default();
         Indexed(if TIMED {
-            I::with_observer(config, Arc::new(TimedBuilds))
+            timed_index()
         } else {
-            I::with_config(config)
+            I::with_config(IndexConfig::default())
         })
     }
     fn apply_batch(&self, events: Vec<Event>) {

@@ -7,6 +7,7 @@ pub mod lean;
 
 use bytes::Bytes;
 use chain_fold::{Chain, Event, EventId, ExecutionId, SpineOrder};
+use wal_index::{IndexConfig, IndexObserver, StateIndex};
 
 /// A slim payload of `size` bytes (a JSON object padded with a string).
 pub fn payload(size: usize) -> Bytes {
@@ -67,6 +68,19 @@ pub fn time_incremental_builds<I, R>(
         std::hint::black_box(served);
     }
     timed
+}
+
+/// An observer that takes every build's duration and records nothing: builds are timed,
+/// as a pool's with metrics are, and as the comparators always time them, so rows of
+/// different designs compare like with like.
+#[derive(Debug)]
+pub struct TimedBuilds;
+
+impl IndexObserver for TimedBuilds {}
+
+/// An index with the default configuration whose builds are timed ([`TimedBuilds`]).
+pub fn timed_index<I: StateIndex>() -> I {
+    I::with_observer(IndexConfig::default(), std::sync::Arc::new(TimedBuilds))
 }
 
 /// A chain of `len` events (one execution).
