@@ -7,7 +7,15 @@
 //! - one checkpoint of the drained index: the capture on the drain's thread, the encoding,
 //!   the durable write;
 //! - the restore: reading the file's bytes, verifying and decoding them, seeding a new index;
-//!   and, beside it, reading the same bytes alone (the floor a restore is measured against).
+//!   and, beside it, reading the same bytes alone, two ways: into one allocation the file's
+//!   size (`std::fs::read`: the file's bytes in memory, the floor a restore is measured
+//!   against, since a restore too ends with the image in fresh memory) and through one
+//!   reused 4 MiB buffer (the page cache's copy alone, which keeps nothing);
+//! - memory: a counting allocator takes the heap's peak while the checkpoint is captured,
+//!   encoded and written as the drain's writer does (`CheckpointStore::write_owned`), and
+//!   while a restore runs, each beyond the heap before it started (the index it reads or the
+//!   one it fills is the rest). The counting is one relaxed `fetch_add` and one `fetch_max`
+//!   per allocation, in every row alike.
 //!
 //! ```sh
 //! cargo run --release -p sb-sim --example checkpoint_restore -- 17803 3 /tmp/checkpoints
@@ -18,7 +26,10 @@
 //! the system's temporary directory, deleted afterwards; it must hold about twice the
 //! checkpoint's size). Prints each round and the medians.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use sb_sim::run::SimConfig;
@@ -28,6 +39,70 @@ use wal_index::checkpoint::{
 };
 use wal_index::ingest::channel_wal;
 use wal_index::{Drain, DrainConfig, StateIndex, WalIndex};
+
+/// Counts the heap's live bytes and their peak.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so
+// `System`'s guarantees are the caller's; the counters have no effect on the memory.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // Relaxed: the counters order nothing; each is read after the measured work, on
+        // the thread that joined or outlived it.
+        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged; the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes
+        // through `alloc` or `realloc` here).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size >= layout.size() {
+            let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed)
+                + (new_size - layout.size());
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        } else {
+            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+        }
+        // SAFETY: as for `dealloc`; `new_size` comes from the caller's contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Starts a peak measurement: the live bytes now, which the peak then starts from.
+fn peak_from_here() -> usize {
+    let live = LIVE.load(Ordering::Relaxed);
+    PEAK.store(live, Ordering::Relaxed);
+    live
+}
+
+/// The peak since [`peak_from_here`] returned `base`, beyond `base`.
+fn peak_beyond(base: usize) -> usize {
+    PEAK.load(Ordering::Relaxed).saturating_sub(base)
+}
+
+/// Reads `path` through one reused buffer of 4 MiB; returns the bytes read.
+fn read_through_buffer(path: &std::path::Path) -> u64 {
+    let mut file = std::fs::File::open(path).expect("readable");
+    let mut buffer = vec![0u8; 4 << 20];
+    let mut total = 0;
+    loop {
+        match file.read(&mut buffer).expect("readable") {
+            0 => return total,
+            n => total += n as u64,
+        }
+    }
+}
 
 /// One drain of `items` into a fresh engine, with or without checkpoints; its seconds, the
 /// checkpoints it wrote, and the index.
@@ -64,11 +139,16 @@ struct Round {
     encode: f64,
     write: f64,
     read: f64,
+    read_buffered: f64,
     decode: f64,
     seed: f64,
     restore: f64,
     bytes: u64,
     events: usize,
+    /// Peak heap beyond the drained index while capturing, encoding and writing.
+    write_peak: usize,
+    /// Peak heap beyond what the restored index holds at the end, during the restore.
+    restore_peak: usize,
 }
 
 fn round(items: &[Item], store: &DirStore, checkpointed_first: bool) -> Round {
@@ -91,6 +171,9 @@ fn round(items: &[Item], store: &DirStore, checkpointed_first: bool) -> Round {
         log: log.clone(),
         positions: Vec::new(),
     };
+    // As the drain's writer does: the capture, then its encoding, handed to the store by
+    // value; the capture lives until the write returns.
+    let base = peak_from_here();
     let started = Instant::now();
     let checkpoint = Checkpoint::capture(&index, at);
     r.capture = started.elapsed().as_secs_f64();
@@ -98,18 +181,23 @@ fn round(items: &[Item], store: &DirStore, checkpointed_first: bool) -> Round {
     let started = Instant::now();
     let bytes = checkpoint.encode();
     r.encode = started.elapsed().as_secs_f64();
-    drop(checkpoint);
-    let started = Instant::now();
-    let name = store.write(&bytes).expect("written");
-    r.write = started.elapsed().as_secs_f64();
     r.bytes = bytes.len() as u64;
-    drop(bytes);
+    let started = Instant::now();
+    let name = store.write_owned(bytes).expect("written");
+    r.write = started.elapsed().as_secs_f64();
+    drop(checkpoint);
+    r.write_peak = peak_beyond(base);
 
     // Reading the bytes alone, then the whole restore (which reads them again).
     let started = Instant::now();
     let read = std::fs::read(store.path_of(&name)).expect("readable");
     r.read = started.elapsed().as_secs_f64();
     assert_eq!(read.len() as u64, r.bytes);
+    drop(read);
+    let started = Instant::now();
+    assert_eq!(read_through_buffer(&store.path_of(&name)), r.bytes);
+    r.read_buffered = started.elapsed().as_secs_f64();
+    let read = std::fs::read(store.path_of(&name)).expect("readable");
     // The restore's two parts on those bytes: verify and decode, then seed an index.
     let started = Instant::now();
     let decoded = Checkpoint::decode(&read).expect("verifies");
@@ -120,10 +208,13 @@ fn round(items: &[Item], store: &DirStore, checkpointed_first: bool) -> Round {
     decoded.restore_into(&seeded);
     r.seed = started.elapsed().as_secs_f64();
     drop((decoded, seeded));
+    let base = peak_from_here();
     let started = Instant::now();
     let restored_index = WalIndex::new(SimConfig::production_index());
     let restored = checkpoint::restore_newest(store, &restored_index, &log, |_| Ok(()));
     r.restore = started.elapsed().as_secs_f64();
+    let held = LIVE.load(Ordering::Relaxed).saturating_sub(base);
+    r.restore_peak = peak_beyond(base).saturating_sub(held);
     assert!(restored.refused.is_empty(), "{:?}", restored.refused);
     assert_eq!(restored_index.stats().events, index.stats().events);
     r
@@ -159,7 +250,7 @@ fn main() {
     for k in 0..rounds {
         let r = round(&items, &store, k % 2 == 1);
         println!(
-            "round {k}: drain {:.0} ms, with checkpoints {:.0} ms ({} taken); checkpoint of {} events, {:.0} MB: capture {:.1} ms, encode {:.0} ms, write {:.0} ms; read {:.0} ms, decode {:.0} ms, seed {:.0} ms, restore {:.0} ms",
+            "round {k}: drain {:.0} ms, with checkpoints {:.0} ms ({} taken); checkpoint of {} events, {:.0} MB: capture {:.1} ms, encode {:.0} ms, write {:.0} ms, peak {:.0} MB; read {:.0} ms (through a buffer {:.0} ms), decode {:.0} ms, seed {:.0} ms, restore {:.0} ms (peak beyond the index {:.1} MB)",
             r.drain * 1e3,
             r.drain_checkpointed * 1e3,
             r.checkpoints_taken,
@@ -168,10 +259,13 @@ fn main() {
             r.capture * 1e3,
             r.encode * 1e3,
             r.write * 1e3,
+            r.write_peak as f64 / 1e6,
             r.read * 1e3,
+            r.read_buffered * 1e3,
             r.decode * 1e3,
             r.seed * 1e3,
-            r.restore * 1e3
+            r.restore * 1e3,
+            r.restore_peak as f64 / 1e6
         );
         all.push(r);
     }
@@ -189,6 +283,21 @@ fn main() {
         m(|r| r.capture) * 1e3,
         m(|r| r.encode) * 1e3,
         m(|r| r.write) * 1e3
+    );
+    let most = |f: fn(&Round) -> usize| all.iter().map(f).max().unwrap_or(0) as f64;
+    println!(
+        "peak heap beyond the index, the most of any round: writing {:.1} MB = {:.3}x the image; restoring {:.1} MB",
+        most(|r| r.write_peak) / 1e6,
+        most(|r| r.write_peak) / bytes,
+        most(|r| r.restore_peak) / 1e6
+    );
+    let slowest = all.iter().map(|r| r.restore).fold(0.0, f64::max);
+    let worst = all.iter().map(|r| r.restore / r.read).fold(0.0, f64::max);
+    println!(
+        "every round: restore at least {:.2} GB/s, at most {:.2}x its round's read; median restore / read through a buffer {:.2}x",
+        bytes / 1e9 / slowest,
+        worst,
+        m(|r| r.restore / r.read_buffered)
     );
     println!(
         "median: restore {:.0} ms = {:.2} GB/s; reading the bytes alone {:.0} ms = {:.2} GB/s; restore / read {:.2}x",

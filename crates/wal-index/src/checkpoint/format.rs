@@ -64,52 +64,71 @@ pub(super) fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
     );
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    // Every block is written in place: its header reserved, its body appended, then the
+    // header filled in, so the file's buffer is the one copy of the image.
     let mut blocks = 0u32;
-    let mut body = Vec::new();
-    header_body(checkpoint, &mut body);
-    push_block(&mut out, HEADER, &body);
+    let header = begin_block(&mut out);
+    header_body(checkpoint, &mut out);
+    end_block(&mut out, header, HEADER);
     blocks += 1;
     let (mut in_block, mut events) = (0u32, 0u64);
-    body.clear();
-    body.extend_from_slice(&0u32.to_le_bytes()); // patched with the count
+    let mut block = begin_block(&mut out);
+    out.extend_from_slice(&0u32.to_le_bytes()); // patched with the count
     for execution in &checkpoint.executions {
-        body.extend_from_slice(&execution.execution_id.to_le_bytes());
-        body.extend_from_slice(&execution.idle_ms.to_le_bytes());
-        body.extend_from_slice(&(execution.events.len() as u32).to_le_bytes());
+        out.extend_from_slice(&execution.execution_id.to_le_bytes());
+        out.extend_from_slice(&execution.idle_ms.to_le_bytes());
+        out.extend_from_slice(&(execution.events.len() as u32).to_le_bytes());
         for event in &execution.events {
-            event.write_image(&mut body);
+            event.write_image(&mut out);
         }
         in_block += 1;
         events += execution.events.len() as u64;
-        if body.len() >= TARGET_BLOCK_BYTES {
-            body[..4].copy_from_slice(&in_block.to_le_bytes());
-            push_block(&mut out, EXECUTIONS, &body);
+        if out.len() - block - BLOCK_HEADER_BYTES >= TARGET_BLOCK_BYTES {
+            end_executions(&mut out, block, in_block);
             blocks += 1;
-            body.truncate(4);
+            block = begin_block(&mut out);
+            out.extend_from_slice(&0u32.to_le_bytes());
             in_block = 0;
         }
     }
     if in_block > 0 {
-        body[..4].copy_from_slice(&in_block.to_le_bytes());
-        push_block(&mut out, EXECUTIONS, &body);
+        end_executions(&mut out, block, in_block);
         blocks += 1;
+    } else {
+        out.truncate(block);
     }
-    body.clear();
-    body.extend_from_slice(&(checkpoint.executions.len() as u64).to_le_bytes());
-    body.extend_from_slice(&events.to_le_bytes());
+    let trailer = begin_block(&mut out);
+    out.extend_from_slice(&(checkpoint.executions.len() as u64).to_le_bytes());
+    out.extend_from_slice(&events.to_le_bytes());
     // The blocks before the trailer.
-    body.extend_from_slice(&blocks.to_le_bytes());
-    push_block(&mut out, TRAILER, &body);
+    out.extend_from_slice(&blocks.to_le_bytes());
+    end_block(&mut out, trailer, TRAILER);
     out
 }
 
-fn push_block(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
+/// Reserves a block's header at the end of `out`; returns where the block starts.
+fn begin_block(out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0; BLOCK_HEADER_BYTES]);
+    start
+}
+
+/// Ends the block begun at `start` (its body is everything after its header): fills in its
+/// kind, length and checksum.
+fn end_block(out: &mut [u8], start: usize, kind: u8) {
+    let (head, body) = out[start..].split_at_mut(BLOCK_HEADER_BYTES);
     let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
     let crc = block_crc(kind, len, body);
-    out.push(kind);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(body);
+    head[0] = kind;
+    head[1..5].copy_from_slice(&len.to_le_bytes());
+    head[5..9].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Ends a block of executions begun at `start`: its count, then its header.
+fn end_executions(out: &mut [u8], start: usize, count: u32) {
+    let at = start + BLOCK_HEADER_BYTES;
+    out[at..at + 4].copy_from_slice(&count.to_le_bytes());
+    end_block(out, start, EXECUTIONS);
 }
 
 fn header_body(checkpoint: &Checkpoint, body: &mut Vec<u8>) {
@@ -280,11 +299,26 @@ fn check_trailer(body: &[u8], start: usize, counted: Counted, at_end: bool) -> R
     Ok(())
 }
 
-/// Appends up to `n` bytes of `reader` to `into` (fewer only at its end).
+/// Appends up to `n` bytes of `reader` to `into` (fewer only at its end). The buffer grows
+/// with the bytes that have arrived, at most doubling what `into` holds, each step to its
+/// exact size: never to a length a header claims before its bytes are there, and a reused
+/// buffer ends no larger than the largest block it held (a plain `read_to_end` rounds its
+/// capacity up to the next power of two).
 fn read_up_to(reader: &mut dyn io::Read, n: u64, into: &mut Vec<u8>) -> Result<(), Refusal> {
-    io::Read::read_to_end(&mut io::Read::take(reader, n), into)
-        .map(drop)
-        .map_err(|e| Refusal::Io(e.to_string()))
+    const FIRST_STEP: u64 = 64 << 10;
+    let mut left = n;
+    while left > 0 {
+        let step = left.min((into.len() as u64).max(FIRST_STEP));
+        // `step` is at most `into.len()` or 64 KiB, so it fits a usize.
+        into.reserve_exact(step as usize);
+        let got = io::Read::read_to_end(&mut io::Read::take(&mut *reader, step), into)
+            .map_err(|e| Refusal::Io(e.to_string()))?;
+        if (got as u64) < step {
+            break;
+        }
+        left -= step;
+    }
+    Ok(())
 }
 
 /// The block at `*at` of `reader`, read into `body` and its checksum verified; moves `*at`
