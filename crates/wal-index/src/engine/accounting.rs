@@ -3,17 +3,18 @@
 
 use crate::observe::IndexObserver;
 use crate::report::IndexStats;
-use crate::sync::{AtomicI64, Mutex, Ordering};
+use crate::sync::{AtomicI64, CachePadded, Mutex, Ordering};
 
 /// The three resident totals behind one lock, reported to the observer on every change,
 /// plus the cached spines' bytes, which builds change without any lock.
 pub(crate) struct Accounting {
-    totals: Mutex<IndexStats>,
+    /// Padded: the drain locks it for every execution of a batch.
+    totals: CachePadded<Mutex<IndexStats>>,
     /// The heap of every slot's cached spine. Builds add to it when their compare-and-swap
     /// publishes a spine and evictors subtract what they take out, so it is a sum of
     /// commuting deltas: it may be momentarily negative between a build's publish and its
     /// add, never once both are done.
-    cached_spines: AtomicI64,
+    cached_spines: CachePadded<AtomicI64>,
     observer: std::sync::Arc<dyn IndexObserver>,
 }
 
@@ -21,8 +22,8 @@ impl Accounting {
     /// Zero totals, reporting to `observer`.
     pub(crate) fn new(observer: std::sync::Arc<dyn IndexObserver>) -> Accounting {
         Accounting {
-            totals: Mutex::new(IndexStats::default()),
-            cached_spines: AtomicI64::new(0),
+            totals: CachePadded::new(Mutex::new(IndexStats::default())),
+            cached_spines: CachePadded::new(AtomicI64::new(0)),
             observer,
         }
     }

@@ -41,7 +41,7 @@ use std::collections::{HashMap, VecDeque};
 use chain_fold::ExecutionId;
 
 use super::slot::Slot;
-use crate::sync::{Arc, ConcurrentMap, Mutex, MutexGuard};
+use crate::sync::{Arc, CachePadded, ConcurrentMap, Mutex, MutexGuard};
 use crate::waiting_room::{Registered, WaitingRooms};
 
 /// The published map: execution id → slot. It hashes with foldhash under a fixed seed
@@ -56,11 +56,12 @@ type SlotMap = ConcurrentMap<ExecutionId, Arc<Slot>>;
 pub(super) struct Directory {
     map: SlotMap,
     /// Serializes the map's writers (slot creation and removal), and counts the slots
-    /// created (each slot's generation). Builds never take it.
-    writer: Mutex<u64>,
+    /// created (each slot's generation). Builds never take it; padded, so its locking does
+    /// not take the map's line from the builds' caches.
+    writer: CachePadded<Mutex<u64>>,
     /// Executions recently evicted after their terminal event: a drive for one of them
     /// whose slot is empty ends at once instead of waiting for a tip that came and went.
-    finished: Mutex<FinishedExecutions>,
+    finished: CachePadded<Mutex<FinishedExecutions>>,
     /// Drives waiting for executions that have no slot.
     rooms: WaitingRooms,
 }
@@ -75,8 +76,8 @@ impl Directory {
     pub(super) fn new() -> Directory {
         Directory {
             map: SlotMap::new(),
-            writer: Mutex::new(0),
-            finished: Mutex::new(FinishedExecutions::default()),
+            writer: CachePadded::new(Mutex::new(0)),
+            finished: CachePadded::new(Mutex::new(FinishedExecutions::default())),
             rooms: WaitingRooms::default(),
         }
     }

@@ -32,7 +32,7 @@ use crate::index::{IndexHooks, StateIndex};
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
 use crate::stall::StalledChain;
-use crate::sync::{Arc, AtomicU64, Clock, Ordering};
+use crate::sync::{Arc, AtomicU64, CachePadded, Clock, Ordering};
 use crate::waiting_room::Registered;
 use accounting::Accounting;
 use directory::Directory;
@@ -89,27 +89,33 @@ use slot::{Evicted, Slot, SlotApplied};
 /// assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
 /// ```
 pub struct WalIndex {
+    // Layout: what every build reads and no write changes (the configuration, the flags,
+    // the clock's epoch, the directory's map) shares lines with nothing a write changes;
+    // each field the drain writes on every batch or eviction (the directory's locks, the
+    // totals, the stall watch's counters, the newest write's clock, the backfill) sits on
+    // cache lines of its own (`CachePadded`), so a drain's write does not take from the
+    // builds' caches a line they read.
     config: IndexConfig,
-    /// Execution id → slot, the finished set and the waiting rooms (`directory.rs`).
-    directory: Directory,
-    /// The three resident totals, changed together under one lock by writers only.
-    accounting: Accounting,
-    clock: Clock,
-    /// The drain's last [`Backfill`], encoded by [`BackfillCell`].
-    backfill: BackfillCell,
-    /// What stall checks remember between runs (`stalls.rs`).
-    stalls: stalls::StallWatch,
     /// Builds refresh recency from the clock: an eviction limit reads it
     /// ([`EvictionPolicy::reads_recency`](crate::config::EvictionPolicy::reads_recency)).
     /// Without one, from [`WalIndex::last_write`] (a checkpoint still records recency).
     builds_read_the_clock: bool,
-    /// The clock as the newest write read it (nanoseconds since the clock's epoch): what a
-    /// build without an eviction limit records as its recency, so builds of such an index
-    /// read no clock and the writes, which read it anyway, pay one store per batch.
-    last_write: AtomicU64,
     /// Builds are timed: the observer takes their durations
     /// ([`IndexObserver::times_builds`]).
     builds_timed: bool,
+    clock: Clock,
+    /// Execution id → slot, the finished set and the waiting rooms (`directory.rs`).
+    directory: Directory,
+    /// The three resident totals, changed together under one lock by writers only.
+    accounting: Accounting,
+    /// The drain's last [`Backfill`], encoded by [`BackfillCell`].
+    backfill: CachePadded<BackfillCell>,
+    /// What stall checks remember between runs (`stalls.rs`).
+    stalls: CachePadded<stalls::StallWatch>,
+    /// The clock as the newest write read it (nanoseconds since the clock's epoch): what a
+    /// build without an eviction limit records as its recency, so builds of such an index
+    /// read no clock and the writes, which read it anyway, pay one store per batch.
+    last_write: CachePadded<AtomicU64>,
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -337,12 +343,12 @@ impl StateIndex for WalIndex {
             config,
             directory: Directory::new(),
             builds_read_the_clock: config.eviction.reads_recency(),
-            last_write: AtomicU64::new(0),
+            last_write: CachePadded::new(AtomicU64::new(0)),
             builds_timed: observer.times_builds(),
             accounting: Accounting::new(observer),
             clock: Clock::new(),
-            backfill: BackfillCell::default(),
-            stalls: stalls::StallWatch::default(),
+            backfill: CachePadded::new(BackfillCell::default()),
+            stalls: CachePadded::new(stalls::StallWatch::default()),
         }
     }
 

@@ -133,3 +133,7 @@ impl Waiting {
         }
     }
 }
+
+/// Layout only, the same on both sides: a field on cache lines of its own, so writes to it
+/// do not evict the lines around it from other cores' caches.
+pub(crate) use crossbeam_utils::CachePadded;
