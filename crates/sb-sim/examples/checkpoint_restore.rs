@@ -226,49 +226,8 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let events: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(17_803);
-    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
-    let (dir, temporary) = match args.next() {
-        Some(dir) => (std::path::PathBuf::from(dir), false),
-        None => (
-            std::env::temp_dir().join(format!("sb-sim-checkpoint-bench-{}", std::process::id())),
-            true,
-        ),
-    };
-    let store = DirStore::open(&dir, 2).expect("the checkpoint directory");
-    let items = Generator::new(Shape::default()).take(events);
-    let payload: usize = items.iter().map(|i| i.payload.len()).sum();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!(
-        "{events} envelopes, {:.0} MB of payload, {cores} cores, checkpoints in {}",
-        payload as f64 / 1e6,
-        dir.display()
-    );
-    let mut all = Vec::new();
-    for k in 0..rounds {
-        let r = round(&items, &store, k % 2 == 1);
-        println!(
-            "round {k}: drain {:.0} ms, with checkpoints {:.0} ms ({} taken); checkpoint of {} events, {:.0} MB: capture {:.1} ms, encode {:.0} ms, write {:.0} ms, peak {:.0} MB; read {:.0} ms (through a buffer {:.0} ms), decode {:.0} ms, seed {:.0} ms, restore {:.0} ms (peak beyond the index {:.1} MB)",
-            r.drain * 1e3,
-            r.drain_checkpointed * 1e3,
-            r.checkpoints_taken,
-            r.events,
-            r.bytes as f64 / 1e6,
-            r.capture * 1e3,
-            r.encode * 1e3,
-            r.write * 1e3,
-            r.write_peak as f64 / 1e6,
-            r.read * 1e3,
-            r.read_buffered * 1e3,
-            r.decode * 1e3,
-            r.seed * 1e3,
-            r.restore * 1e3,
-            r.restore_peak as f64 / 1e6
-        );
-        all.push(r);
-    }
+/// Prints the medians of `all` rounds, the peaks and the worst round.
+fn summarize(all: &[Round]) {
     let m = |f: fn(&Round) -> f64| median(all.iter().map(f));
     let bytes = all[0].bytes as f64;
     println!(
@@ -312,6 +271,52 @@ fn main() {
         m(|r| r.decode) * 1e3,
         m(|r| r.seed) * 1e3
     );
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let events: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(17_803);
+    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let (dir, temporary) = match args.next() {
+        Some(dir) => (std::path::PathBuf::from(dir), false),
+        None => (
+            std::env::temp_dir().join(format!("sb-sim-checkpoint-bench-{}", std::process::id())),
+            true,
+        ),
+    };
+    let store = DirStore::open(&dir, 2).expect("the checkpoint directory");
+    let items = Generator::new(Shape::default()).take(events);
+    let payload: usize = items.iter().map(|i| i.payload.len()).sum();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "{events} envelopes, {:.0} MB of payload, {cores} cores, checkpoints in {}",
+        payload as f64 / 1e6,
+        dir.display()
+    );
+    let mut all = Vec::new();
+    for k in 0..rounds {
+        let r = round(&items, &store, k % 2 == 1);
+        println!(
+            "round {k}: drain {:.0} ms, with checkpoints {:.0} ms ({} taken); checkpoint of {} events, {:.0} MB: capture {:.1} ms, encode {:.0} ms, write {:.0} ms, peak {:.0} MB; read {:.0} ms (through a buffer {:.0} ms), decode {:.0} ms, seed {:.0} ms, restore {:.0} ms (peak beyond the index {:.1} MB)",
+            r.drain * 1e3,
+            r.drain_checkpointed * 1e3,
+            r.checkpoints_taken,
+            r.events,
+            r.bytes as f64 / 1e6,
+            r.capture * 1e3,
+            r.encode * 1e3,
+            r.write * 1e3,
+            r.write_peak as f64 / 1e6,
+            r.read * 1e3,
+            r.read_buffered * 1e3,
+            r.decode * 1e3,
+            r.seed * 1e3,
+            r.restore * 1e3,
+            r.restore_peak as f64 / 1e6
+        );
+        all.push(r);
+    }
+    summarize(&all);
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
