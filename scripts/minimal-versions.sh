@@ -19,7 +19,13 @@ cd "$(dirname "$0")/.."
 root=$PWD
 libs=(chain-fold wal-index sb-metrics wal-source-ehdb state-shard)
 
-work=$(mktemp -d)
+# One fixed place for the copy: cargo hashes a workspace's members by their path within it
+# and finds them fresh by their (copied) modification times, so a second run with the same
+# target dir reuses the first run's test binaries, whose CARGO_MANIFEST_DIR must still
+# exist (a fresh temporary directory each run left tests reading files of a deleted copy).
+work=$root/target/minimal-versions-src
+rm -rf "$work"
+mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 tar --exclude=./target --exclude=./.git --exclude=./fuzz -cf - . | tar -xf - -C "$work"
 cd "$work"
