@@ -51,16 +51,24 @@ pub(super) fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
         .sum();
     // The file's size, so the buffer is never grown: each execution's 20 bytes of header,
     // a block header per block of about `TARGET_BLOCK_BYTES` (one more for a large
-    // execution at most per execution), the header's positions and texts, the trailer.
+    // execution at most per execution), the header's positions and texts, the trailer (in
+    // the 4 KiB of slack with the header's fixed fields).
     let positions: usize = checkpoint
         .positions
         .iter()
         .map(|p| 8 + p.partition.len() + 12 * p.records.len())
         .sum();
+    let log = &checkpoint.log;
+    let texts = 12 + log.transport.len() + log.name.len() + log.detail.len();
     let executions = checkpoint.executions.len();
     let blocks = images / TARGET_BLOCK_BYTES + 1 + executions.min(images / TARGET_BLOCK_BYTES + 1);
     let mut out = Vec::with_capacity(
-        images + 20 * executions + (BLOCK_HEADER_BYTES + 4) * (blocks + 2) + positions + 4096,
+        images
+            + 20 * executions
+            + (BLOCK_HEADER_BYTES + 4) * (blocks + 2)
+            + positions
+            + texts
+            + 4096,
     );
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -310,7 +318,8 @@ fn read_up_to(reader: &mut dyn io::Read, n: u64, into: &mut Vec<u8>) -> Result<(
     while left > 0 {
         let step = left.min((into.len() as u64).max(FIRST_STEP));
         // `step` is at most `into.len()` or 64 KiB, so it fits a usize.
-        into.reserve_exact(step as usize);
+        into.try_reserve_exact(step as usize)
+            .map_err(|e| Refusal::Io(e.to_string()))?;
         let got = io::Read::read_to_end(&mut io::Read::take(&mut *reader, step), into)
             .map_err(|e| Refusal::Io(e.to_string()))?;
         if (got as u64) < step {

@@ -62,8 +62,9 @@ pub(super) struct Directory {
     /// Executions recently evicted after their terminal event: a drive for one of them
     /// whose slot is empty ends at once instead of waiting for a tip that came and went.
     finished: CachePadded<Mutex<FinishedExecutions>>,
-    /// Drives waiting for executions that have no slot.
-    rooms: WaitingRooms,
+    /// Drives waiting for executions that have no slot; padded too, since every slot
+    /// creation locks it.
+    rooms: CachePadded<WaitingRooms>,
 }
 
 /// The directory's writers' lock, held: the only way to remove slots.
@@ -78,7 +79,7 @@ impl Directory {
             map: SlotMap::new(),
             writer: CachePadded::new(Mutex::new(0)),
             finished: CachePadded::new(Mutex::new(FinishedExecutions::default())),
-            rooms: WaitingRooms::default(),
+            rooms: CachePadded::new(WaitingRooms::default()),
         }
     }
 

@@ -89,12 +89,15 @@ use slot::{Evicted, Slot, SlotApplied};
 /// assert_eq!(drive.outcome.spine().unwrap().ids(), vec![1, 2, 3]);
 /// ```
 pub struct WalIndex {
-    // Layout: what every build reads and no write changes (the configuration, the flags,
-    // the clock's epoch, the directory's map) shares lines with nothing a write changes;
-    // each field the drain writes on every batch or eviction (the directory's locks, the
-    // totals, the stall watch's counters, the newest write's clock, the backfill) sits on
-    // cache lines of its own (`CachePadded`), so a drain's write does not take from the
-    // builds' caches a line they read.
+    // Layout: each field the drain writes on every batch, creation or eviction (the
+    // directory's locks and waiting rooms, the totals, the stall watch's counters, the
+    // newest write's clock, the backfill) is `CachePadded`: aligned to and filling whole
+    // cache-line pairs, so, wherever rustc places the fields, what every build reads and
+    // no write changes (the configuration, the flags, the clock's epoch, the directory's
+    // map, the observer) shares no line with a drain's write. Two padded fields are read
+    // by builds too (the newest write's clock; the cached-spine counter, which builds
+    // also add to): padding them keeps their writes from costing a build the lines around
+    // them, not from costing it the field itself.
     config: IndexConfig,
     /// Builds refresh recency from the clock: an eviction limit reads it
     /// ([`EvictionPolicy::reads_recency`](crate::config::EvictionPolicy::reads_recency)).
