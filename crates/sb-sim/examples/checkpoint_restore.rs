@@ -198,11 +198,9 @@ fn round(items: &[Item], store: &DirStore, checkpointed_first: bool) -> Round {
     let read = std::fs::read(store.path_of(&name)).expect("readable");
     r.read = started.elapsed().as_secs_f64();
     assert_eq!(read.len() as u64, r.bytes);
-    drop(read);
     let started = Instant::now();
     assert_eq!(read_through_buffer(&store.path_of(&name)), r.bytes);
     r.read_buffered = started.elapsed().as_secs_f64();
-    let read = std::fs::read(store.path_of(&name)).expect("readable");
     // The restore's two parts on those bytes: verify and decode, then seed an index.
     let started = Instant::now();
     let decoded = Checkpoint::decode(&read).expect("verifies");
