@@ -109,7 +109,7 @@ fn print(name: &str, slim: bool, size: usize, label: &str, row: &Row) {
     let n = row.events as f64;
     let heap = row.heap as f64;
     println!(
-        "{:<9} {:>4} {:>5} {:<15} {:>7} {:>9.0} {:>9.0} {:>8.0} {:>9.0} {:>8.1}%",
+        "{:<9} {:>4} {:>5} {:<15} {:>7} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>8.1}%",
         name,
         if slim { "slim" } else { "full" },
         size,

@@ -198,10 +198,30 @@ fn after_walk(
 ) -> Advance {
     match cached {
         Some(base) if walk.reached_stop => {
-            let added = walk.events.len();
-            let mut tail = walk.events;
-            tail.reverse();
-            let (spine, appended) = base.grow(target, tail, chain.lineage().mark());
+            let added = walk.len;
+            // The cached spine is the log's first `base.len()` events (its line has had no
+            // rewrite since: `covers` held), and the walk visited the log's next events one
+            // after the other: the new spine is a longer prefix of the same log.
+            let continues_log = base.shares_chain_log()
+                && walk
+                    .log_run
+                    .as_ref()
+                    .is_some_and(|run| run.start == base.len());
+            let (spine, appended) = if continues_log {
+                let end = base.len() + added;
+                let prefix = chain.log_prefix(end);
+                let spine = base.extended_over_log(
+                    target,
+                    chain.lineage().mark(),
+                    prefix,
+                    walk.payload_bytes,
+                );
+                (spine, true)
+            } else {
+                let mut tail = walk.into_tip_first(chain);
+                tail.reverse();
+                base.grow(target, tail, chain.lineage().mark())
+            };
             Advance {
                 outcome: AdvanceOutcome::Incremental(added),
                 spine: Some(spine),
@@ -211,7 +231,7 @@ fn after_walk(
             }
         }
         _ => {
-            let spine = chain.spine_of(target, walk.events);
+            let spine = chain.spine_of(target, walk);
             // The walk reached genesis before the scan met the target: the target may still
             // be an ancestor in the first half of the cached spine. Its spine is then the
             // cached one's first `len` events, which one O(log n) lookup confirms; the
@@ -280,5 +300,111 @@ impl SpineCache {
     /// Drops the cached spine.
     pub fn clear(&mut self) {
         self.spine = None;
+    }
+}
+
+#[cfg(all(test, not(chain_fold_loom)))]
+mod shared_log_tests {
+    use super::*;
+
+    fn linear(chain: &mut Chain, ids: std::ops::RangeInclusive<EventId>) {
+        for id in ids {
+            let (prev, ty) = if id == 1 {
+                (None, "playbook_started")
+            } else {
+                (Some(id - 1), "step")
+            };
+            chain.apply(Event::minimal(id, 1, prev, ty));
+        }
+    }
+
+    fn spine_at(chain: &Chain, cached: Option<&Spine>, target: EventId) -> Spine {
+        advance(chain, cached, target).spine.expect("a spine")
+    }
+
+    /// The spine's list is the chain's log, and the spine equals a cold walk's.
+    fn assert_shares(chain: &Chain, spine: &Spine) {
+        assert!(spine.shares_chain_log());
+        assert!(chain.log_prefix(0).shares_buffer_with(spine.log()));
+        assert_eq!(spine.heap_bytes(), SPINE_HEADER_BYTES_FOR_TESTS);
+        let cold = chain
+            .walk_back(spine.head(), None)
+            .unwrap()
+            .into_tip_first(chain);
+        let ids: Vec<_> = cold.iter().rev().map(Event::id).collect();
+        assert_eq!(spine.ids(), ids);
+        let bytes: usize = cold.iter().map(|e| e.payload().len()).sum();
+        assert_eq!(spine.payload_bytes(), bytes);
+    }
+
+    const SPINE_HEADER_BYTES_FOR_TESTS: usize = crate::spine::SPINE_HEADER_BYTES;
+
+    #[test]
+    fn a_chain_in_causal_order_serves_spines_that_are_its_own_log() {
+        for order in [SpineOrder::Causal, SpineOrder::EventId] {
+            let mut chain = Chain::new(order);
+            linear(&mut chain, 1..=3);
+            let cold = spine_at(&chain, None, 3);
+            assert_shares(&chain, &cold);
+            // Extended past the log's buffer (4 cells, then 7, then 12): each extension is
+            // the new log's prefix, however often the chain's buffer moved.
+            let mut cached = cold;
+            for tip in [4, 9, 20] {
+                linear(&mut chain, cached.head() + 1..=tip);
+                let next = advance(&chain, Some(&cached), tip);
+                assert_eq!(
+                    next.outcome,
+                    AdvanceOutcome::Incremental((tip - cached.head()) as usize)
+                );
+                assert!(next.appended);
+                cached = next.spine.unwrap();
+                assert_shares(&chain, &cached);
+            }
+            // An ancestor served from it is a prefix of the same log.
+            if order == SpineOrder::Causal {
+                let ancestor = spine_at(&chain, Some(&cached), 15);
+                assert_shares(&chain, &ancestor);
+            }
+        }
+    }
+
+    #[test]
+    fn a_branch_or_a_late_event_gets_a_list_of_its_own_and_the_chain_keeps_its_log() {
+        let mut chain = Chain::new(SpineOrder::Causal);
+        // Five events: the log's buffer has 7 cells, so the appends below write in place.
+        linear(&mut chain, 1..=5);
+        let shared = spine_at(&chain, None, 5);
+        // 7 branches off 5, then 6 (late, below 7) continues from 5 too.
+        chain.apply(Event::minimal(7, 1, Some(5), "step"));
+        chain.apply(Event::minimal(6, 1, Some(5), "step"));
+        let log_before = chain.log_prefix(0);
+        let branch = spine_at(&chain, Some(&shared), 6);
+        assert!(!branch.shares_chain_log());
+        assert_eq!(branch.ids(), vec![1, 2, 3, 4, 5, 6]);
+        assert!(branch.heap_bytes() > SPINE_HEADER_BYTES_FOR_TESTS);
+        // The chain still appends in place: the branch's list claimed no cell of its log.
+        chain.apply(Event::minimal(8, 1, Some(7), "step"));
+        assert!(chain.log_prefix(0).shares_buffer_with(&log_before));
+        // 8's walk passes 7 and 5, not 6: the log's positions 6 down to 0, one run, so its
+        // spine is the log again (walked cold: the cached branch is not its ancestor).
+        let eight = advance(&chain, Some(&branch), 8);
+        assert_eq!(eight.outcome, AdvanceOutcome::ColdRebuild(7));
+        let eight = eight.spine.unwrap();
+        assert_eq!(eight.ids(), vec![1, 2, 3, 4, 5, 7, 8]);
+        assert_shares(&chain, &eight);
+    }
+
+    #[test]
+    fn a_rewrite_rebuilds_on_the_rewritten_log() {
+        let mut chain = Chain::new(SpineOrder::Causal);
+        linear(&mut chain, 1..=4);
+        let before = spine_at(&chain, None, 4);
+        chain.apply(Event::minimal(3, 1, Some(2), "other"));
+        linear(&mut chain, 5..=5);
+        let after = advance(&chain, Some(&before), 5);
+        assert_eq!(after.outcome, AdvanceOutcome::ColdRebuild(5));
+        let after = after.spine.unwrap();
+        assert_shares(&chain, &after);
+        assert_eq!(after.get(2).unwrap().event_type(), "other");
     }
 }

@@ -161,6 +161,13 @@ impl<T: Clone> AppendLog<T> {
         *self = AppendLog::filled(capacity, items);
     }
 
+    /// This version's items copied into a fresh buffer of their own, with room for `room`
+    /// more: appending to the copy never claims a cell of this version's buffer.
+    pub(crate) fn detached(&self, room: usize) -> AppendLog<T> {
+        let capacity = MIN_CAPACITY.max(self.len.saturating_add(room));
+        AppendLog::filled(capacity, self.as_slice().iter().cloned())
+    }
+
     /// This version with the item at `index` replaced: a copy (O(len)) into a buffer of
     /// the same capacity, so the next appends still write in place.
     pub(crate) fn replaced(&self, index: usize, item: T) -> AppendLog<T> {

@@ -400,16 +400,34 @@ impl Chain {
     /// [`Incomplete::Cycle`].
     pub fn walk_from(&self, tip: EventId) -> Result<Spine, Incomplete> {
         let walk = self.walk_back(tip, None)?;
-        Ok(self.spine_of(tip, walk.events))
+        Ok(self.spine_of(tip, walk))
     }
 
-    pub(crate) fn spine_of(&self, tip: EventId, tip_first: Vec<Event>) -> Spine {
-        let mut events = tip_first;
+    /// The spine of `tip` from a walk that reached the root. A walk that visited the log's
+    /// first events, one after the other, is a prefix of the log in either order (the log
+    /// ascends by id), and its spine is that prefix, sharing the log: nothing is copied.
+    pub(crate) fn spine_of(&self, tip: EventId, walk: Walk) -> Spine {
+        if let Some(run) = walk.log_run.as_ref().filter(|run| run.start == 0) {
+            let prefix = self.ascending.truncated(run.end);
+            return Spine::over_log(
+                tip,
+                self.order,
+                self.lineage.mark(),
+                prefix,
+                walk.payload_bytes,
+            );
+        }
+        let mut events = walk.into_tip_first(self);
         match self.order {
             SpineOrder::Causal => events.reverse(),
             SpineOrder::EventId => events.sort_by_key(Event::id),
         }
         Spine::assemble(tip, self.order, self.lineage.mark(), events)
+    }
+
+    /// The ascending log's first `len` events, sharing its buffer.
+    pub(crate) fn log_prefix(&self, len: usize) -> AppendLog<Event> {
+        self.ascending.truncated(len)
     }
 
     /// Follows `prev` links from `from` until a root, or until `stop_at` is reached (not
@@ -430,13 +448,27 @@ impl Chain {
 
 /// A walk back from one event, one hop per [`Walker::step`], so a caller can interleave it
 /// with other work (`advance` runs it in lockstep with a scan of the cached spine).
+///
+/// Events that arrived in causal order sit in the ascending log one before the other, so
+/// a walk usually visits a run of consecutive log positions. While it does, the walker
+/// clones nothing: the run is the walk's result ([`Walk::log_run`]), and a spine of it
+/// shares the chain's log. The first hop off the run (into the late map, or past events
+/// of another branch) copies the run's handles out, and the walk collects from there on.
 pub(crate) struct Walker<'c> {
     chain: &'c Chain,
     current: Option<&'c Event>,
     /// `current`'s position in the ascending log (`usize::MAX` in the late map).
     at: usize,
     stop_at: Option<EventId>,
+    /// Events visited, tip first, once the walk left its log run (empty while on it).
     events: Vec<Event>,
+    /// Events visited.
+    hops: usize,
+    /// While every event visited is in the ascending log, one position below the one
+    /// before: the tip's position (the run is `top + 1 - hops ..= top`).
+    run_top: Option<usize>,
+    /// The visited events' payload bytes.
+    payload_bytes: usize,
     genesis: bool,
 }
 
@@ -455,6 +487,9 @@ impl<'c> Walker<'c> {
             at,
             stop_at,
             events: Vec::new(),
+            hops: 0,
+            run_top: (at != usize::MAX).then_some(at),
+            payload_bytes: 0,
             genesis: false,
         })
     }
@@ -462,31 +497,25 @@ impl<'c> Walker<'c> {
     /// One hop. `None` while the walk goes on; the walk's result once it ended.
     pub(crate) fn step(&mut self) -> Option<Result<Walk, Incomplete>> {
         let current = self.current?;
-        if self.events.len() >= self.chain.walk_limit as usize {
+        if self.hops >= self.chain.walk_limit as usize {
             return Some(Err(Incomplete::WalkLimit));
         }
-        if self.events.len() >= self.chain.len() {
+        if self.hops >= self.chain.len() {
             // More hops than events: some event was visited twice, and so is this one.
             return Some(Err(Incomplete::Cycle(current.id())));
         }
         self.genesis |= current.is_genesis();
-        self.events.push(current.clone());
+        self.visit(current);
         let Some(prev) = current.prev() else {
             self.current = None;
             if !self.genesis {
                 return Some(Err(Incomplete::NoGenesis));
             }
-            return Some(Ok(Walk {
-                events: std::mem::take(&mut self.events),
-                reached_stop: false,
-            }));
+            return Some(Ok(self.finish(false)));
         };
         if Some(prev) == self.stop_at {
             self.current = None;
-            return Some(Ok(Walk {
-                events: std::mem::take(&mut self.events),
-                reached_stop: true,
-            }));
+            return Some(Ok(self.finish(true)));
         }
         match self.chain.locate(prev, self.at) {
             Some((next, at)) => {
@@ -500,11 +529,62 @@ impl<'c> Walker<'c> {
             }
         }
     }
+
+    /// Counts `current` (at `self.at`) into the walk: still on the log run, or collected.
+    fn visit(&mut self, current: &Event) {
+        self.payload_bytes += current.payload().len();
+        match self.run_top {
+            // `hops < top + 1` holds on the run, so the sum does not overflow.
+            Some(top) if self.at != usize::MAX && self.at + self.hops == top => {}
+            Some(top) => {
+                // Off the run: its events, tip first, then this one.
+                let run = &self.chain.ascending.as_slice()[top + 1 - self.hops..=top];
+                self.events.reserve(self.hops + 1);
+                self.events.extend(run.iter().rev().cloned());
+                self.events.push(current.clone());
+                self.run_top = None;
+            }
+            None => self.events.push(current.clone()),
+        }
+        self.hops += 1;
+    }
+
+    fn finish(&mut self, reached_stop: bool) -> Walk {
+        Walk {
+            events: std::mem::take(&mut self.events),
+            log_run: self.run_top.map(|top| top + 1 - self.hops..top + 1),
+            len: self.hops,
+            payload_bytes: self.payload_bytes,
+            reached_stop,
+        }
+    }
 }
 
+/// A finished walk: the events visited, as a run of the ascending log or collected.
 pub(crate) struct Walk {
-    /// Visited events, tip first.
-    pub(crate) events: Vec<Event>,
+    /// Visited events, tip first, when the walk left the log (empty when `log_run` is set).
+    events: Vec<Event>,
+    /// The positions of the ascending log the walk visited, when they are exactly a run of
+    /// consecutive positions (walked from the top down).
+    pub(crate) log_run: Option<std::ops::Range<usize>>,
+    /// Events visited.
+    pub(crate) len: usize,
+    /// Their payloads' total length.
+    pub(crate) payload_bytes: usize,
     /// True when the walk stopped at the requested event rather than at a root.
     pub(crate) reached_stop: bool,
+}
+
+impl Walk {
+    /// The visited events, tip first, as handles of their own.
+    pub(crate) fn into_tip_first(self, chain: &Chain) -> Vec<Event> {
+        match self.log_run {
+            Some(run) => chain.ascending.as_slice()[run]
+                .iter()
+                .rev()
+                .cloned()
+                .collect(),
+            None => self.events,
+        }
+    }
 }

@@ -35,13 +35,15 @@
 //! | [`Chain::apply`] of a late id, or a rewrite | O(log n) (the late map); a rewrite of an in-order event copies the log, O(n) |
 //! | [`Chain::contains`] / [`Chain::get`] | O(1) above the largest id or at it; O(log d) for an id `d` events back |
 //! | [`advance`] cache hit | O(1): one lookup and one id comparison |
-//! | [`advance`] incremental by k | O(k) hops (each the event just before in the log), k handles appended |
-//! | [`advance`] cold rebuild | O(len) hops, a list of `len` handles |
+//! | [`advance`] incremental by k | O(k) hops (each the event just before in the log); k handles appended, none when the spine is the chain's log |
+//! | [`advance`] cold rebuild | O(len) hops; a list of `len` handles, none when the spine is the chain's log |
 //! | [`Spine::json_array`] | O(1): a view of the events' own payload bytes |
 //!
 //! Memory: an event is one allocation, 40 bytes beyond its payload
 //! ([`EVENT_OVERHEAD_BYTES`]); a chain adds an 8-byte handle per event (and its buffer's
-//! growth room); a spine another. No payload byte is ever held twice.
+//! growth room); a spine another, unless it is the first events of the chain's log one after
+//! the other (events that arrived in causal order, no branch: the common case), when its
+//! list is that log, shared. No payload byte is ever held twice.
 //!
 //! # What this crate does not do
 //!

@@ -43,6 +43,10 @@ struct SpineInner {
     /// The payloads' total length (the JSON array is this plus one separator per event
     /// and the closing bracket).
     payload_bytes: usize,
+    /// `events` is a prefix of the ascending log of the chain version `built_on`, sharing
+    /// its buffer: the chain charges that buffer, and a later version of the same line
+    /// (no rewrite between) holds the same events at the same positions.
+    shares_chain_log: bool,
 }
 
 /// The events from genesis to one tip, in a [`SpineOrder`].
@@ -52,6 +56,12 @@ struct SpineInner {
 /// so producing the next version costs what was added. The served JSON
 /// ([`Spine::json_array`]) is not stored at all: it is the events' own payload bytes,
 /// handed out as a rope.
+///
+/// When the spine is the first events of the chain's log, one after the other (a chain
+/// whose events arrived in causal order with no branch: the common case), its list *is*
+/// the chain's log, shared: such a spine holds no handle of its own, and neither building
+/// nor extending it clones an event. A spine of a branch, or of events that arrived late,
+/// keeps its own list of 8-byte handles.
 #[derive(Clone)]
 pub struct Spine(Arc<SpineInner>);
 
@@ -79,7 +89,7 @@ impl PartialEq for Spine {
 impl Eq for Spine {}
 
 /// The spine allocation's size: its reference counts and fields.
-const SPINE_HEADER_BYTES: usize =
+pub(crate) const SPINE_HEADER_BYTES: usize =
     2 * std::mem::size_of::<usize>() + std::mem::size_of::<SpineInner>();
 
 impl Spine {
@@ -110,6 +120,63 @@ impl Spine {
             first_genesis,
             events: log,
             payload_bytes,
+            shares_chain_log: false,
+        }))
+    }
+
+    /// The spine whose events are `prefix`, the first events of the ascending log of the
+    /// chain version `built_on` (already in spine order in either order: the log ascends
+    /// by id and the walk visited it one event before the other), whose payloads hold
+    /// `payload_bytes` bytes.
+    pub(crate) fn over_log(
+        head: EventId,
+        order: SpineOrder,
+        built_on: Lineage,
+        prefix: AppendLog<Event>,
+        payload_bytes: usize,
+    ) -> Spine {
+        let first_genesis = prefix
+            .as_slice()
+            .iter()
+            .position(Event::is_genesis)
+            .unwrap_or(usize::MAX);
+        Spine(Arc::new(SpineInner {
+            head,
+            order,
+            built_on,
+            first_genesis,
+            events: prefix,
+            payload_bytes,
+            shares_chain_log: true,
+        }))
+    }
+
+    /// Whether this spine's list is a prefix of its chain's log (see [`Spine::over_log`]).
+    pub(crate) fn shares_chain_log(&self) -> bool {
+        self.0.shares_chain_log
+    }
+
+    /// This spine, which shares its chain's log, grown to `head` by the events after it in
+    /// that log: `prefix` is the log's first events up to `head`, of the chain version
+    /// `built_on`, a later version of this spine's line (so its first events are this
+    /// spine's), and the added events' payloads hold `added_bytes`.
+    pub(crate) fn extended_over_log(
+        &self,
+        head: EventId,
+        built_on: Lineage,
+        prefix: AppendLog<Event>,
+        added_bytes: usize,
+    ) -> Spine {
+        let inner = &self.0;
+        debug_assert!(inner.shares_chain_log && prefix.len() >= inner.events.len());
+        Spine(Arc::new(SpineInner {
+            head,
+            order: inner.order,
+            built_on,
+            first_genesis: inner.first_genesis,
+            events: prefix,
+            payload_bytes: inner.payload_bytes + added_bytes,
+            shares_chain_log: true,
         }))
     }
 
@@ -135,7 +202,15 @@ impl Spine {
             }
         };
         if appendable {
-            let mut events = inner.events.clone();
+            // A list shared with the chain's log is copied first: appending to it in place
+            // would claim the log's next cell and make the chain copy its log instead.
+            let mut events = if inner.shares_chain_log {
+                inner
+                    .events
+                    .detached(tail.len() + inner.events.len() / 8 + 4)
+            } else {
+                inner.events.clone()
+            };
             let mut payload_bytes = inner.payload_bytes;
             for event in tail {
                 payload_bytes += event.payload().len();
@@ -148,6 +223,7 @@ impl Spine {
                 first_genesis: inner.first_genesis,
                 events,
                 payload_bytes,
+                shares_chain_log: false,
             }));
             return (spine, true);
         }
@@ -184,7 +260,14 @@ impl Spine {
             first_genesis: inner.first_genesis,
             events: inner.events.truncated(keep),
             payload_bytes: inner.payload_bytes - dropped_bytes,
+            shares_chain_log: inner.shares_chain_log,
         })))
+    }
+
+    /// The spine's event list.
+    #[cfg(test)]
+    pub(crate) fn log(&self) -> &AppendLog<Event> {
+        &self.0.events
     }
 
     pub(crate) fn as_slice(&self) -> &[Event] {
@@ -196,10 +279,20 @@ impl Spine {
     }
 
     /// What keeping this spine cached costs on the heap, beyond its events (which the chain
-    /// owns and charges): the spine's allocation and its event list's buffer. The engine's
-    /// byte ledger charges this for each cached spine; the JSON it serves costs nothing more.
+    /// owns and charges): the spine's allocation and its event list's buffer, unless that
+    /// list is the chain's own log, which the chain charges. The engine's byte ledger
+    /// charges this for each cached spine; the JSON it serves costs nothing more.
+    ///
+    /// The one heap this leaves out: a spine sharing its chain's log keeps that log's
+    /// buffer alive after the chain outgrew it and moved to a larger one, until the spine
+    /// is replaced (the next build of the execution does). That buffer is at most two
+    /// thirds of the chain's current one, 8 bytes per event.
     pub fn heap_bytes(&self) -> usize {
-        SPINE_HEADER_BYTES + self.0.events.heap_bytes()
+        if self.0.shares_chain_log {
+            SPINE_HEADER_BYTES
+        } else {
+            SPINE_HEADER_BYTES + self.0.events.heap_bytes()
+        }
     }
 
     /// The chain version this spine was built on.
