@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Loom models, next to the code they model: wal-index's (`--cfg wal_index_loom`, in
 # src/engine/loom_models.rs and src/engine/slot/loom_models.rs) and chain-fold's
-# (`--cfg chain_fold_loom`, in src/append_log.rs and src/lineage.rs); and the top-level
-# loom-tests crate's models of the public surface a pool relies on (wal_index_loom).
+# (`--cfg chain_fold_loom`, in src/append_log.rs, src/lineage.rs and
+# src/event/allocation.rs); and the top-level loom-tests crate's models of the public
+# surface a pool relies on (wal_index_loom).
 #
 # Usage: scripts/loom.sh [PREEMPTIONS]   (default 2; 3 is the documented longer run)
 #

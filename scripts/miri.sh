@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Miri over the code with `unsafe` (chain-fold's append-only log) and over a small concurrent
-# smoke test of the engine (atomics via arc-swap, event-listener, parking_lot).
+# Miri over the code with `unsafe` (chain-fold's append-only log and event allocation) and
+# over a small concurrent smoke test of the engine (atomics via arc-swap, event-listener,
+# parking_lot).
 #
 # Usage: scripts/miri.sh [SEEDS]   (default 8: every test runs under seeds 0..SEEDS, which
 # vary scheduling and weak-memory choices)

@@ -4,11 +4,13 @@ use std::cell::RefCell;
 use std::fmt;
 
 use bytes::Bytes;
-use triomphe::ThinArc;
 
+mod allocation;
 mod error;
 mod image;
 mod slim;
+
+use allocation::Allocation;
 
 pub use image::ImageError;
 
@@ -133,7 +135,7 @@ const SLIM: u8 = 1 << 5;
 /// allocation's exact size, which is what the byte ledger charges; the payload is copied into
 /// it once at decode, so a drain's receive buffer is not kept alive by the index.
 #[derive(Clone)]
-pub struct Event(ThinArc<Header, u8>);
+pub struct Event(Allocation);
 
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -161,12 +163,11 @@ impl PartialEq for Event {
 
 impl Eq for Event {}
 
-/// Fixed heap cost of one resident event beyond its payload: the allocation's reference
-/// count, header and slice length (the allocation is then rounded up to 8 bytes).
-/// [`Event::resident_bytes`] is exact; `docs/benchmarks.md` checks it against a counting
-/// allocator.
-pub const EVENT_OVERHEAD_BYTES: usize =
-    std::mem::size_of::<usize>() + std::mem::size_of::<triomphe::HeaderWithLength<Header>>();
+/// Fixed heap cost of one resident event beyond its payload: the allocation's 4-byte
+/// reference count, 4-byte length and 24-byte header (the allocation is then rounded up to
+/// 8 bytes). [`Event::resident_bytes`] is exact; `docs/benchmarks.md` checks it against a
+/// counting allocator.
+pub const EVENT_OVERHEAD_BYTES: usize = Allocation::PREFIX_BYTES;
 
 impl Event {
     /// serde_json's default recursion limit, which is what today's consumers parse payloads
@@ -299,14 +300,8 @@ impl Event {
             TypeField::Owned(text) => EventType::Owned(text),
         };
         let flags = if slim { SLIM } else { 0 };
-        Ok(Self::assemble(
-            id,
-            execution_id,
-            decoded.prev,
-            event_type,
-            out,
-            flags,
-        ))
+        Self::assemble(id, execution_id, decoded.prev, event_type, out, flags)
+            .ok_or(EventError::TooLarge { len: out.len() })
     }
 
     /// Decodes one WAL payload received as a [`Bytes`].
@@ -331,6 +326,12 @@ impl Event {
     /// The payload is trusted to be one JSON value: it is spliced verbatim into
     /// [`Spine::json_array`](crate::Spine::json_array). Use this for synthetic workloads and
     /// tests; a drain should use [`Event::from_json`].
+    ///
+    /// # Panics
+    ///
+    /// If the payload (with the event type, when the type is not a substring of it) is
+    /// 4 GiB or longer: an event's allocation holds less ([`EventError::TooLarge`] is what
+    /// the decoders return instead).
     pub fn from_parts(
         id: EventId,
         execution_id: ExecutionId,
@@ -341,6 +342,7 @@ impl Event {
         let payload = payload.as_ref();
         let event_type = EventType::located(payload, event_type);
         Self::assemble(id, execution_id, prev, event_type, payload, 0)
+            .expect("a payload shorter than 4 GiB (see `# Panics`)")
     }
 
     /// Builds an event whose payload is the minimal envelope of its four fields.
@@ -369,7 +371,8 @@ impl Event {
 
     /// Lays the event out in one allocation: the header, then
     /// `payload ++ [owned type ++ its length as u32 LE] ++ [prev as i64 LE]`, the two
-    /// optional parts present only when their flag is set.
+    /// optional parts present only when their flag is set. `None` when those bytes are
+    /// longer than an allocation holds (`u32::MAX`).
     fn assemble(
         id: EventId,
         execution_id: ExecutionId,
@@ -377,7 +380,7 @@ impl Event {
         event_type: EventType,
         payload: &[u8],
         extra_flags: u8,
-    ) -> Event {
+    ) -> Option<Event> {
         // A type inside the payload that the header cannot point at is stored owned.
         let event_type = match event_type {
             EventType::InPayload { start, len }
@@ -433,23 +436,18 @@ impl Event {
             type_len,
             flags,
         };
-        let arc = if tail.is_empty() {
-            ThinArc::from_header_and_slice(header, payload)
-        } else {
-            ThinArc::from_header_and_slice(header, &[payload, &tail].concat())
-        };
-        Event(arc)
+        Allocation::new(header, &[payload, &tail]).map(Event)
     }
 
     fn header(&self) -> &Header {
-        &self.0.header.header
+        self.0.header()
     }
 
     /// The allocation's bytes split into the payload, the owned type (if any) and the
     /// owned `prev` (if any), parsed from the end.
     fn parts(&self) -> (&[u8], Option<&[u8]>, Option<EventId>) {
         let flags = self.header().flags;
-        let mut rest: &[u8] = &self.0.slice;
+        let mut rest: &[u8] = self.0.bytes();
         let mut prev = None;
         if flags & PREV_OWNED != 0 {
             if let Some((head, last)) = rest.split_last_chunk::<8>() {
@@ -495,7 +493,7 @@ impl Event {
         let text = if header.flags & TYPE_OWNED != 0 {
             self.parts().1.unwrap_or_default()
         } else {
-            let bytes: &[u8] = &self.0.slice;
+            let bytes: &[u8] = self.0.bytes();
             let start = usize::from(header.type_start).min(bytes.len());
             &bytes[start..(start + usize::from(header.type_len)).min(bytes.len())]
         };
@@ -505,7 +503,7 @@ impl Event {
     /// The payload bytes exactly as they were decoded.
     pub fn payload(&self) -> &[u8] {
         if self.header().flags & (TYPE_OWNED | PREV_OWNED) == 0 {
-            &self.0.slice
+            self.0.bytes()
         } else {
             self.parts().0
         }
@@ -528,11 +526,11 @@ impl Event {
     /// ([`EVENT_OVERHEAD_BYTES`] plus the payload, plus an owned event type, rounded up to
     /// 8 bytes). The byte ledger charges this per indexed event.
     pub fn resident_bytes(&self) -> usize {
-        (EVENT_OVERHEAD_BYTES + self.0.slice.len()).next_multiple_of(std::mem::align_of::<usize>())
+        Allocation::size_for(self.0.bytes().len())
     }
     /// True when both handles point at the same decoded allocation.
     pub fn ptr_eq(&self, other: &Event) -> bool {
-        self.0.ptr() == other.0.ptr()
+        self.0.ptr_eq(&other.0)
     }
 }
 

@@ -39,7 +39,7 @@
 //! | [`advance`] cold rebuild | O(len) hops; a list of `len` handles, none when the spine is the chain's log |
 //! | [`Spine::json_array`] | O(1): a view of the events' own payload bytes |
 //!
-//! Memory: an event is one allocation, 40 bytes beyond its payload
+//! Memory: an event is one allocation, 32 bytes beyond its payload
 //! ([`EVENT_OVERHEAD_BYTES`]); a chain adds an 8-byte handle per event (and its buffer's
 //! growth room); a spine another, unless it is the first events of the chain's log one after
 //! the other (events that arrived in causal order, no branch: the common case), when its

@@ -1,27 +1,28 @@
 //! The one place chain-fold's reference counts and atomics come from, so that loom can
 //! replace them (`--cfg chain_fold_loom`, `scripts/loom.sh`).
 //!
-//! The crate's concurrency protocols are two claims: the append-only log's claim of a cell
-//! ([`crate::append_log`]) and a chain's claim of its next version ([`crate::lineage`]);
-//! everything else shares immutable values. Under the loom cfg
-//! only the loom models in `append_log.rs` run: every other test builds its values outside
-//! a loom model, which loom's types do not allow.
+//! The crate's concurrency protocols are two claims and a count: the append-only log's
+//! claim of a cell ([`crate::append_log`]), a chain's claim of its next version
+//! ([`crate::lineage`]) and the reference count of an event's allocation
+//! (`event/allocation.rs`); everything else shares immutable values. Under the loom cfg
+//! only the loom models in those three files run: every other test builds its values
+//! outside a loom model, which loom's types do not allow.
 //!
-//! Not shimmed: `triomphe::ThinArc`, the event's own allocation (a third-party reference
-//! count over immutable bytes, which loom cannot replace), and the thread-safe cells of the
-//! log's buffer, which stay `std::cell::UnsafeCell` because a reader borrows a whole prefix
-//! of them as one `&[T]` (loom's cell has no such view). Miri's data-race detector checks
-//! those accesses instead (`scripts/miri.sh`, and CI's Miri stage).
+//! Not shimmed: the thread-safe cells of the log's buffer, which stay
+//! `std::cell::UnsafeCell` because a reader borrows a whole prefix of them as one `&[T]`
+//! (loom's cell has no such view), and an event's header and bytes, plain memory written
+//! before its first handle exists. Miri's data-race detector checks those accesses instead
+//! (`scripts/miri.sh`, and CI's Miri stage).
 
 #[cfg(not(chain_fold_loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(chain_fold_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
 #[cfg(chain_fold_loom)]
 pub(crate) use loom::sync::Arc;
 #[cfg(chain_fold_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
 /// The value of an atomic nobody else can reach (`&mut`): a plain read.
 pub(crate) fn exclusive_load(atomic: &mut AtomicUsize) -> usize {

@@ -108,6 +108,13 @@ pub enum EventError {
         /// The limit.
         limit: usize,
     },
+    /// The canonical payload is 4 GiB or longer: more than an event's allocation holds (its
+    /// length is 32 bits). No WAL this index reads carries records near that size.
+    #[error("payload of {len} bytes is past the 4 GiB an event holds")]
+    TooLarge {
+        /// The canonical payload's length.
+        len: usize,
+    },
 }
 
 #[derive(Deserialize)]

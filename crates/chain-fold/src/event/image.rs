@@ -28,9 +28,9 @@
 
 use std::fmt;
 
-use triomphe::ThinArc;
-
-use super::{Event, GENESIS, HAS_PREV, Header, PREV_OWNED, SLIM, TERMINAL, TYPE_OWNED, TypeClass};
+use super::{
+    Allocation, Event, GENESIS, HAS_PREV, Header, PREV_OWNED, SLIM, TERMINAL, TYPE_OWNED, TypeClass,
+};
 
 /// The fixed part of an image, before the allocation's bytes.
 pub(crate) const IMAGE_HEADER_BYTES: usize = 8 + 8 + 4 + 2 + 1 + 1 + 4;
@@ -80,7 +80,7 @@ impl Event {
 
     /// The length of this event's image ([`Event::write_image`]).
     pub fn image_len(&self) -> usize {
-        IMAGE_HEADER_BYTES + self.0.slice.len()
+        IMAGE_HEADER_BYTES + self.0.bytes().len()
     }
 
     /// Appends this event's image to `out`: what [`Event::read_image`] rebuilds the same
@@ -105,10 +105,10 @@ impl Event {
         out.extend_from_slice(&header.type_start.to_le_bytes());
         out.push(header.type_len);
         out.push(header.flags);
-        // An allocation of 4 GiB or more cannot be an event's: its payload was a WAL record.
-        let len = u32::try_from(self.0.slice.len()).unwrap_or(u32::MAX);
+        // An event's allocation holds at most `u32::MAX` bytes.
+        let len = u32::try_from(self.0.bytes().len()).unwrap_or(u32::MAX);
         out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&self.0.slice);
+        out.extend_from_slice(self.0.bytes());
     }
 
     /// Rebuilds an event from the image at the front of `bytes`; returns it and the bytes
@@ -143,7 +143,11 @@ impl Event {
             .get(IMAGE_HEADER_BYTES..end)
             .ok_or_else(|| truncated(end))?;
         check(&header, slice)?;
-        Ok((Event(ThinArc::from_header_and_slice(header, slice)), end))
+        // The length came from a `u32`, so the allocation holds it.
+        let event = Allocation::new(header, &[slice]).ok_or(ImageError::Inconsistent(
+            "the allocation's length is past what an event holds",
+        ))?;
+        Ok((Event(event), end))
     }
 }
 

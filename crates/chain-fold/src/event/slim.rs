@@ -34,6 +34,8 @@ impl Event {
             return self.clone();
         };
         let event_type = EventType::located(&kept, self.event_type());
+        // Never `None`: the projection is no longer than this event's payload, which fit.
+        // Were it, the event is kept whole, as for a payload that does not project.
         Self::assemble(
             self.id(),
             self.execution_id(),
@@ -42,6 +44,7 @@ impl Event {
             &kept,
             SLIM,
         )
+        .unwrap_or_else(|| self.clone())
     }
 }
 
