@@ -301,7 +301,7 @@ impl Event {
         };
         let flags = if slim { SLIM } else { 0 };
         Self::assemble(id, execution_id, decoded.prev, event_type, out, flags)
-            .ok_or(EventError::TooLarge { len: out.len() })
+            .map_err(|len| EventError::TooLarge { len })
     }
 
     /// Decodes one WAL payload received as a [`Bytes`].
@@ -371,8 +371,8 @@ impl Event {
 
     /// Lays the event out in one allocation: the header, then
     /// `payload ++ [owned type ++ its length as u32 LE] ++ [prev as i64 LE]`, the two
-    /// optional parts present only when their flag is set. `None` when those bytes are
-    /// longer than an allocation holds (`u32::MAX`).
+    /// optional parts present only when their flag is set. Their length, when it is longer
+    /// than an allocation holds (`u32::MAX`), is the error.
     fn assemble(
         id: EventId,
         execution_id: ExecutionId,
@@ -380,7 +380,7 @@ impl Event {
         event_type: EventType,
         payload: &[u8],
         extra_flags: u8,
-    ) -> Option<Event> {
+    ) -> Result<Event, usize> {
         // A type inside the payload that the header cannot point at is stored owned.
         let event_type = match event_type {
             EventType::InPayload { start, len }
@@ -436,7 +436,9 @@ impl Event {
             type_len,
             flags,
         };
-        Allocation::new(header, &[payload, &tail]).map(Event)
+        Allocation::new(header, &[payload, &tail])
+            .map(Event)
+            .ok_or(payload.len().saturating_add(tail.len()))
     }
 
     fn header(&self) -> &Header {

@@ -35,7 +35,7 @@
 //! | [`Chain::apply`] of a late id, or a rewrite | O(log n) (the late map); a rewrite of an in-order event copies the log, O(n) |
 //! | [`Chain::contains`] / [`Chain::get`] | O(1) above the largest id or at it; O(log d) for an id `d` events back |
 //! | [`advance`] cache hit | O(1): one lookup and one id comparison |
-//! | [`advance`] incremental by k | O(k) hops (each the event just before in the log); k handles appended, none when the spine is the chain's log |
+//! | [`advance`] incremental by k | O(k) hops (each the event just before in the log); k handles appended, none when the spine is the chain's log (a spine that was the log and now leaves it copies its handles out once, O(len)) |
 //! | [`advance`] cold rebuild | O(len) hops; a list of `len` handles, none when the spine is the chain's log |
 //! | [`Spine::json_array`] | O(1): a view of the events' own payload bytes |
 //!

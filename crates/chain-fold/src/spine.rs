@@ -278,21 +278,21 @@ impl Spine {
         self.0.payload_bytes
     }
 
-    /// What keeping this spine cached costs on the heap, beyond its events (which the chain
-    /// owns and charges): the spine's allocation and its event list's buffer, unless that
-    /// list is the chain's own log, which the chain charges. The engine's byte ledger
-    /// charges this for each cached spine; the JSON it serves costs nothing more.
+    /// What keeping this spine cached can cost on the heap, beyond its events (which the
+    /// chain owns and charges): the spine's allocation and its event list's buffer. The
+    /// engine's byte ledger charges this for each cached spine; the JSON it serves costs
+    /// nothing more.
     ///
-    /// The one heap this leaves out: a spine sharing its chain's log keeps that log's
-    /// buffer alive after the chain outgrew it and moved to a larger one, until the spine
-    /// is replaced (the next build of the execution does). That buffer is at most two
-    /// thirds of the chain's current one, 8 bytes per event.
+    /// A spine that shares its chain's log ([`Spine::events`] is then a version of the
+    /// chain's own list) is charged that list too, although the chain charges it as well
+    /// while it uses it: the chain moves to a fresh buffer when it outgrows its own or a
+    /// rewrite replaces it, and the spine keeps the old one alive until it is replaced,
+    /// which may be long (a cache hit, an ancestor's build or an incomplete one keep it).
+    /// Counting it twice while shared is what keeps the ledger from ever counting less than
+    /// a cached spine keeps alive; a pure function of the spine, it is also what the ledger
+    /// takes back when the spine leaves the cache.
     pub fn heap_bytes(&self) -> usize {
-        if self.0.shares_chain_log {
-            SPINE_HEADER_BYTES
-        } else {
-            SPINE_HEADER_BYTES + self.0.events.heap_bytes()
-        }
+        SPINE_HEADER_BYTES + self.0.events.heap_bytes()
     }
 
     /// The chain version this spine was built on.

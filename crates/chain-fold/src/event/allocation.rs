@@ -138,9 +138,9 @@ impl Allocation {
     fn release(&self) -> bool {
         let count = &self.prefix().count;
         if cfg!(feature = "mutation-event-count-without-rmw") {
-            // The mutation: a load and a store, which two drops can both pass reading 2 (the
-            // allocation is never freed) or both reading 1 (it is freed twice); the loom
-            // model below must catch it (`scripts/loom.sh`).
+            // The mutation: a load and a store, which two drops of the last two handles can
+            // both pass reading 2, so neither frees the allocation; the loom model below
+            // must catch it (`scripts/loom.sh`).
             let seen = count.load(Ordering::Acquire);
             count.store(seen - 1, Ordering::Release);
             return seen == 1;
@@ -225,6 +225,14 @@ mod tests {
         assert_eq!(empty.bytes(), b"");
         let twin = one.clone();
         assert!(twin.ptr_eq(&one) && !twin.ptr_eq(&empty));
+    }
+
+    #[test]
+    fn bytes_past_u32_are_refused_before_anything_is_allocated() {
+        // 4,097 parts of one MiB: 4 GiB and one MiB in all, past `u32::MAX`, from one buffer.
+        let mib = vec![0u8; 1 << 20];
+        let parts = vec![mib.as_slice(); 4097];
+        assert!(Allocation::new(header(1), &parts).is_none());
     }
 
     #[test]

@@ -42,6 +42,7 @@ impl fmt::Display for Field {
 /// Every variant names what was wrong so a drain can count and log it; none of them is ever
 /// a panic, whatever the input bytes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EventError {
     /// The bytes are not one JSON value today's parser reads: truncated, invalid UTF-8,
     /// trailing garbage, a number beyond `f64`'s range, or nesting at serde_json's
@@ -108,11 +109,12 @@ pub enum EventError {
         /// The limit.
         limit: usize,
     },
-    /// The canonical payload is 4 GiB or longer: more than an event's allocation holds (its
+    /// The canonical payload (with the event type or link stored after it, when the header
+    /// cannot hold them) is 4 GiB or longer: more than an event's allocation holds (its
     /// length is 32 bits). No WAL this index reads carries records near that size.
-    #[error("payload of {len} bytes is past the 4 GiB an event holds")]
+    #[error("an event of {len} bytes is past the 4 GiB an event holds")]
     TooLarge {
-        /// The canonical payload's length.
+        /// The bytes the event's allocation would have held.
         len: usize,
     },
 }

@@ -34,8 +34,9 @@ impl Event {
             return self.clone();
         };
         let event_type = EventType::located(&kept, self.event_type());
-        // Never `None`: the projection is no longer than this event's payload, which fit.
-        // Were it, the event is kept whole, as for a payload that does not project.
+        // `None` only past 4 GiB, which the projection (no longer than this event's payload,
+        // which fit) could pass only by a type it must now own; the event is then kept
+        // whole, as for a payload that does not project.
         Self::assemble(
             self.id(),
             self.execution_id(),
@@ -44,7 +45,7 @@ impl Event {
             &kept,
             SLIM,
         )
-        .unwrap_or_else(|| self.clone())
+        .unwrap_or_else(|_| self.clone())
     }
 }
 
