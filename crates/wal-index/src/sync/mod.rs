@@ -22,9 +22,11 @@
 //! its documentation, and a copy-on-write map behind the same modelled pointer as `Swap` on
 //! the model side.
 //!
-//! `Notify` is `event_listener::Event` in normal builds, and a model-visible wait list on
-//! the model side, with the same register-then-check contract: a listener created before
-//! the check is woken by any `notify` that comes after the check.
+//! `Notify` is a wait list (`event_listener::Event` in normal builds, and a model-visible
+//! wait list on the model side, with the same register-then-check contract: a listener
+//! created before the check is woken by any `notify` that comes after the check) behind a
+//! flag that skips the notify until someone listened (see [`Notify`]), which keeps a slot
+//! nobody ever waited on from allocating event-listener's list.
 //!
 //! `Clock` is the monotonic clock in normal builds and a model clock that moves only when a
 //! model advances it.
@@ -38,6 +40,80 @@ pub(crate) use self::std::*;
 mod model;
 #[cfg(any(wal_index_loom, wal_index_shuttle))]
 pub(crate) use self::model::*;
+
+/// A wait list that costs nothing until someone listens.
+///
+/// event-listener allocates an `Event`'s list (72 bytes) on the first `notify`, listener
+/// or not, so every slot the drain ever published to held one, although most executions
+/// never have a drive waiting on them. This wrapper calls the list's `notify` only once a
+/// `listen` has run, so a slot nobody waited on never allocates it.
+///
+/// # Why a skipped notify is never a lost wake-up
+///
+/// The contract is the list's: a listener registers, then checks its condition; a
+/// notifier changes the condition, then notifies. The flag adds a store-fence-load on
+/// each side, Dekker's pattern:
+///
+/// ```text
+/// listen:  listened = true;  fence(SeqCst);  register;  check the condition
+/// notify:  change the condition;  fence(SeqCst);  if listened { list.notify }
+/// ```
+///
+/// The two fences are in one total order. If the listener's comes first, the notifier's
+/// load after its own fence sees `listened` (stored before the listener's fence), and the
+/// list's contract applies unchanged. If the notifier's comes first, the listener's check
+/// after its fence sees the changed condition (stored before the notifier's fence), and it
+/// does not wait. The flag is never cleared. The loom models of a drive against a publish
+/// run through this code, and `mutation-notify-unfenced` (both fences taken out) is one of
+/// the mutations they must catch (`scripts/loom.sh`).
+///
+/// What it costs: one fence and one load per `notify` before the list's own work (the
+/// list's `notify` starts with a fence of its own), and one store and one fence per
+/// `listen`.
+pub(crate) struct Notify {
+    list: RawNotify,
+    listened: AtomicBool,
+}
+
+pub(crate) fn new_notify() -> Notify {
+    Notify {
+        list: new_raw_notify(),
+        listened: AtomicBool::new(false),
+    }
+}
+
+impl Notify {
+    /// Registers a listener (see the list's contract above).
+    pub(crate) fn listen(&self) -> Listener {
+        // Relaxed: the fence below orders it (see the type's documentation).
+        self.listened.store(true, Ordering::Relaxed);
+        if !cfg!(feature = "mutation-notify-unfenced") {
+            // Pairs with the fence in `notify`.
+            fence(Ordering::SeqCst);
+        }
+        self.list.listen()
+    }
+
+    /// Wakes up to `n` listeners, after the caller changed their condition.
+    pub(crate) fn notify(&self, n: usize) {
+        if !cfg!(feature = "mutation-notify-unfenced") {
+            // Pairs with the fence in `listen`.
+            fence(Ordering::SeqCst);
+        }
+        // Relaxed: the fences order it.
+        if self.listened.load(Ordering::Relaxed) {
+            self.list.notify(n);
+        }
+    }
+}
+
+impl ::std::fmt::Debug for Notify {
+    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+        f.debug_struct("Notify")
+            .field("listened", &self.listened.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
 
 /// Times one build, on the OS monotonic clock on both sides: recency is on that clock too
 /// (one clock for both, so an event applied after an instant is never recorded as used

@@ -11,7 +11,7 @@ use ::loom as rt;
 use ::shuttle as rt;
 
 pub(crate) use rt::sync::Arc;
-pub(crate) use rt::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+pub(crate) use rt::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering, fence};
 
 /// What [`Mutex::lock`] returns.
 pub(crate) type MutexGuard<'a, T> = rt::sync::MutexGuard<'a, T>;
@@ -315,7 +315,7 @@ pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>)
 
 /// A wait list with event-listener's contract, built from loom primitives: a listener
 /// records the notification count when it registers and is ready once the count moved.
-pub(crate) struct Notify(Arc<WaitList>);
+pub(crate) struct RawNotify(Arc<WaitList>);
 
 struct WaitList {
     state: rt::sync::Mutex<WaitState>,
@@ -333,8 +333,8 @@ pub(crate) struct Listener {
     seen: u64,
 }
 
-pub(crate) fn new_notify() -> Notify {
-    Notify(Arc::new(WaitList {
+pub(crate) fn new_raw_notify() -> RawNotify {
+    RawNotify(Arc::new(WaitList {
         state: rt::sync::Mutex::new(WaitState {
             notified: 0,
             wakers: Vec::new(),
@@ -343,7 +343,7 @@ pub(crate) fn new_notify() -> Notify {
     }))
 }
 
-impl Notify {
+impl RawNotify {
     pub(crate) fn listen(&self) -> Listener {
         let seen = self
             .0

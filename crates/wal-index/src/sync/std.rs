@@ -2,7 +2,7 @@
 //! `event-listener`.
 
 pub(crate) use std::sync::Arc;
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering, fence};
 
 /// A mutual-exclusion lock without poisoning (writers never panic while holding it;
 /// if one did, its chain snapshot was never published, so there is nothing to repair).
@@ -103,10 +103,11 @@ impl<K: std::hash::Hash + Eq + Send + Sync, V: Send + Sync> ConcurrentMap<K, V> 
 }
 
 /// A wait list: `listen()` registers, `notify(n)` wakes up to `n` registered listeners.
-pub(crate) type Notify = event_listener::Event;
+/// What the engine uses is [`super::Notify`], which calls it only once someone listened.
+pub(crate) type RawNotify = event_listener::Event;
 pub(crate) type Listener = event_listener::EventListener;
 
-pub(crate) fn new_notify() -> Notify {
+pub(crate) fn new_raw_notify() -> RawNotify {
     event_listener::Event::new()
 }
 
