@@ -64,8 +64,11 @@ fn terminal_eviction_vs_a_drive_ends_the_drive() {
 /// The real drive loop vs a publish: the loop registers before it builds, so the publish of
 /// the tip is seen by the build or wakes the wait.
 ///
-/// Mutation: `mutation-listen-after-build` (a publish between the build and the
-/// registration is lost; loom finds the drive parked forever).
+/// Mutations: `mutation-listen-after-build` (a publish between the build and the
+/// registration is lost; loom finds the drive parked forever), `mutation-max-id-after-notify`
+/// (a woken drive still reads the old largest id and waits again) and
+/// `mutation-notify-unfenced` (the wait list's flag without its fences: the publish reads
+/// "nobody listened" while the drive reads the old chain).
 #[test]
 fn drive_loop_vs_publish_never_misses_the_tip() {
     loom::model(|| {

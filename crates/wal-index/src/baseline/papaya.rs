@@ -160,7 +160,7 @@ impl PapayaIndex {
         }
         state.evicted = true;
         // SeqCst pairs with the load after `listen` in `IndexHooks::listen`: stored before
-        // the `notify` below (event-listener's listen-then-check pattern).
+        // the `notify` below (the wait list's listen-then-check pattern, `sync::Notify`).
         slot.retired.store(true, Ordering::SeqCst);
         sync::store(&slot.chain, Arc::new(Chain::new(chain.order())));
         sync::store(&slot.spine, Arc::new(None));

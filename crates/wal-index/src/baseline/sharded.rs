@@ -148,7 +148,8 @@ impl ShardedMutexIndex {
         }
         entry.evicted = true;
         // SeqCst pairs with the load after `listen` in `IndexHooks::listen`: the flag is
-        // stored before the `notify` below (event-listener's listen-then-check pattern).
+        // stored before the `notify` below (the wait list's listen-then-check pattern,
+        // `sync::Notify`).
         slot.retired.store(true, Ordering::SeqCst);
         let events = entry.chain.len();
         {
@@ -238,7 +239,7 @@ impl IndexHooks for ShardedMutexIndex {
         loop {
             if let Some(slot) = self.slot(execution_id) {
                 let listener = slot.appended.listen();
-                // SeqCst pairs with the store in `evict_slot` (event-listener's
+                // SeqCst pairs with the store in `evict_slot` (the wait list's
                 // listen-then-check pattern: stored before `notify`, loaded after `listen`).
                 if !slot.retired.load(Ordering::SeqCst) {
                     return Registered::on(listener);

@@ -151,10 +151,11 @@ impl Slot {
     /// this is woken by that apply). `true` means "look in the chain" (ids are not
     /// monotonic: a tip below the largest id may still be absent).
     pub(crate) fn may_hold(&self, id: EventId) -> bool {
-        // SeqCst pairs with the SeqCst store in `apply`: the id is a condition of
-        // event-listener's listen-then-check pattern (the drive listens, then builds and
-        // reads it; the applier stores it, then notifies), which that crate documents for a
-        // SeqCst condition. A false "absent" is therefore always followed by a wake-up.
+        // SeqCst pairs with the SeqCst store in `apply`: the id is a condition of the wait
+        // list's listen-then-check pattern (the drive listens, then builds and reads it; the
+        // applier stores it, then notifies; `sync::Notify`'s two fences order it against the
+        // listener's registration). A false "absent" is therefore always followed by a
+        // wake-up.
         id <= self.max_id.load(Ordering::SeqCst)
     }
 
@@ -232,10 +233,10 @@ impl Slot {
     /// registration and reaches it: a waiter is never left on a slot nobody will notify.
     pub(crate) fn listen(&self) -> Option<crate::sync::Listener> {
         let listener = self.changed.listen();
-        // SeqCst pairs with the SeqCst store in `evict_if`. This is event-listener's
-        // documented pattern for a condition checked after `listen`: the condition is
-        // stored before `notify`, whose leading full fence orders that store before it
-        // looks for listeners, and loaded after `listen` registered this one.
+        // SeqCst pairs with the SeqCst store in `evict_if`. This is the wait list's pattern
+        // for a condition checked after `listen` (`sync::Notify`): the condition is stored
+        // before `notify`, whose leading SeqCst fence orders that store before it looks for
+        // listeners, and loaded after `listen`, whose fence follows the registration's flag.
         // The mutation listens on a retired slot, which nobody will notify again.
         if !cfg!(feature = "mutation-listen-ignores-retirement")
             && self.retired.load(Ordering::SeqCst)
@@ -334,7 +335,7 @@ impl Slot {
         // acquire load) then sees this id too, so a build after `chain()` showed the tip
         // never reports it absent. A build that sees the new id but the old chain looks in
         // the chain, finds nothing, and is woken by the notify below. SeqCst because this
-        // id is a condition of event-listener's listen-then-check pattern (checked after
+        // id is a condition of the wait list's listen-then-check pattern (checked after
         // `listen`, changed before `notify`), as the chain pointer is.
         // The mutation stores it after the notify instead: a woken drive can rebuild, still
         // read the old id, decide "absent" and wait for a notify that already happened.
@@ -355,9 +356,9 @@ impl Slot {
         self.touch(now);
         drop(evicted);
         // After the store: a waiter registered before its build either saw the new chain in
-        // that build or is woken here. The chain pointer is the condition of
-        // event-listener's listen-then-check pattern: arc-swap's store is SeqCst, and
-        // `notify` begins with a full fence before it looks for listeners.
+        // that build or is woken here. The chain pointer is the condition of the wait
+        // list's listen-then-check pattern: arc-swap's store is SeqCst, and `notify`
+        // (`sync::Notify`) begins with a SeqCst fence before it looks for listeners.
         self.changed.notify(usize::MAX);
         if let Some(max_id) = max_id.filter(|_| max_id_after_notify) {
             self.max_id.store(max_id, Ordering::SeqCst);

@@ -111,6 +111,18 @@ pub(crate) fn new_raw_notify() -> RawNotify {
     event_listener::Event::new()
 }
 
+/// `notify` for a caller that has just issued a SeqCst fence (see [`super::Notify`]).
+pub(crate) trait NotifyAfterFence {
+    fn notify_after_fence(&self, n: usize);
+}
+
+impl NotifyAfterFence for RawNotify {
+    fn notify_after_fence(&self, n: usize) {
+        use event_listener::IntoNotification;
+        self.notify(n.relaxed());
+    }
+}
+
 pub(crate) fn new_swap<T>(value: Arc<T>) -> Swap<T> {
     arc_swap::ArcSwap::new(value)
 }
