@@ -129,10 +129,24 @@ fn a_checkpoint_the_log_no_longer_holds_is_refused_and_an_older_one_is_used() {
         batches_of(40),
     )
     .unwrap();
-    for _ in 0..2 {
+    for written in 1..=2 {
         drain.step().unwrap();
-        // The writer is free again long before the next batch (a write of a few KB).
-        std::thread::sleep(Duration::from_millis(200));
+        // The next batch's checkpoint is taken only if the writer is free: wait for this
+        // one's file (a write of a few KB) rather than for a guessed time.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while DirStore::open(&store_dir, 3)
+            .unwrap()
+            .newest_first()
+            .unwrap()
+            .len()
+            < written
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "checkpoint {written} never landed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
     drop(drain);
     assert_eq!(
