@@ -132,7 +132,8 @@ fn a_checkpoint_the_log_no_longer_holds_is_refused_and_an_older_one_is_used() {
     for written in 1..=2 {
         drain.step().unwrap();
         // The next batch's checkpoint is taken only if the writer is free: wait for this
-        // one's file (a write of a few KB) rather than for a guessed time.
+        // one's file (a write of a few KB, however long a loaded machine takes), then for
+        // the writer to count it and mark itself free (a few stores after the file lands).
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while DirStore::open(&store_dir, 3)
             .unwrap()
@@ -147,6 +148,7 @@ fn a_checkpoint_the_log_no_longer_holds_is_refused_and_an_older_one_is_used() {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
+        std::thread::sleep(Duration::from_millis(50));
     }
     drop(drain);
     assert_eq!(
