@@ -90,6 +90,17 @@ for line in sys.stdin:
   probe "http://127.0.0.1:$port/ready" || { echo "the first run never became ready"; cat "$rdir/first.err"; exit 1; }
   probe "http://127.0.0.1:$port/livez" || { echo "the first run is not live"; exit 1; }
   sleep 3
+  # A sealed state shard needs a finished execution, and the example's first one finishes
+  # about 720 events in (~4 s at its rate, later on a loaded machine): wait for a terminal
+  # event in the WAL rather than trust a fixed sleep. The drain applies what the WAL holds
+  # before it exits, so the writer sees it.
+  local terminal='"event_type":"playbook[._](completed|failed|cancelled)"'
+  for _ in $(seq 600); do
+    grep -qE "$terminal" "$rdir/wal.jsonl" && break
+    sleep 0.1
+  done
+  grep -qE "$terminal" "$rdir/wal.jsonl" \
+    || { echo "no execution of the first run finished within 60 s"; exit 1; }
   check_state_spine "$port" "$rdir/wal.jsonl"
   kill -TERM "$pid"
   wait "$pid" || { echo "the first run did not exit 0 after SIGTERM"; cat "$rdir/first.err"; exit 1; }
