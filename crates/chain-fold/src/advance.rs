@@ -202,14 +202,12 @@ fn after_walk(
             // The cached spine is the log's first `base.len()` events (its line has had no
             // rewrite since: `covers` held), and the walk visited the log's next events one
             // after the other: the new spine is a longer prefix of the same log.
-            let continues_log = base.shares_chain_log()
-                && walk
-                    .log_run
-                    .as_ref()
-                    .is_some_and(|run| run.start == base.len());
-            let (spine, appended) = if continues_log {
-                let end = base.len() + added;
-                let prefix = chain.log_prefix(end);
+            let continued_log = walk
+                .log_run
+                .as_ref()
+                .filter(|run| base.shares_chain_log() && run.start == base.len());
+            let (spine, appended) = if let Some(run) = continued_log {
+                let prefix = chain.log_prefix(run.end);
                 let spine = base.extended_over_log(
                     target,
                     chain.lineage().mark(),
@@ -329,7 +327,7 @@ mod shared_log_tests {
         // Charged its list although the chain charges it too (see `Spine::heap_bytes`).
         assert_eq!(
             spine.heap_bytes(),
-            SPINE_HEADER_BYTES_FOR_TESTS + chain.log_prefix(0).heap_bytes()
+            crate::spine::SPINE_HEADER_BYTES + chain.log_prefix(0).heap_bytes()
         );
         let cold = chain
             .walk_back(spine.head(), None)
@@ -340,8 +338,6 @@ mod shared_log_tests {
         let bytes: usize = cold.iter().map(|e| e.payload().len()).sum();
         assert_eq!(spine.payload_bytes(), bytes);
     }
-
-    const SPINE_HEADER_BYTES_FOR_TESTS: usize = crate::spine::SPINE_HEADER_BYTES;
 
     #[test]
     fn a_chain_in_causal_order_serves_spines_that_are_its_own_log() {

@@ -408,7 +408,7 @@ impl Chain {
     /// ascends by id), and its spine is that prefix, sharing the log: nothing is copied.
     pub(crate) fn spine_of(&self, tip: EventId, walk: Walk) -> Spine {
         if let Some(run) = walk.log_run.as_ref().filter(|run| run.start == 0) {
-            let prefix = self.ascending.truncated(run.end);
+            let prefix = self.log_prefix(run.end);
             return Spine::over_log(
                 tip,
                 self.order,
@@ -428,6 +428,12 @@ impl Chain {
     /// The ascending log's first `len` events, sharing its buffer.
     pub(crate) fn log_prefix(&self, len: usize) -> AppendLog<Event> {
         self.ascending.truncated(len)
+    }
+
+    /// The events at the ascending log's positions `run`, last first (a walk's order),
+    /// as handles of their own.
+    fn log_run_tip_first(&self, run: std::ops::Range<usize>) -> impl Iterator<Item = Event> + '_ {
+        self.ascending.as_slice()[run].iter().rev().cloned()
     }
 
     /// Follows `prev` links from `from` until a root, or until `stop_at` is reached (not
@@ -538,9 +544,9 @@ impl<'c> Walker<'c> {
             Some(top) if self.at != usize::MAX && self.at + self.hops == top => {}
             Some(top) => {
                 // Off the run: its events, tip first, then this one.
-                let run = &self.chain.ascending.as_slice()[top + 1 - self.hops..=top];
                 self.events.reserve(self.hops + 1);
-                self.events.extend(run.iter().rev().cloned());
+                self.events
+                    .extend(self.chain.log_run_tip_first(top + 1 - self.hops..top + 1));
                 self.events.push(current.clone());
                 self.run_top = None;
             }
@@ -579,11 +585,7 @@ impl Walk {
     /// The visited events, tip first, as handles of their own.
     pub(crate) fn into_tip_first(self, chain: &Chain) -> Vec<Event> {
         match self.log_run {
-            Some(run) => chain.ascending.as_slice()[run]
-                .iter()
-                .rev()
-                .cloned()
-                .collect(),
+            Some(run) => chain.log_run_tip_first(run).collect(),
             None => self.events,
         }
     }

@@ -88,6 +88,13 @@ impl PartialEq for Spine {
 
 impl Eq for Spine {}
 
+/// Room a spine's own list of `len` events gets to grow by an eighth (and at least 4)
+/// before its first copy: a spine is usually extended next, and a copy of a long spine's
+/// list costs O(len).
+fn growth_room(len: usize) -> usize {
+    len / 8 + 4
+}
+
 /// The spine allocation's size: its reference counts and fields.
 pub(crate) const SPINE_HEADER_BYTES: usize =
     2 * std::mem::size_of::<usize>() + std::mem::size_of::<SpineInner>();
@@ -100,10 +107,7 @@ impl Spine {
         built_on: Lineage,
         events: Vec<Event>,
     ) -> Spine {
-        // Room to grow by an eighth (and at least 4) before the first copy: a spine built
-        // cold is usually extended next, and a copy of a long spine's list costs O(len).
-        let room = events.len() / 8 + 4;
-        let mut log = AppendLog::with_capacity(events.len() + room);
+        let mut log = AppendLog::with_capacity(events.len() + growth_room(events.len()));
         let mut payload_bytes = 0;
         let first_genesis = events
             .iter()
@@ -205,9 +209,8 @@ impl Spine {
             // A list shared with the chain's log is copied first: appending to it in place
             // would claim the log's next cell and make the chain copy its log instead.
             let mut events = if inner.shares_chain_log {
-                inner
-                    .events
-                    .detached(tail.len() + inner.events.len() / 8 + 4)
+                let len = inner.events.len();
+                inner.events.detached(tail.len() + growth_room(len))
             } else {
                 inner.events.clone()
             };

@@ -357,12 +357,9 @@ impl RawNotify {
         }
     }
 
-    /// The model list takes its mutex either way: no fence to leave out.
-    pub(crate) fn notify_after_fence(&self, n: usize) {
-        self.notify(n);
-    }
-
-    pub(crate) fn notify(&self, _n: usize) {
+    /// `notify` (see [`super::Notify`]); the model list takes its mutex either way, so
+    /// there is no leading fence to leave out.
+    pub(crate) fn notify_after_fence(&self, _n: usize) {
         let wakers = {
             let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
             state.notified += 1;
