@@ -41,7 +41,7 @@
 //! holds both to today's (`serde_json::Value`, serialized).
 //!
 //! The top-level object is left in arrival order by both and put in key order when its
-//! bytes are assembled ([`Decoded::object_bytes`]), which can leave members out: the slim
+//! bytes are assembled ([`Decoded::object_parts`]), which can leave members out: the slim
 //! projection is assembled straight from the decode, without sorting or copying the whole
 //! object first.
 
@@ -218,7 +218,7 @@ pub(crate) enum TypeField {
 ///
 /// The canonical bytes themselves are in the buffer [`decode`] wrote to (its *raw* output),
 /// except that a top-level object's members are in arrival order (repeats included):
-/// [`Decoded::object_bytes`] puts them in key order, and can leave some out without having
+/// [`Decoded::object_parts`] puts them in key order, and can leave some out without having
 /// sorted the whole object first.
 pub(crate) struct Decoded {
     /// `None` when the value is not an object: the kind it is instead.
@@ -242,36 +242,74 @@ struct MemberSpan {
 }
 
 impl Decoded {
-    /// Writes to `out` the canonical bytes of the top-level object (`raw` is what [`decode`]
-    /// wrote) reduced to the members whose key (as written, without quotes) `keep`
-    /// accepts, in key order; returns where the event type's text ([`TypeField::At`]) lies
-    /// in them, if its member is kept.
+    /// The canonical bytes of the top-level object (`raw` is what [`decode`] wrote) reduced
+    /// to the members whose key (as written, without quotes) `keep` accepts, in key order,
+    /// as pieces to be concatenated: pushed to `parts` (cleared first), borrowed from `raw`
+    /// where they are its bytes, so whoever assembles the object copies each byte once.
+    /// Members that lie next to each other in `raw` in the order they are wanted are one
+    /// piece. Returns the object's length and where the event type's text
+    /// ([`TypeField::At`]) lies in it, if its member is kept.
+    pub(crate) fn object_parts<'r>(
+        &self,
+        raw: &'r [u8],
+        keep: impl Fn(&[u8]) -> bool,
+        parts: &mut Vec<&'r [u8]>,
+    ) -> (usize, Option<usize>) {
+        let type_at = match self.event_type {
+            TypeField::At { start, .. } => Some(start),
+            _ => None,
+        };
+        let mut moved_type = None;
+        parts.clear();
+        parts.push(b"{");
+        let mut len = 1;
+        // The piece of `raw` being grown: its start and end.
+        let mut piece: Option<(usize, usize)> = None;
+        for member in &self.members {
+            if !keep(&raw[member.start + 1..member.value - 2]) {
+                continue;
+            }
+            if len > 1 {
+                len += 1;
+            }
+            if let Some(at) = type_at.filter(|at| (member.value..member.end).contains(at)) {
+                moved_type = Some(len + (at - member.start));
+            }
+            len += member.end - member.start;
+            piece = match piece {
+                // Written right after the piece's last member, behind its comma.
+                Some((start, end)) if end + 1 == member.start && raw[end] == b',' => {
+                    Some((start, member.end))
+                }
+                Some((start, end)) => {
+                    parts.extend([&raw[start..end], b","]);
+                    Some((member.start, member.end))
+                }
+                None => Some((member.start, member.end)),
+            };
+        }
+        if let Some((start, end)) = piece {
+            parts.push(&raw[start..end]);
+        }
+        parts.push(b"}");
+        (len + 1, moved_type)
+    }
+
+    /// [`Decoded::object_parts`], concatenated into `out` (cleared first); returns where the
+    /// event type's text lies in it, if its member is kept.
     pub(crate) fn object_bytes(
         &self,
         raw: &[u8],
         keep: impl Fn(&[u8]) -> bool,
         out: &mut Vec<u8>,
     ) -> Option<usize> {
-        let type_at = match self.event_type {
-            TypeField::At { start, .. } => Some(start),
-            _ => None,
-        };
-        let mut moved_type = None;
+        let mut parts = Vec::new();
+        let (len, moved_type) = self.object_parts(raw, keep, &mut parts);
         out.clear();
-        out.push(b'{');
-        for member in &self.members {
-            if !keep(&raw[member.start + 1..member.value - 2]) {
-                continue;
-            }
-            if out.len() > 1 {
-                out.push(b',');
-            }
-            if let Some(at) = type_at.filter(|at| (member.value..member.end).contains(at)) {
-                moved_type = Some(out.len() + (at - member.start));
-            }
-            out.extend_from_slice(&raw[member.start..member.end]);
+        out.reserve(len);
+        for part in parts {
+            out.extend_from_slice(part);
         }
-        out.push(b'}');
         moved_type
     }
 }

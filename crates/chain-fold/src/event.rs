@@ -1,5 +1,6 @@
 //! One WAL event: the four fields the index reads, and the payload it hands back in canonical form.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
 
@@ -276,7 +277,17 @@ impl Event {
             Field::ExecutionId,
         )?;
         let keep = |key: &[u8]| !slim || SLIM_KEYS.iter().any(|kept| kept.as_bytes() == key);
-        let type_at = decoded.object_bytes(raw, keep, out);
+        // The object's pieces, copied once, straight into the event's allocation; only a
+        // slim event whose type must be looked for in its payload is put together first.
+        let mut parts = Vec::new();
+        let (_, type_at) = decoded.object_parts(raw, keep, &mut parts);
+        // Holds the joined payload when one is needed, and is empty otherwise.
+        out.clear();
+        let located = |parts: &[&[u8]], out: &mut Vec<u8>, text: &str| {
+            out.clear();
+            parts.iter().for_each(|part| out.extend_from_slice(part));
+            EventType::located(out, text)
+        };
         let event_type = match std::mem::replace(&mut decoded.event_type, TypeField::Empty) {
             TypeField::Empty => EventType::InPayload { start: 0, len: 0 },
             TypeField::At { start, len } => match type_at {
@@ -288,19 +299,26 @@ impl Event {
                 // A slim event whose type lies past where the header can point, or (not
                 // today: `event_type` is a slim key) was left out: the text is looked for
                 // as `to_slim` does, so both charge the ledger the same bytes.
-                _ => EventType::located(
-                    out,
-                    std::str::from_utf8(&raw[start..start + len]).unwrap_or(""),
-                ),
+                _ => {
+                    let text = std::str::from_utf8(&raw[start..start + len]).unwrap_or("");
+                    located(&parts, out, text)
+                }
             },
             // A type that needed an escape is stored as its text; a slim event looks for
             // that text in its payload first, as `to_slim` does, so both charge the ledger
             // the same bytes.
-            TypeField::Owned(text) if slim => EventType::located(out, &text),
+            TypeField::Owned(text) if slim => located(&parts, out, &text),
             TypeField::Owned(text) => EventType::Owned(text),
         };
         let flags = if slim { SLIM } else { 0 };
-        Self::assemble(id, execution_id, decoded.prev, event_type, out, flags)
+        let joined;
+        let payload = if out.is_empty() {
+            parts.as_slice()
+        } else {
+            joined = [out.as_slice()];
+            &joined
+        };
+        Self::assemble(id, execution_id, decoded.prev, event_type, payload, flags)
             .map_err(|len| EventError::TooLarge { len })
     }
 
@@ -341,7 +359,7 @@ impl Event {
     ) -> Event {
         let payload = payload.as_ref();
         let event_type = EventType::located(payload, event_type);
-        Self::assemble(id, execution_id, prev, event_type, payload, 0)
+        Self::assemble(id, execution_id, prev, event_type, &[payload], 0)
             .expect("a payload shorter than 4 GiB (see `# Panics`)")
     }
 
@@ -370,7 +388,8 @@ impl Event {
     }
 
     /// Lays the event out in one allocation: the header, then
-    /// `payload ++ [owned type ++ its length as u32 LE] ++ [prev as i64 LE]`, the two
+    /// `payload ++ [owned type ++ its length as u32 LE] ++ [prev as i64 LE]`, the payload
+    /// given as pieces to concatenate, the two
     /// optional parts present only when their flag is set. Their length, when it is longer
     /// than an allocation holds (`u32::MAX`), is the error.
     fn assemble(
@@ -378,7 +397,7 @@ impl Event {
         execution_id: ExecutionId,
         prev: Option<EventId>,
         event_type: EventType,
-        payload: &[u8],
+        payload: &[&[u8]],
         extra_flags: u8,
     ) -> Result<Event, usize> {
         // A type inside the payload that the header cannot point at is stored owned.
@@ -386,7 +405,7 @@ impl Event {
             EventType::InPayload { start, len }
                 if u8::try_from(len).is_err() || u16::try_from(start).is_err() =>
             {
-                EventType::Owned(String::from_utf8_lossy(&payload[start..start + len]).into_owned())
+                EventType::Owned(String::from_utf8_lossy(&span(payload, start, len)).into_owned())
             }
             other => other,
         };
@@ -395,7 +414,7 @@ impl Event {
         let (type_start, type_len, type_text) = match &event_type {
             // Both fit: checked above.
             EventType::InPayload { start, len } => {
-                (*start as u16, *len as u8, &payload[*start..*start + *len])
+                (*start as u16, *len as u8, span(payload, *start, *len))
             }
             EventType::Owned(text) => {
                 flags |= TYPE_OWNED;
@@ -406,10 +425,10 @@ impl Event {
                     tail.clear();
                 }
                 tail.extend_from_slice(&len.to_le_bytes());
-                (0, 0, text.as_bytes())
+                (0, 0, Cow::Borrowed(text.as_bytes()))
             }
         };
-        flags |= match TypeClass::of(std::str::from_utf8(type_text).unwrap_or("")) {
+        flags |= match TypeClass::of(std::str::from_utf8(&type_text).unwrap_or("")) {
             TypeClass::Genesis => GENESIS,
             TypeClass::Terminal => TERMINAL,
             TypeClass::Other => 0,
@@ -436,9 +455,12 @@ impl Event {
             type_len,
             flags,
         };
-        Allocation::new(header, &[payload, &tail])
-            .map(Event)
-            .ok_or(payload.len().saturating_add(tail.len()))
+        let mut parts = Vec::with_capacity(payload.len() + 1);
+        parts.extend_from_slice(payload);
+        parts.push(&tail);
+        Allocation::new(header, &parts).map(Event).ok_or_else(|| {
+            (parts.iter()).fold(0, |total: usize, part| total.saturating_add(part.len()))
+        })
     }
 
     fn header(&self) -> &Header {
@@ -555,6 +577,25 @@ impl EventType {
     }
 }
 
+/// The bytes `start..start + len` of the concatenation of `pieces`: borrowed when one
+/// piece holds them all (an event type always lies within one member's piece), else copied;
+/// as much of the range as the pieces hold.
+fn span<'p>(pieces: &[&'p [u8]], start: usize, len: usize) -> Cow<'p, [u8]> {
+    let mut at = 0;
+    let mut copied = Vec::new();
+    for piece in pieces {
+        let (from, to) = (start.max(at), (start + len).min(at + piece.len()));
+        if from < to {
+            if from == start && to == start + len {
+                return Cow::Borrowed(&piece[from - at..to - at]);
+            }
+            copied.extend_from_slice(&piece[from - at..to - at]);
+        }
+        at += piece.len();
+    }
+    Cow::Owned(copied)
+}
+
 /// The first position of `needle` in `haystack` (an empty needle is at 0): memchr's
 /// vectorized substring search, so building an event from parts stays a small fraction of
 /// copying its payload.
@@ -567,5 +608,24 @@ struct PayloadOwner(Event);
 impl AsRef<[u8]> for PayloadOwner {
     fn as_ref(&self) -> &[u8] {
         self.0.payload()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::span;
+
+    #[test]
+    fn a_span_is_borrowed_within_one_piece_and_copied_across_pieces() {
+        let pieces: [&[u8]; 4] = [b"{", b"\"a\":1", b",", b"\"b\":2}"];
+        let within = span(&pieces, 2, 1);
+        assert!(matches!(within, std::borrow::Cow::Borrowed(b"a")));
+        assert_eq!(span(&pieces, 5, 4).as_ref(), b"1,\"b");
+        assert_eq!(span(&pieces, 0, 13).as_ref(), b"{\"a\":1,\"b\":2}");
+        assert_eq!(
+            span(&pieces, 11, 50).as_ref(),
+            b"2}",
+            "as much as the pieces hold"
+        );
     }
 }

@@ -172,7 +172,7 @@ impl<'de> Visitor<'de> for Writer<'_, 'de> {
             });
         }
         // The top-level object is put in key order when its bytes are assembled
-        // (`Decoded::object_bytes`), which may leave members out.
+        // (`Decoded::object_parts`), which may leave members out.
         if !sorted && !self.top {
             let members = &self.scratch.members[base..];
             key_order_of(members, &mut self.scratch.order);

@@ -42,7 +42,7 @@ impl Event {
             self.execution_id(),
             self.prev(),
             event_type,
-            &kept,
+            &[&kept],
             SLIM,
         )
         .unwrap_or_else(|_| self.clone())
