@@ -37,7 +37,7 @@ fn patient() -> DriveBudget {
 /// execution is evicted right after. The drive ends either served (it built in between) or
 /// at once as finished; it never waits for a wake-up nobody will send.
 ///
-/// Mutation: `mutation-finished-after-wake` (the drive, woken before the execution is
+/// Mutation: `finished-after-wake` (the drive, woken before the execution is
 /// recorded as finished, parks in a waiting room forever).
 #[test]
 fn terminal_eviction_vs_a_drive_ends_the_drive() {
@@ -64,10 +64,10 @@ fn terminal_eviction_vs_a_drive_ends_the_drive() {
 /// The real drive loop vs a publish: the loop registers before it builds, so the publish of
 /// the tip is seen by the build or wakes the wait.
 ///
-/// Mutations: `mutation-listen-after-build` (a publish between the build and the
-/// registration is lost; loom finds the drive parked forever), `mutation-max-id-after-notify`
+/// Mutations: mutation `listen-after-build` (a publish between the build and the
+/// registration is lost; loom finds the drive parked forever), mutation `max-id-after-notify`
 /// (a woken drive still reads the old largest id and waits again) and
-/// `mutation-notify-unfenced` (the wait list's flag without its fences: the publish reads
+/// mutation `notify-unfenced` (the wait list's flag without its fences: the publish reads
 /// "nobody listened" while the drive reads the old chain).
 #[test]
 fn drive_loop_vs_publish_never_misses_the_tip() {
@@ -88,7 +88,7 @@ fn drive_loop_vs_publish_never_misses_the_tip() {
 /// drive waits in a room (creating no slot) and is woken by the slot's creation or finds it.
 /// Afterwards no room is left.
 ///
-/// Mutation: `mutation-room-ignores-residency` (the drive enters a room after the slot was
+/// Mutation: `room-ignores-residency` (the drive enters a room after the slot was
 /// created, builds before the event lands, and waits in a room nobody will wake).
 #[test]
 fn drive_for_an_unseen_execution_vs_its_first_event() {

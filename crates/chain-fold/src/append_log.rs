@@ -141,7 +141,7 @@ impl<T: Clone> AppendLog<T> {
     fn claim(&self, end: usize) -> bool {
         // The mutation: a check, then a store, which two appends to one version can both
         // pass (the loom model `two_appends_to_one_version_each_keep_their_own` fails).
-        if cfg!(feature = "mutation-claim-without-cas") {
+        if crate::mutation::on("claim-without-cas") {
             return self.buffer.claimed.load(Ordering::Relaxed) == self.len && {
                 self.buffer.claimed.store(end, Ordering::Relaxed);
                 true

@@ -59,6 +59,8 @@ mod event;
 pub mod fold;
 mod json_array;
 mod lineage;
+#[doc(hidden)]
+pub mod mutation;
 mod spine;
 mod sync;
 

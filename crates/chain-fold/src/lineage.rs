@@ -64,7 +64,7 @@ impl Lineage {
         // that read-modify-writes of one location are totally ordered, so at most one
         // compare-and-swap from `version` succeeds; no other memory is read on the strength
         // of it (a spine's check compares the pointer and the plain `version` it holds).
-        let claimed = if cfg!(feature = "mutation-lineage-claim-without-cas") {
+        let claimed = if crate::mutation::on("lineage-claim-without-cas") {
             // The mutation: a check, then a store, which two siblings of one version can
             // both pass (`scripts/loom.sh` requires the model below to catch it).
             let free = self.line.load(Ordering::Relaxed) == self.version;

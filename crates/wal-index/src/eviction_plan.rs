@@ -51,7 +51,7 @@ pub(crate) fn plan(
     plan_against(candidates, policy, now, epoch, totals)
 }
 
-/// [`plan`] against totals read elsewhere. Only the `mutation-sweep-totals-from-stats` build
+/// [`plan`] against totals read elsewhere. Only the mutation `sweep-totals-from-stats` build
 /// calls it directly: it plans against the index's own totals, the wrap [`plan`] rules out.
 pub(crate) fn plan_against(
     mut candidates: Vec<Candidate>,

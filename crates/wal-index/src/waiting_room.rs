@@ -57,7 +57,7 @@ impl WaitingRooms {
         let mut rooms = self.rooms.lock();
         // The mutation drops the residency check, re-opening the window between a drive's
         // lookup and its registration: loom must then find a lost wake-up.
-        if !cfg!(feature = "mutation-room-ignores-residency") && resident() {
+        if !chain_fold::mutation::on("room-ignores-residency") && resident() {
             return None;
         }
         let room = rooms.entry(execution_id).or_insert_with(|| Room {

@@ -35,7 +35,7 @@ use wal_index::{DriveBudget, DriveFlow, IndexConfig, StateIndex, WalIndex};
 ///
 /// The check never accuses a correct index (each condition is implied by a justified
 /// eviction), and a sweep that evicts on a stale plan fails it: `scripts/mutations.sh` runs
-/// it against the `mutation-sweep-trusts-plan` build and requires the failure.
+/// it against the mutation `sweep-trusts-plan` build and requires the failure.
 ///
 /// [`Victim::last_used`]: wal_index::report::Victim::last_used
 #[derive(Default)]

@@ -137,7 +137,7 @@ impl Allocation {
     /// Takes this handle's count out; true when it was the last one.
     fn release(&self) -> bool {
         let count = &self.prefix().count;
-        if cfg!(feature = "mutation-event-count-without-rmw") {
+        if crate::mutation::on("event-count-without-rmw") {
             // The mutation: a load and a store, which two drops of the last two handles can
             // both pass reading 2, so neither frees the allocation; the loom model below
             // must catch it (`scripts/loom.sh`).

@@ -111,7 +111,7 @@ impl Directory {
         // The mutation walks without the lock, and the sweep's model must see a successor
         // evicted on its predecessor's plan.
         let _writers =
-            (!cfg!(feature = "mutation-walk-without-writers-lock")).then(|| self.writer.lock());
+            (!chain_fold::mutation::on("walk-without-writers-lock")).then(|| self.writer.lock());
         let mut slots = Vec::with_capacity(self.map.len());
         self.map.for_each(|_, slot| slots.push(Arc::clone(slot)));
         slots
@@ -138,7 +138,7 @@ impl Directory {
         // Another creator may have published this execution's slot between the lookup
         // above and the lock: the check under the lock keeps one slot per execution. The
         // mutation skips it, and the directory's model must see two slots.
-        if !cfg!(feature = "mutation-create-without-recheck")
+        if !chain_fold::mutation::on("create-without-recheck")
             && let Some(slot) = self.lookup(execution_id)
         {
             return slot;
@@ -152,7 +152,7 @@ impl Directory {
         // residency under the rooms lock, so it either finds this slot or is in the room
         // this wakes. The mutation wakes it first, and the directory's model must see a
         // drive that entered the room after the wake wait forever.
-        let wake_first = cfg!(feature = "mutation-room-woken-before-publish");
+        let wake_first = chain_fold::mutation::on("room-woken-before-publish");
         if wake_first {
             self.rooms.wake(execution_id);
         }
@@ -234,7 +234,7 @@ impl DirectoryWriter<'_> {
     /// wake, and the terminal eviction's model must see a drive wait for a tip that will
     /// never come.
     pub(super) fn publish_removal(self, removed: &[Arc<Slot>], terminal: bool) {
-        let finished_after_wake = cfg!(feature = "mutation-finished-after-wake");
+        let finished_after_wake = chain_fold::mutation::on("finished-after-wake");
         let record_finished = || {
             if terminal {
                 let mut finished = self.directory.finished.lock();

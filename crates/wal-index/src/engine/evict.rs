@@ -144,7 +144,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
     // The mutation plans against the index's totals read after the scan, which a
     // concurrent eviction can make smaller than the candidates.
     let (now, epoch) = (index.nanos(now), index.clock.epoch());
-    let (mut plan, idle_empty) = if cfg!(feature = "mutation-sweep-totals-from-stats") {
+    let (mut plan, idle_empty) = if chain_fold::mutation::on("sweep-totals-from-stats") {
         eviction_plan::plan_against(candidates, &policy, now, epoch, index.accounting.get())
     } else {
         eviction_plan::plan(candidates, &policy, now, epoch)
@@ -159,7 +159,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         };
         // The mutation evicts whatever the plan named, even a successor or a chain
         // changed since.
-        let trusts_plan = cfg!(feature = "mutation-sweep-trusts-plan");
+        let trusts_plan = chain_fold::mutation::on("sweep-trusts-plan");
         if !trusts_plan && !Arc::ptr_eq(&current, &seen.slot) {
             // Evicted and re-created since the plan: the successor was never judged.
             return SlotEviction::AlreadyGone;

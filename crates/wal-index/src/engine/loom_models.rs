@@ -57,7 +57,7 @@ fn assert_accounting_exact(index: &WalIndex) {
 /// sweep either evicted the old chain before the apply (which then starts a fresh one) or
 /// finds, under the slot's lock, that what it planned on changed.
 ///
-/// Mutation: `mutation-sweep-trusts-plan` (evict the planned id without re-checking).
+/// Mutation: `sweep-trusts-plan` (evict the planned id without re-checking).
 #[test]
 fn sweep_vs_apply_keeps_every_acknowledged_event() {
     loom::model(|| {
@@ -88,7 +88,7 @@ fn sweep_vs_apply_keeps_every_acknowledged_event() {
 /// judge the successor by its predecessor and evict it. The walk holds the writers' lock, so
 /// it sees one of the two: the re-applied event stays resident.
 ///
-/// Mutation: `mutation-walk-without-writers-lock` (loom finds the successor evicted).
+/// Mutation: `walk-without-writers-lock` (loom finds the successor evicted).
 #[test]
 fn sweep_vs_recreation_never_evicts_the_successor() {
     loom::model(|| {
@@ -116,7 +116,7 @@ fn sweep_vs_recreation_never_evicts_the_successor() {
 /// Sweep vs evict. An explicit eviction between the sweep's candidate scan and its plan
 /// must neither make the plan's arithmetic wrap nor be counted twice.
 ///
-/// Mutation: `mutation-sweep-totals-from-stats` (plan against totals read after the scan:
+/// Mutation: `sweep-totals-from-stats` (plan against totals read after the scan:
 /// the subtraction underflows).
 #[test]
 fn sweep_vs_evict_counts_each_execution_once() {
@@ -145,7 +145,7 @@ fn sweep_vs_evict_counts_each_execution_once() {
 /// eviction sees the slot retired and registers again, instead of listening on a slot
 /// nobody will ever notify.
 ///
-/// Mutation: `mutation-listen-ignores-retirement` (loom finds the drive parked forever).
+/// Mutation: `listen-ignores-retirement` (loom finds the drive parked forever).
 #[test]
 fn drive_registration_vs_eviction_is_never_stranded() {
     loom::model(|| {
@@ -167,7 +167,7 @@ fn drive_registration_vs_eviction_is_never_stranded() {
 /// apply to a fresh slot, never to the orphan: afterwards the totals equal a recount and
 /// the event is resident unless the eviction came after it.
 ///
-/// Mutation: `mutation-apply-to-retired-slot` (the event lands on the orphan; the totals
+/// Mutation: `apply-to-retired-slot` (the event lands on the orphan; the totals
 /// count an event no slot holds).
 #[test]
 fn apply_vs_eviction_never_writes_to_an_orphan() {
@@ -190,7 +190,7 @@ fn apply_vs_eviction_never_writes_to_an_orphan() {
 /// subtracts) whatever spine the cache holds after it retired the slot, and a build that
 /// comes after that publishes nothing into the retired slot.
 ///
-/// Mutation: `mutation-spine-publish-ignores-retirement` (the build publishes into the
+/// Mutation: `spine-publish-ignores-retirement` (the build publishes into the
 /// retired slot after the evictor emptied its cache; its bytes stay in the ledger forever).
 #[test]
 fn spine_publish_vs_eviction_leaves_the_ledger_exact() {
@@ -216,7 +216,7 @@ fn spine_publish_vs_eviction_leaves_the_ledger_exact() {
 /// Rehydrate vs the drain. Two appliers of one execution (a replay and a drain batch)
 /// serialize on its slot: both events are resident afterwards.
 ///
-/// Mutation: `mutation-unserialized-apply` (each publishes a copy without the other's event).
+/// Mutation: `unserialized-apply` (each publishes a copy without the other's event).
 #[test]
 fn rehydrate_vs_drain_apply_keeps_both() {
     loom::model(|| {
@@ -236,9 +236,9 @@ fn rehydrate_vs_drain_apply_keeps_both() {
 
 /// The directory alone: two creators of one execution vs a drive registering for it. Both
 /// creators may miss the lock-free lookup; the check under the writers' lock keeps one slot
-/// per execution (`mutation-create-without-recheck` skips it: two slots). The drive either
+/// per execution (mutation `create-without-recheck` skips it: two slots). The drive either
 /// finds the slot or waits in the room, which the creator wakes after it publishes the slot
-/// (`mutation-room-woken-before-publish` wakes it first: a drive that enters the room
+/// (mutation `room-woken-before-publish` wakes it first: a drive that enters the room
 /// between the wake and the publication is never woken, a loom deadlock).
 #[test]
 fn two_creators_of_one_execution_share_one_slot() {
@@ -285,7 +285,7 @@ fn two_creators_of_one_execution_share_one_slot() {
 /// the chain left with it (docs/domain.md: an execution that leaves keeps the holes it
 /// left with on record): never a filled hole, never a lost report of an open one.
 ///
-/// Mutation: `mutation-gone-slot-departs-seen-holes` (the check hands the holes it saw of
+/// Mutation: `gone-slot-departs-seen-holes` (the check hands the holes it saw of
 /// a slot gone since to the departed record, whatever the chain left with).
 #[test]
 fn stall_check_vs_fill_and_eviction_reports_only_what_left_open() {
@@ -331,7 +331,7 @@ fn stall_check_vs_fill_and_eviction_reports_only_what_left_open() {
 /// hole keeps the clock an earlier check started (reported one bound after it was first
 /// seen, not one bound after the eviction).
 ///
-/// Mutation: `mutation-gone-slot-forgets-clocks` (a check drops what it saw of a slot that
+/// Mutation: `gone-slot-forgets-clocks` (a check drops what it saw of a slot that
 /// has left, so the eviction's record starts the clock again).
 #[test]
 fn stall_check_vs_eviction_keeps_the_hole_clock() {

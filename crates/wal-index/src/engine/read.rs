@@ -36,7 +36,7 @@ pub(super) fn build(
         };
         // The mutation leaves recency alone without a limit: a checkpoint would carry a
         // read-mostly execution as idle since its last write.
-        if !cfg!(feature = "mutation-build-skips-recency") || index.builds_read_the_clock {
+        if !chain_fold::mutation::on("build-skips-recency") || index.builds_read_the_clock {
             slot.touch_for_build(now);
         }
         if let Some(tip) = expected_head.filter(|&tip| !slot.may_hold(tip)) {

@@ -191,7 +191,7 @@ impl Slot {
         // SeqCst pairs with the SeqCst store in `evict_if`, which precedes its swap of the
         // cache (arc-swap's swap is SeqCst).
         // The mutation publishes into a retired slot, whose spine nobody will uncharge.
-        if !cfg!(feature = "mutation-spine-publish-ignores-retirement")
+        if !chain_fold::mutation::on("spine-publish-ignores-retirement")
             && self.retired.load(Ordering::SeqCst)
         {
             return false;
@@ -238,7 +238,7 @@ impl Slot {
         // before `notify`, whose leading SeqCst fence orders that store before it looks for
         // listeners, and loaded after `listen`, whose fence follows the registration's flag.
         // The mutation listens on a retired slot, which nobody will notify again.
-        if !cfg!(feature = "mutation-listen-ignores-retirement")
+        if !chain_fold::mutation::on("listen-ignores-retirement")
             && self.retired.load(Ordering::SeqCst)
         {
             return None;
@@ -299,12 +299,12 @@ impl Slot {
         let evicted = self.writer.lock();
         // The mutation applies to a slot an evictor already retired: the event lands on an
         // orphan the directory no longer holds.
-        if !cfg!(feature = "mutation-apply-to-retired-slot") && *evicted {
+        if !chain_fold::mutation::on("apply-to-retired-slot") && *evicted {
             return Err(Evicted);
         }
         // The mutation releases the writer lock before the read-copy-publish, so two
         // appliers of one execution can each publish a copy that lacks the other's events.
-        let unserialized = cfg!(feature = "mutation-unserialized-apply");
+        let unserialized = chain_fold::mutation::on("unserialized-apply");
         let mut evicted = Some(evicted);
         if unserialized {
             evicted = None;
@@ -339,7 +339,7 @@ impl Slot {
         // `listen`, changed before `notify`), as the chain pointer is.
         // The mutation stores it after the notify instead: a woken drive can rebuild, still
         // read the old id, decide "absent" and wait for a notify that already happened.
-        let max_id_after_notify = cfg!(feature = "mutation-max-id-after-notify");
+        let max_id_after_notify = chain_fold::mutation::on("max-id-after-notify");
         let max_id = chain.max_id();
         if let Some(max_id) = max_id.filter(|_| !max_id_after_notify) {
             self.max_id.store(max_id, Ordering::SeqCst);

@@ -207,7 +207,7 @@ impl Watch {
                     .is_some_and(|event| event.prev() != Some(missing))
             });
             // The mutation keeps a hole whose link moved: it is reported as a lost write.
-            if !moved || cfg!(feature = "mutation-departed-hole-ignores-moved-link") {
+            if !moved || chain_fold::mutation::on("departed-hole-ignores-moved-link") {
                 return true;
             }
             let named = named.get_or_insert_with(|| chain.missing_links());
@@ -293,7 +293,7 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
     let mut watch = index.stalls.state.lock();
     // The mutation takes every record as the newest: an older chain whose record comes
     // last overwrites what a later one left with.
-    let stale = !cfg!(feature = "mutation-departure-ignores-generation")
+    let stale = !chain_fold::mutation::on("departure-ignores-generation")
         && watch
             .newest_departure
             .get(&execution_id)
@@ -511,9 +511,9 @@ fn prune_gone(watch: &mut Watch, lookup: impl Fn(ExecutionId) -> Option<Arc<Slot
             // if the chain had left with them: a hole filled just before the eviction is
             // then reported as a lost write. The second drops them, clocks and all: the
             // eviction's record, if this check ran before it, starts the clocks again.
-            if cfg!(feature = "mutation-gone-slot-departs-seen-holes") {
+            if chain_fold::mutation::on("gone-slot-departs-seen-holes") {
                 watch.depart(execution_id, resident.holes);
-            } else if !cfg!(feature = "mutation-gone-slot-forgets-clocks")
+            } else if !chain_fold::mutation::on("gone-slot-forgets-clocks")
                 && !resident.slot.left_whole()
             {
                 watch.leaving.push(resident);

@@ -170,7 +170,7 @@ impl<I: StateIndex> Steps<'_, '_, I> {
         }
         if self.early_read(drive).await {
             LoopEnd::Served
-        } else if cfg!(feature = "mutation-backfill-read-ends-drive") {
+        } else if chain_fold::mutation::on("backfill-read-ends-drive") {
             // The mutation: an early read that did not serve ends the drive, which then
             // gives up a tip the drain was about to apply (the shuttle model's drive with
             // an empty retained WAL must still be served, by waiting).
@@ -235,7 +235,7 @@ impl<I: StateIndex> Steps<'_, '_, I> {
             // Register before the build: a publish after this point wakes the listener, so
             // one that lands between the build and the wait is never lost. The mutation
             // registers after the build, and loom must find the lost wake-up.
-            let listen_after_build = cfg!(feature = "mutation-listen-after-build");
+            let listen_after_build = chain_fold::mutation::on("listen-after-build");
             let early = (!listen_after_build).then(|| index.listen(execution_id));
             let build = index.build_async(execution_id, self.expected_head).await;
             let registered = early.unwrap_or_else(|| index.listen(execution_id));

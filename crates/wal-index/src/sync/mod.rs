@@ -66,7 +66,7 @@ pub(crate) use self::model::*;
 /// list's contract applies unchanged. If the notifier's comes first, the listener's check
 /// after its fence sees the changed condition (stored before the notifier's fence), and it
 /// does not wait. The flag is never cleared. The loom models of a drive against a publish
-/// run through this code, and `mutation-notify-unfenced` (both fences taken out) is one of
+/// run through this code, and mutation `notify-unfenced` (both fences taken out) is one of
 /// the mutations they must catch (`scripts/loom.sh`).
 ///
 /// What it costs: one fence and one load per `notify`; with no listener ever, that is all
@@ -92,7 +92,7 @@ impl Notify {
     pub(crate) fn listen(&self) -> Listener {
         // Relaxed: the fence below orders it (see the type's documentation).
         self.listened.store(true, Ordering::Relaxed);
-        if !cfg!(feature = "mutation-notify-unfenced") {
+        if !chain_fold::mutation::on("notify-unfenced") {
             // Pairs with the fence in `notify`.
             fence(Ordering::SeqCst);
         }
@@ -101,7 +101,7 @@ impl Notify {
 
     /// Wakes up to `n` listeners, after the caller changed their condition.
     pub(crate) fn notify(&self, n: usize) {
-        if !cfg!(feature = "mutation-notify-unfenced") {
+        if !chain_fold::mutation::on("notify-unfenced") {
             // Pairs with the fence in `listen`.
             fence(Ordering::SeqCst);
         }

@@ -34,16 +34,22 @@ impl<T> Mutex<T> {
     }
 }
 
+/// Whether the mutation `relaxed-publish` is on: it downgrades the model to relaxed, to
+/// show that the loom models catch a publication that does not pair with the reader's
+/// acquire.
+fn weakened() -> bool {
+    chain_fold::mutation::on("relaxed-publish")
+}
+
 /// The ordering a snapshot is published with. arc-swap publishes with (at least)
-/// release semantics; the `mutation-relaxed-publish` feature downgrades the model to relaxed,
-/// to show that the loom models catch a publication that does not pair with the
-/// reader's acquire.
-const WEAKENED: bool = cfg!(feature = "mutation-relaxed-publish");
-const PUBLISH: Ordering = if WEAKENED {
-    Ordering::Relaxed
-} else {
-    Ordering::AcqRel
-};
+/// release semantics; relaxed under [`weakened`].
+fn publish() -> Ordering {
+    if weakened() {
+        Ordering::Relaxed
+    } else {
+        Ordering::AcqRel
+    }
+}
 
 /// One published value, with a loom-tracked cell written when it is created and read
 /// on every load, so loom checks that each load happens after the publication.
@@ -93,7 +99,7 @@ pub(crate) fn run_to_completion<F: std::future::Future>(operation: F) -> F::Outp
     futures_lite::future::block_on(operation)
 }
 
-/// A model of arc-swap's `ArcSwap`: an atomic pointer, published with [`PUBLISH`] and
+/// A model of arc-swap's `ArcSwap`: an atomic pointer, published with [`publish`] and
 /// loaded with acquire. Replaced values are kept until the cell drops (a model needs no
 /// reclamation scheme, and keeping them makes every loaded pointer valid).
 pub(crate) struct Swap<T> {
@@ -126,7 +132,7 @@ impl<T> Drop for Swap<T> {
 }
 
 /// The directory's map, modelled as a copy-on-write `HashMap` behind [`Swap`]'s model: a
-/// write clones the map, changes the copy and publishes it with [`PUBLISH`]; a read loads it
+/// write clones the map, changes the copy and publishes it with [`publish`]; a read loads it
 /// with acquire. That is the contract the directory relies on from papaya (a read that sees
 /// a write happens-after it, a read that happens-after a write sees it or a later one), as
 /// checkable atomics; papaya's own algorithm is trusted as the well-tested dependency it is.
@@ -233,7 +239,7 @@ pub(crate) fn new_swap<T>(value: Arc<T>) -> Swap<T> {
 }
 
 fn load_tracked<T>(swap: &Swap<T>) -> &Tracked<T> {
-    // Acquire pairs with the `PUBLISH` swap or compare-exchange that installed it.
+    // Acquire pairs with the `publish()` swap or compare-exchange that installed it.
     let ptr = swap.current.load(Ordering::Acquire);
     // SAFETY: installed pointers are freed only when the cell drops, and the borrow of
     // `swap` outlives the returned reference.
@@ -261,12 +267,12 @@ pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
     let fresh = Tracked::publishable(value);
     // The weakened model publishes with a plain relaxed store (stores are serialized by
     // the slot's writer lock, so reading the old pointer first loses nothing).
-    let old = if WEAKENED {
+    let old = if weakened() {
         let old = swap.current.load(Ordering::Relaxed);
-        swap.current.store(fresh, PUBLISH);
+        swap.current.store(fresh, publish());
         old
     } else {
-        swap.current.swap(fresh, PUBLISH)
+        swap.current.swap(fresh, publish())
     };
     swap.retired
         .lock()
@@ -276,7 +282,7 @@ pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
 
 pub(crate) fn swap<T>(swap: &Swap<T>, value: Arc<T>) -> Arc<T> {
     let fresh = Tracked::publishable(value);
-    let old = swap.current.swap(fresh, PUBLISH);
+    let old = swap.current.swap(fresh, publish());
     // SAFETY: `old` was installed, so it is freed only when the cell drops (it is retired
     // here, not freed).
     let previous = Arc::clone(unsafe { &(*old).value });
@@ -296,7 +302,7 @@ pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>)
     let fresh = Tracked::publishable(new);
     match swap
         .current
-        .compare_exchange(seen, fresh, PUBLISH, Ordering::Acquire)
+        .compare_exchange(seen, fresh, publish(), Ordering::Acquire)
     {
         Ok(old) => {
             swap.retired

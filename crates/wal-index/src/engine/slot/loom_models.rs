@@ -1,6 +1,6 @@
 //! Loom models of one slot and the ledger: each runs the real slot and accounting code over
 //! loom's primitives and explores every interleaving up to the preemption bound
-//! (`LOOM_MAX_PREEMPTIONS`). `mutation-relaxed-publish` weakens the model of a snapshot's
+//! (`LOOM_MAX_PREEMPTIONS`). mutation `relaxed-publish` weakens the model of a snapshot's
 //! publication to Relaxed, and the torn-snapshot model must then fail.
 
 use std::sync::Arc as StdArc;
@@ -69,7 +69,7 @@ fn a_reader_sees_the_old_or_the_new_snapshot_never_a_torn_one() {
 
 /// Register-then-check vs publish-then-notify: a waiter that registers before it checks is
 /// never left waiting for a publish that already happened. Loom reports a deadlock if a
-/// wake-up can be lost: it does with `mutation-notify-unfenced` (the wait list's flag
+/// wake-up can be lost: it does with mutation `notify-unfenced` (the wait list's flag
 /// without its two fences, `sync::Notify`).
 #[test]
 fn no_lost_wake_up_for_a_blocking_waiter() {
