@@ -4,7 +4,9 @@
 //! thread: the floor (one `memchr` pass over every byte), today's decode (each payload
 //! parsed into a `serde_json::Value`, as today's worker does before its lock), serde_json's
 //! validation of every payload (`IgnoredAny`), and the engine's decode alone
-//! (`Event::from_json_slim`, nothing indexed).
+//! (`Event::from_json_slim`, nothing indexed); and the engine's decode alone on two
+//! threads, each event dropped as soon as it is made (the parse's own ceiling on two
+//! cores: no event is kept, so no fresh memory is faulted in).
 //!
 //! ```sh
 //! cargo run --release -p sb-sim --example drain_throughput -- 17803 3
@@ -88,6 +90,31 @@ fn references_once(items: &[Item], round: usize) -> Vec<f64> {
         .collect()
 }
 
+/// The engine's decode alone over `items` on `threads` threads (contiguous runs of about
+/// equal count), each event dropped at once; its seconds, printed.
+fn decode_alone_on(items: &[Item], threads: usize, round: usize) -> f64 {
+    let started = Instant::now();
+    let passed: usize = std::thread::scope(|scope| {
+        let runs: Vec<_> = items
+            .chunks(items.len().div_ceil(threads.max(1)).max(1))
+            .map(|run| {
+                scope.spawn(move || {
+                    run.iter()
+                        .filter(|i| chain_fold::Event::from_json_slim(&i.payload).is_ok())
+                        .count()
+                })
+            })
+            .collect();
+        runs.into_iter().map(|run| run.join().unwrap_or(0)).sum()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "round {round}: the engine's decode alone, {threads} threads, nothing kept: {:.0} ms ({passed} passed)",
+        secs * 1e3
+    );
+    secs
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let events: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(17_803);
@@ -109,10 +136,12 @@ fn main() {
     );
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); settings.len()];
     let mut references: Vec<Vec<f64>> = vec![Vec::new(); REFERENCES.len()];
+    let mut alone_on_two = Vec::new();
     for round in 0..rounds {
         for (k, secs) in references_once(&items, round).into_iter().enumerate() {
             references[k].push(secs);
         }
+        alone_on_two.push(decode_alone_on(&items, 2, round));
         for (k, &threads) in settings.iter().enumerate() {
             let secs = drain_once(&items, threads, round, bytes);
             times[k].push(secs);
@@ -133,6 +162,10 @@ fn main() {
     for ((name, _), secs) in REFERENCES.iter().zip(&references) {
         line(name, median(secs));
     }
+    line(
+        "the engine's decode alone, 2 threads, nothing kept",
+        median(&alone_on_two),
+    );
     for (k, &threads) in settings.iter().enumerate() {
         line(
             &format!("the drain, {threads} decode thread(s)"),
