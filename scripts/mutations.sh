@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The randomized "nothing acknowledged is lost" checker (crates/wal-index/tests/soak.rs)
 # must catch each `soak` mutation of scripts/mutations.table (a sweep that evicts on a
-# stale plan): the engine is built with it and the named check must fail. The check is
+# stale plan): with it switched on (`SB_MUTATION`) the named check must fail. The check is
 # randomized, so each mutation gets three tries; it fails this script only if the mutation
 # escapes all three. (The loom models catch every mutation exhaustively: scripts/loom.sh.)
 # It also runs the `test` lines: a deterministic test that must fail with its mutation.

@@ -242,57 +242,57 @@ struct MemberSpan {
 }
 
 impl Decoded {
-    /// The canonical bytes of the top-level object (`raw` is what [`decode`] wrote) reduced
-    /// to the members whose key (as written, without quotes) `keep` accepts, in key order,
-    /// as pieces to be concatenated: pushed to `parts` (cleared first), borrowed from `raw`
-    /// where they are its bytes, so whoever assembles the object copies each byte once.
-    /// Members that lie next to each other in `raw` in the order they are wanted are one
-    /// piece. Returns the object's length and where the event type's text
-    /// ([`TypeField::At`]) lies in it, if its member is kept.
-    pub(crate) fn object_parts<'r>(
+    /// The top-level object's members whose key (as written, without quotes) `keep`
+    /// accepts, in key order.
+    fn kept<'a>(
+        &'a self,
+        raw: &'a [u8],
+        keep: impl Fn(&[u8]) -> bool + Clone + 'a,
+    ) -> impl Iterator<Item = &'a MemberSpan> + Clone + 'a {
+        (self.members.iter()).filter(move |member| keep(&raw[member.start + 1..member.value - 2]))
+    }
+
+    /// The length of the canonical bytes of the top-level object (`raw` is what [`decode`]
+    /// wrote) reduced to the members `keep` accepts ([`Decoded::object_parts`]), and where
+    /// the event type's text ([`TypeField::At`]) lies in them, if its member is kept.
+    pub(crate) fn object_layout(
         &self,
-        raw: &'r [u8],
-        keep: impl Fn(&[u8]) -> bool,
-        parts: &mut Vec<&'r [u8]>,
+        raw: &[u8],
+        keep: impl Fn(&[u8]) -> bool + Clone,
     ) -> (usize, Option<usize>) {
         let type_at = match self.event_type {
             TypeField::At { start, .. } => Some(start),
             _ => None,
         };
         let mut moved_type = None;
-        parts.clear();
-        parts.push(b"{");
         let mut len = 1;
-        // The piece of `raw` being grown: its start and end.
-        let mut piece: Option<(usize, usize)> = None;
-        for member in &self.members {
-            if !keep(&raw[member.start + 1..member.value - 2]) {
-                continue;
-            }
-            if len > 1 {
-                len += 1;
-            }
+        for (k, member) in self.kept(raw, keep).enumerate() {
+            len += usize::from(k > 0);
             if let Some(at) = type_at.filter(|at| (member.value..member.end).contains(at)) {
                 moved_type = Some(len + (at - member.start));
             }
             len += member.end - member.start;
-            piece = match piece {
-                // Written right after the piece's last member, behind its comma.
-                Some((start, end)) if end + 1 == member.start && raw[end] == b',' => {
-                    Some((start, member.end))
-                }
-                Some((start, end)) => {
-                    parts.extend([&raw[start..end], b","]);
-                    Some((member.start, member.end))
-                }
-                None => Some((member.start, member.end)),
-            };
         }
-        if let Some((start, end)) = piece {
-            parts.push(&raw[start..end]);
-        }
-        parts.push(b"}");
         (len + 1, moved_type)
+    }
+
+    /// The canonical bytes of the top-level object (`raw` is what [`decode`] wrote) reduced
+    /// to the members whose key (as written, without quotes) `keep` accepts, in key order,
+    /// as pieces to be concatenated, borrowed from `raw` where they are its bytes: whoever
+    /// assembles the object copies each byte once, and nothing is allocated for the pieces.
+    pub(crate) fn object_parts<'a>(
+        &'a self,
+        raw: &'a [u8],
+        keep: impl Fn(&[u8]) -> bool + Clone + 'a,
+    ) -> impl Iterator<Item = &'a [u8]> + Clone + 'a {
+        let members = self.kept(raw, keep).enumerate();
+        let pieces = members.flat_map(move |(k, member)| {
+            let comma: &[u8] = if k > 0 { b"," } else { b"" };
+            [comma, &raw[member.start..member.end]]
+        });
+        std::iter::once(&b"{"[..])
+            .chain(pieces)
+            .chain(std::iter::once(&b"}"[..]))
     }
 
     /// [`Decoded::object_parts`], concatenated into `out` (cleared first); returns where the
@@ -300,16 +300,14 @@ impl Decoded {
     pub(crate) fn object_bytes(
         &self,
         raw: &[u8],
-        keep: impl Fn(&[u8]) -> bool,
+        keep: impl Fn(&[u8]) -> bool + Clone,
         out: &mut Vec<u8>,
     ) -> Option<usize> {
-        let mut parts = Vec::new();
-        let (len, moved_type) = self.object_parts(raw, keep, &mut parts);
+        let (len, moved_type) = self.object_layout(raw, keep.clone());
         out.clear();
         out.reserve(len);
-        for part in parts {
-            out.extend_from_slice(part);
-        }
+        self.object_parts(raw, keep)
+            .for_each(|part| out.extend_from_slice(part));
         moved_type
     }
 }

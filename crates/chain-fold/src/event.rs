@@ -277,18 +277,17 @@ impl Event {
             Field::ExecutionId,
         )?;
         let keep = |key: &[u8]| !slim || SLIM_KEYS.iter().any(|kept| kept.as_bytes() == key);
-        // The object's pieces, copied once, straight into the event's allocation; only a
+        // The object's pieces are copied once, straight into the event's allocation; only a
         // slim event whose type must be looked for in its payload is put together first.
-        let mut parts = Vec::new();
-        let (_, type_at) = decoded.object_parts(raw, keep, &mut parts);
+        let (_, type_at) = decoded.object_layout(raw, keep);
+        let event_type = std::mem::replace(&mut decoded.event_type, TypeField::Empty);
         // Holds the joined payload when one is needed, and is empty otherwise.
         out.clear();
-        let located = |parts: &[&[u8]], out: &mut Vec<u8>, text: &str| {
-            out.clear();
-            parts.iter().for_each(|part| out.extend_from_slice(part));
+        let located = |out: &mut Vec<u8>, text: &str| {
+            out.extend(decoded.object_parts(raw, keep).flatten());
             EventType::located(out, text)
         };
-        let event_type = match std::mem::replace(&mut decoded.event_type, TypeField::Empty) {
+        let event_type = match event_type {
             TypeField::Empty => EventType::InPayload { start: 0, len: 0 },
             TypeField::At { start, len } => match type_at {
                 // Where the header can point at it (and always for a whole event, as
@@ -301,25 +300,24 @@ impl Event {
                 // as `to_slim` does, so both charge the ledger the same bytes.
                 _ => {
                     let text = std::str::from_utf8(&raw[start..start + len]).unwrap_or("");
-                    located(&parts, out, text)
+                    located(out, text)
                 }
             },
             // A type that needed an escape is stored as its text; a slim event looks for
             // that text in its payload first, as `to_slim` does, so both charge the ledger
             // the same bytes.
-            TypeField::Owned(text) if slim => located(&parts, out, &text),
+            TypeField::Owned(text) if slim => located(out, &text),
             TypeField::Owned(text) => EventType::Owned(text),
         };
         let flags = if slim { SLIM } else { 0 };
-        let joined;
-        let payload = if out.is_empty() {
-            parts.as_slice()
+        if out.is_empty() {
+            let parts = decoded.object_parts(raw, keep);
+            Self::assemble(id, execution_id, decoded.prev, event_type, parts, flags)
         } else {
-            joined = [out.as_slice()];
-            &joined
-        };
-        Self::assemble(id, execution_id, decoded.prev, event_type, payload, flags)
-            .map_err(|len| EventError::TooLarge { len })
+            let joined = std::iter::once(out.as_slice());
+            Self::assemble(id, execution_id, decoded.prev, event_type, joined, flags)
+        }
+        .map_err(|len| EventError::TooLarge { len })
     }
 
     /// Decodes one WAL payload received as a [`Bytes`].
@@ -359,8 +357,15 @@ impl Event {
     ) -> Event {
         let payload = payload.as_ref();
         let event_type = EventType::located(payload, event_type);
-        Self::assemble(id, execution_id, prev, event_type, &[payload], 0)
-            .expect("a payload shorter than 4 GiB (see `# Panics`)")
+        Self::assemble(
+            id,
+            execution_id,
+            prev,
+            event_type,
+            std::iter::once(payload),
+            0,
+        )
+        .expect("a payload shorter than 4 GiB (see `# Panics`)")
     }
 
     /// Builds an event whose payload is the minimal envelope of its four fields.
@@ -392,12 +397,12 @@ impl Event {
     /// given as pieces to concatenate, the two
     /// optional parts present only when their flag is set. Their length, when it is longer
     /// than an allocation holds (`u32::MAX`), is the error.
-    fn assemble(
+    fn assemble<'p>(
         id: EventId,
         execution_id: ExecutionId,
         prev: Option<EventId>,
         event_type: EventType,
-        payload: &[&[u8]],
+        payload: impl Iterator<Item = &'p [u8]> + Clone,
         extra_flags: u8,
     ) -> Result<Event, usize> {
         // A type inside the payload that the header cannot point at is stored owned.
@@ -405,7 +410,9 @@ impl Event {
             EventType::InPayload { start, len }
                 if u8::try_from(len).is_err() || u16::try_from(start).is_err() =>
             {
-                EventType::Owned(String::from_utf8_lossy(&span(payload, start, len)).into_owned())
+                EventType::Owned(
+                    String::from_utf8_lossy(&span(payload.clone(), start, len)).into_owned(),
+                )
             }
             other => other,
         };
@@ -413,9 +420,11 @@ impl Event {
         let mut tail: Vec<u8> = Vec::new();
         let (type_start, type_len, type_text) = match &event_type {
             // Both fit: checked above.
-            EventType::InPayload { start, len } => {
-                (*start as u16, *len as u8, span(payload, *start, *len))
-            }
+            EventType::InPayload { start, len } => (
+                *start as u16,
+                *len as u8,
+                span(payload.clone(), *start, *len),
+            ),
             EventType::Owned(text) => {
                 flags |= TYPE_OWNED;
                 tail.extend_from_slice(text.as_bytes());
@@ -455,12 +464,13 @@ impl Event {
             type_len,
             flags,
         };
-        let mut parts = Vec::with_capacity(payload.len() + 1);
-        parts.extend_from_slice(payload);
-        parts.push(&tail);
-        Allocation::new(header, &parts).map(Event).ok_or_else(|| {
-            (parts.iter()).fold(0, |total: usize, part| total.saturating_add(part.len()))
-        })
+        // The payload's pieces outlive the tail: the chain takes the tail's lifetime.
+        let parts = payload
+            .map(|part| -> &[u8] { part })
+            .chain(std::iter::once(tail.as_slice()));
+        Allocation::new(header, parts.clone())
+            .map(Event)
+            .ok_or_else(|| parts.fold(0, |total: usize, part| total.saturating_add(part.len())))
     }
 
     fn header(&self) -> &Header {
@@ -580,7 +590,7 @@ impl EventType {
 /// The bytes `start..start + len` of the concatenation of `pieces`: borrowed when one
 /// piece holds them all (an event type always lies within one member's piece), else copied;
 /// as much of the range as the pieces hold.
-fn span<'p>(pieces: &[&'p [u8]], start: usize, len: usize) -> Cow<'p, [u8]> {
+fn span<'p>(pieces: impl Iterator<Item = &'p [u8]>, start: usize, len: usize) -> Cow<'p, [u8]> {
     let mut at = 0;
     let mut copied = Vec::new();
     for piece in pieces {
@@ -618,14 +628,11 @@ mod tests {
     #[test]
     fn a_span_is_borrowed_within_one_piece_and_copied_across_pieces() {
         let pieces: [&[u8]; 4] = [b"{", b"\"a\":1", b",", b"\"b\":2}"];
-        let within = span(&pieces, 2, 1);
+        let span = |start, len| span(pieces.iter().copied(), start, len);
+        let within = span(2, 1);
         assert!(matches!(within, std::borrow::Cow::Borrowed(b"a")));
-        assert_eq!(span(&pieces, 5, 4).as_ref(), b"1,\"b");
-        assert_eq!(span(&pieces, 0, 13).as_ref(), b"{\"a\":1,\"b\":2}");
-        assert_eq!(
-            span(&pieces, 11, 50).as_ref(),
-            b"2}",
-            "as much as the pieces hold"
-        );
+        assert_eq!(span(5, 4).as_ref(), b"1,\"b");
+        assert_eq!(span(0, 13).as_ref(), b"{\"a\":1,\"b\":2}");
+        assert_eq!(span(11, 50).as_ref(), b"2}", "as much as the pieces hold");
     }
 }

@@ -63,9 +63,18 @@ impl Allocation {
 
     /// A fresh allocation of `header` and the concatenation of `parts`, with a count of one;
     /// `None` when the parts' total is longer than `u32::MAX` bytes.
-    pub(super) fn new(header: Header, parts: &[&[u8]]) -> Option<Allocation> {
+    ///
+    /// `parts` is walked twice, once for the length and once to copy: a clone that yields
+    /// other parts the second time (a bug in the caller) gets its bytes cut at the length,
+    /// or zeros after its last one, never a write past the allocation or an unwritten byte.
+    pub(super) fn new<'p, I>(header: Header, parts: I) -> Option<Allocation>
+    where
+        I: IntoIterator<Item = &'p [u8]>,
+        I::IntoIter: Clone,
+    {
+        let parts = parts.into_iter();
         let len = parts
-            .iter()
+            .clone()
             .try_fold(0usize, |total, part| total.checked_add(part.len()))?;
         let len_field = u32::try_from(len).ok()?;
         let layout = Self::layout(len)?;
@@ -75,20 +84,24 @@ impl Allocation {
             handle_alloc_error(layout)
         };
         // SAFETY: `ptr` is a fresh allocation of `layout`: aligned for a `Prefix`, with room
-        // for one followed by `len` bytes (the parts' total), and nothing else refers to it
-        // yet. Each part is copied into the room after the ones before it, so the copies stay
-        // inside the allocation and never overlap the parts, which live elsewhere.
+        // for one followed by `len` bytes, and nothing else refers to it yet. `written`
+        // never passes `len`: each copy takes at most the room left, so the copies stay
+        // inside the allocation, and they never overlap the parts, which live elsewhere.
+        // The bytes from `written` to `len` are zeroed, so all `len` are initialized.
         unsafe {
             ptr.as_ptr().write(Prefix {
                 count: AtomicU32::new(1),
                 len: len_field,
                 header,
             });
-            let mut at = raw.add(Self::PREFIX_BYTES);
+            let bytes = raw.add(Self::PREFIX_BYTES);
+            let mut written = 0;
             for part in parts {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
-                at = at.add(part.len());
+                let take = part.len().min(len - written);
+                std::ptr::copy_nonoverlapping(part.as_ptr(), bytes.add(written), take);
+                written += take;
             }
+            bytes.add(written).write_bytes(0, len - written);
         }
         Some(Allocation { ptr })
     }
@@ -218,13 +231,34 @@ mod tests {
 
     #[test]
     fn parts_are_laid_out_one_after_the_other() {
-        let one = Allocation::new(header(3), &[b"abc", b"", b"de"]).unwrap();
+        let one = Allocation::new(header(3), [&b"abc"[..], b"", b"de"]).unwrap();
         assert_eq!(one.bytes(), b"abcde");
         assert_eq!(one.header().id, 3);
-        let empty = Allocation::new(header(4), &[]).unwrap();
+        let empty = Allocation::new(header(4), []).unwrap();
         assert_eq!(empty.bytes(), b"");
         let twin = one.clone();
         assert!(twin.ptr_eq(&one) && !twin.ptr_eq(&empty));
+    }
+
+    #[test]
+    fn a_second_walk_of_the_parts_never_writes_past_or_leaves_a_byte_unwritten() {
+        // A clone that yields other parts than the walk that measured them: shorter ones
+        // leave zeros, longer ones are cut at the measured length.
+        let walks = std::cell::Cell::new(0);
+        let parts = |long: &'static [u8], short: &'static [u8]| {
+            (0..1).map(move |_| long).map({
+                let walks = &walks;
+                move |long| {
+                    walks.set(walks.get() + 1);
+                    if walks.get() == 1 { long } else { short }
+                }
+            })
+        };
+        let fewer = Allocation::new(header(5), parts(b"abcd", b"ab")).unwrap();
+        assert_eq!(fewer.bytes(), b"ab\0\0");
+        walks.set(0);
+        let more = Allocation::new(header(6), parts(b"ab", b"abcdef")).unwrap();
+        assert_eq!(more.bytes(), b"ab");
     }
 
     #[test]
@@ -232,12 +266,12 @@ mod tests {
         // 4,097 parts of one MiB: 4 GiB and one MiB in all, past `u32::MAX`, from one buffer.
         let mib = vec![0u8; 1 << 20];
         let parts = vec![mib.as_slice(); 4097];
-        assert!(Allocation::new(header(1), &parts).is_none());
+        assert!(Allocation::new(header(1), parts.iter().copied()).is_none());
     }
 
     #[test]
     fn handles_dropped_on_many_threads_free_it_once() {
-        let first = Allocation::new(header(9), &[b"payload"]).unwrap();
+        let first = Allocation::new(header(9), [&b"payload"[..]]).unwrap();
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let mine = first.clone();
@@ -278,7 +312,7 @@ mod loom_models {
                 type_len: 0,
                 flags: 0,
             };
-            let first = Allocation::new(header, &[b"bytes"]).unwrap();
+            let first = Allocation::new(header, [&b"bytes"[..]]).unwrap();
             let second = first.clone();
             let other = loom::thread::spawn(move || {
                 assert_eq!(second.bytes(), b"bytes");

@@ -144,7 +144,7 @@ impl Event {
             .ok_or_else(|| truncated(end))?;
         check(&header, slice)?;
         // The length came from a `u32`, so the allocation holds it.
-        let event = Allocation::new(header, &[slice]).ok_or(ImageError::Inconsistent(
+        let event = Allocation::new(header, [slice]).ok_or(ImageError::Inconsistent(
             "the allocation's length is past what an event holds",
         ))?;
         Ok((Event(event), end))

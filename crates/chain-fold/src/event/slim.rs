@@ -42,7 +42,7 @@ impl Event {
             self.execution_id(),
             self.prev(),
             event_type,
-            &[&kept],
+            std::iter::once(&kept[..]),
             SLIM,
         )
         .unwrap_or_else(|_| self.clone())
