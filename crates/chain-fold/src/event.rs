@@ -393,10 +393,10 @@ impl Event {
     }
 
     /// Lays the event out in one allocation: the header, then
-    /// `payload ++ [owned type ++ its length as u32 LE] ++ [prev as i64 LE]`, the payload
-    /// given as pieces to concatenate, the two
-    /// optional parts present only when their flag is set. Their length, when it is longer
-    /// than an allocation holds (`u32::MAX`), is the error.
+    /// `payload ++ [owned type ++ its length as u32 LE] ++ [prev as i64 LE]`, the two
+    /// optional parts present only when their flag is set; the payload comes as pieces,
+    /// copied in one after the other. Their length, when it is longer than an allocation
+    /// holds (`u32::MAX`), is the error.
     fn assemble<'p>(
         id: EventId,
         execution_id: ExecutionId,
