@@ -305,10 +305,10 @@ pub fn run(
     };
     let acknowledged = producer.acknowledged;
     // The stream's count, read again until it covers every acknowledged publication or a
-    // minute has passed: just after a partition heals, the deposed leader can still answer
-    // for the stream with what it held when it was cut off (seen once on a loaded 2-core
-    // machine: 610 stored for 1,540 acknowledged, every one of them indexed). The caller
-    // checks the settled count against its bounds.
+    // minute has passed: a read just after a partition heals was once answered with a
+    // stale count on a loaded 2-core machine (610 stored for 1,540 acknowledged, every one
+    // of them indexed), most likely by the deposed leader, with what it held when it was
+    // cut off. The caller checks the settled count against its bounds.
     let settle_by = Instant::now() + Duration::from_secs(60);
     let stored = loop {
         let stored = match producer.publisher.stream_messages(STREAM) {
