@@ -16,68 +16,16 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use chain_fold::{Chain, Event, Spine, SpineOrder, advance};
+use chain_fold::{Chain, SpineOrder, advance};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use sb_benches::lean::LeanIndex;
-use sb_benches::{interleaved_from, linear, payload, time_incremental_builds, timed_index};
+use sb_benches::rows::{Indexed, Readers, Rows, drain_index, drain_pass, drain_wal};
+use sb_benches::{linear, payload, time_incremental_builds};
+use wal_index::WalIndex;
 use wal_index::baseline::PapayaIndex;
-use wal_index::{IndexConfig, StateIndex, WalIndex};
-
-/// What the rows ask of an index: the engine, the comparator and the lean design alike.
-trait Rows: Send + Sync + 'static {
-    const NAME: &'static str;
-    fn empty() -> Self;
-    fn apply_batch(&self, events: Vec<Event>);
-    fn apply(&self, event: Event) {
-        self.apply_batch(vec![event]);
-    }
-    fn spine(&self, execution_id: i64, head: i64) -> Option<Spine>;
-}
-
-/// A [`StateIndex`] with its default configuration; `TIMED`: with an observer that takes
-/// every build's duration (and records nothing), as a pool's with metrics does, else the
-/// default observer, which times no build.
-struct Indexed<I, const TIMED: bool = false>(I);
-
-impl<I: StateIndex + 'static, const TIMED: bool> Rows for Indexed<I, TIMED> {
-    const NAME: &'static str = if TIMED { "lockfree_timed" } else { I::NAME };
-    fn empty() -> Self {
-        Indexed(if TIMED {
-            timed_index()
-        } else {
-            I::with_config(IndexConfig::default())
-        })
-    }
-    fn apply_batch(&self, events: Vec<Event>) {
-        self.0.apply_batch(events);
-    }
-    fn apply(&self, event: Event) {
-        self.0.apply(event);
-    }
-    fn spine(&self, execution_id: i64, head: i64) -> Option<Spine> {
-        self.0.build(execution_id, Some(head)).spine
-    }
-}
-
-impl Rows for LeanIndex {
-    const NAME: &'static str = "lean";
-    fn empty() -> Self {
-        LeanIndex::default()
-    }
-    fn apply_batch(&self, events: Vec<Event>) {
-        LeanIndex::apply_batch(self, events);
-    }
-    fn apply(&self, event: Event) {
-        LeanIndex::apply(self, event);
-    }
-    fn spine(&self, execution_id: i64, head: i64) -> Option<Spine> {
-        self.build(execution_id, Some(head))
-    }
-}
 
 /// An incremental build by one event and the JSON handed out, on a chain of ~`len`
 /// events (rebuilt untimed past 1.1 `len` + 10): the same loop as `engines`' bench 3.
@@ -150,59 +98,19 @@ fn parts(c: &mut Criterion) {
     group.finish();
 }
 
-/// Threads building an indexed 27-event execution (id -1) until dropped.
-struct Readers {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Readers {
-    fn start<R: Rows>(index: &Arc<R>, count: usize) -> Readers {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..count)
-            .map(|_| {
-                let (index, stop) = (Arc::clone(index), Arc::clone(&stop));
-                std::thread::spawn(move || {
-                    // Relaxed: a stop flag carries no data.
-                    while !stop.load(Ordering::Relaxed) {
-                        black_box(index.spine(-1, 27));
-                    }
-                })
-            })
-            .collect();
-        Readers { stop, threads }
-    }
-}
-
-impl Drop for Readers {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
-
-const EXECUTIONS: i64 = 740;
-
 /// The drain, same executions every pass and fresh ones, alone and with two readers.
 fn drain<R: Rows>(c: &mut Criterion) {
     let slim = payload(64);
-    let same = interleaved_from(0, EXECUTIONS, 27, 50, &slim);
+    let same = drain_wal(0, &slim);
     let mut group = c.benchmark_group("lean_drain");
     group.throughput(Throughput::Elements(same.len() as u64));
     group.sample_size(20);
     for readers in [0usize, 2] {
-        let index = Arc::new(R::empty());
-        index.apply_batch(linear(-1, 1, 27, false, &payload(1024)));
+        let index = drain_index::<R>();
         let _readers = Readers::start(&index, readers);
         let with = if readers == 0 { "alone" } else { "2_readers" };
         group.bench_function(BenchmarkId::new(R::NAME, format!("same_ids_{with}")), |b| {
-            b.iter(|| {
-                for batch in same.chunks(200) {
-                    index.apply_batch(batch.to_vec());
-                }
-            })
+            b.iter(|| drain_pass(&*index, &same))
         });
         let mut pass = 0;
         group.bench_function(
@@ -211,13 +119,9 @@ fn drain<R: Rows>(c: &mut Criterion) {
                 b.iter_batched(
                     || {
                         pass += 1;
-                        interleaved_from(pass * EXECUTIONS, EXECUTIONS, 27, 50, &slim)
+                        drain_wal(pass, &slim)
                     },
-                    |wal| {
-                        for batch in wal.chunks(200) {
-                            index.apply_batch(batch.to_vec());
-                        }
-                    },
+                    |wal| drain_pass(&*index, &wal),
                     BatchSize::PerIteration,
                 )
             },

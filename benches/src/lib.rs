@@ -4,6 +4,7 @@
 //! comparable across engines and machines.
 
 pub mod lean;
+pub mod rows;
 
 use bytes::Bytes;
 use chain_fold::{Chain, Event, EventId, ExecutionId, SpineOrder};

@@ -1,0 +1,159 @@
+//! The drain rows of `--bench lean` as paired, alternated passes: the engine against the
+//! lean design (`sb_benches::lean::LeanIndex`), one pass of each per round, the order
+//! swapped every round, so both designs see the same state of a shared machine and the
+//! ratio is taken within each round, not between two criterion groups measured a minute
+//! apart.
+//!
+//! A pass is 20,000 events of 740 executions (27 each, the last terminal, 50 live at a
+//! time, 64-byte payloads) in 200-event batches: the same executions every pass (each
+//! re-created after it finished) or fresh ones every pass (made before the pass, untimed),
+//! alone or while two threads build an indexed execution (each design's readers run only
+//! during its own passes). Each design keeps its own index across the rounds.
+//!
+//! For each row it prints each design's median pass, the median of the rounds' ratios
+//! (engine / lean) with the quartiles of those ratios, and the share of rounds in which the
+//! engine was within 10% of the lean design.
+//!
+//! `cargo bench -p sb-benches --bench lean_paired [-- ROUNDS]` (ROUNDS per row, default
+//! 201; about 20 s). With `PASSES=N`, each design's turn is N passes in a row of which the
+//! last is timed (its caches warm from its own work). `PAIR=lean` or `PAIR=engine` runs a
+//! design against itself, the harness's own check: its ratios should sit at 1.00.
+
+use std::time::{Duration, Instant};
+
+use chain_fold::Event;
+use sb_benches::lean::LeanIndex;
+use sb_benches::payload;
+use sb_benches::rows::{Indexed, Readers, Rows, drain_index, drain_pass, drain_wal};
+use wal_index::WalIndex;
+
+/// One design's side of a row: its index and the passes it has made.
+struct Side<R: Rows> {
+    index: std::sync::Arc<R>,
+    readers: usize,
+    fresh: bool,
+    pass: i64,
+}
+
+impl<R: Rows> Side<R> {
+    fn new(readers: usize, fresh: bool) -> Side<R> {
+        Side {
+            index: drain_index(),
+            readers,
+            fresh,
+            pass: 0,
+        }
+    }
+
+    /// `PASSES` passes in a row, the last one timed; the WALs (when fresh) and the
+    /// readers are made before the clock starts and stopped after it ends.
+    fn pass(&mut self, same: &[Event]) -> Duration {
+        let wals: Vec<Vec<Event>> = (0..passes())
+            .map(|_| {
+                if self.fresh {
+                    self.pass += 1;
+                    drain_wal(self.pass, &payload(64))
+                } else {
+                    same.to_vec()
+                }
+            })
+            .collect();
+        let readers = Readers::start(&self.index, self.readers);
+        let (last, warm) = wals.split_last().expect("at least one pass");
+        for wal in warm {
+            drain_pass(&*self.index, wal);
+        }
+        let started = Instant::now();
+        drain_pass(&*self.index, last);
+        let took = started.elapsed();
+        drop(readers);
+        took
+    }
+}
+
+fn passes() -> usize {
+    std::env::var("PASSES")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn quartiles(values: &mut [f64]) -> (f64, f64) {
+    values.sort_by(f64::total_cmp);
+    (values[values.len() / 4], values[values.len() * 3 / 4])
+}
+
+/// Runs one row for `rounds` rounds (after two untimed rounds) and prints it.
+fn row<A: Rows, B: Rows>(name: &str, readers: usize, fresh: bool, rounds: usize) {
+    let same = drain_wal(0, &payload(64));
+    let mut engine = Side::<A>::new(readers, fresh);
+    let mut lean = Side::<B>::new(readers, fresh);
+    for _ in 0..2 {
+        engine.pass(&same);
+        lean.pass(&same);
+    }
+    let (mut engine_ms, mut lean_ms, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let (e, l) = if round % 2 == 0 {
+            let e = engine.pass(&same);
+            (e, lean.pass(&same))
+        } else {
+            let l = lean.pass(&same);
+            (engine.pass(&same), l)
+        };
+        engine_ms.push(e.as_secs_f64() * 1e3);
+        lean_ms.push(l.as_secs_f64() * 1e3);
+        ratios.push(e.as_secs_f64() / l.as_secs_f64());
+    }
+    let within = ratios.iter().filter(|&&r| r <= 1.10).count() as f64 / rounds as f64;
+    let (q1, q3) = quartiles(&mut ratios);
+    println!(
+        "{name:<22} {:>8.3} {:>8.3} {:>7.3}x  [{q1:.3}, {q3:.3}]  {:>5.1}%",
+        median(&mut engine_ms),
+        median(&mut lean_ms),
+        median(&mut ratios),
+        within * 100.0,
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; the first argument that is a number is the rounds.
+    let rounds = std::env::args()
+        .skip(1)
+        .find_map(|arg| arg.parse().ok())
+        .unwrap_or(201usize)
+        .max(4);
+    let pair = match std::env::var("PAIR").as_deref() {
+        Ok("lean") => "LeanIndex against itself",
+        Ok("engine") => "WalIndex against itself",
+        _ => "engine = lockfree (WalIndex), lean = LeanIndex",
+    };
+    println!(
+        "{rounds} rounds per row, {} pass(es) per turn, alternated; {pair}",
+        passes()
+    );
+    println!(
+        "{:<22} {:>8} {:>8} {:>8}  {:<16}  rounds within 10%",
+        "row", "engine", "lean", "ratio", "ratio q1, q3"
+    );
+    for (name, readers, fresh) in [
+        ("same_ids_alone", 0, false),
+        ("fresh_ids_alone", 0, true),
+        ("same_ids_2_readers", 2, false),
+        ("fresh_ids_2_readers", 2, true),
+    ] {
+        match std::env::var("PAIR").as_deref() {
+            Ok("lean") => row::<LeanIndex, LeanIndex>(name, readers, fresh, rounds),
+            Ok("engine") => {
+                row::<Indexed<WalIndex>, Indexed<WalIndex>>(name, readers, fresh, rounds)
+            }
+            _ => row::<Indexed<WalIndex>, LeanIndex>(name, readers, fresh, rounds),
+        }
+    }
+}
