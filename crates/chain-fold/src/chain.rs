@@ -69,6 +69,11 @@ pub struct Chain {
     order: SpineOrder,
     /// Hops, saturated to `u32` (the default is 5,000,000).
     walk_limit: u32,
+    /// Whether every event of the ascending log names the one before it as its `prev` (the
+    /// first names none): then no event there names a missing link, and
+    /// [`Chain::missing_links`] need not look. Kept on each append; a rewrite clears it for
+    /// good (the scan then decides). It fits in the padding after `walk_limit`.
+    linked: bool,
     /// Events that arrived above every indexed id, in arrival (= ascending id) order.
     ascending: AppendLog<Event>,
     /// Events that arrived below the largest indexed id.
@@ -143,6 +148,7 @@ impl Chain {
         Chain {
             order,
             walk_limit: DEFAULT_WALK_LIMIT as u32,
+            linked: true,
             ascending: AppendLog::default(),
             late: Late::default(),
             event_bytes: 0,
@@ -176,7 +182,9 @@ impl Chain {
     /// chain of the same execution (see [`advance`](crate::advance)).
     pub fn apply(&mut self, event: Event) -> bool {
         let id = event.id();
-        if self.max_id().is_none_or(|max| id > max) {
+        let last = self.ascending.as_slice().last();
+        if last.is_none_or(|last| id > last.id()) {
+            self.linked &= event.prev() == last.map(Event::id);
             self.event_bytes += event.resident_bytes();
             self.newest = id;
             self.ascending.push(event);
@@ -189,6 +197,7 @@ impl Chain {
                 self.event_bytes = self.event_bytes - old.resident_bytes() + event.resident_bytes();
                 self.rewrites += 1;
                 self.lineage.restart();
+                self.linked = false;
                 self.ascending = self.ascending.replaced(at, event);
             }
             return false;
@@ -311,8 +320,9 @@ impl Chain {
 
     /// The ids that events of this chain name as their `prev_event_id` and that the chain
     /// does not hold, ascending, each once: the holes a walk would stop at. Empty (and no
-    /// allocation) for a chain whose every link is held, the common case, where each event
-    /// of the ascending log links to the one before it and costs one comparison.
+    /// allocation) for a chain whose every link is held. O(1) in the common case, where each
+    /// event arrived above the last and named it (kept as a flag on each append); otherwise
+    /// one comparison per event that links to the one before it and a lookup for any other.
     ///
     /// ```
     /// use chain_fold::{Chain, Event, SpineOrder};
@@ -327,6 +337,9 @@ impl Chain {
     /// assert_eq!(chain.missing_links(), vec![8]);
     /// ```
     pub fn missing_links(&self) -> Vec<EventId> {
+        if self.linked && self.late.is_empty() {
+            return Vec::new();
+        }
         let log = self.ascending.as_slice();
         let mut missing = Vec::new();
         for (at, event) in log.iter().enumerate() {

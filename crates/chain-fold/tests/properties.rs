@@ -223,3 +223,39 @@ proptest! {
         }
     }
 }
+
+/// Deliveries for [`missing_links_are_the_named_ids_not_held`]: a linear run from a genesis
+/// (each naming the one before; the common case), then random deliveries (any id, any
+/// `prev`: late events, holes, identical redeliveries and rewrites).
+fn deliveries() -> impl Strategy<Value = Vec<(i64, Option<i64>)>> {
+    let random = proptest::collection::vec((1i64..40, proptest::option::of(1i64..40)), 0..12);
+    (0i64..25, random).prop_map(|(run, random)| {
+        let mut all: Vec<(i64, Option<i64>)> =
+            (1..=run).map(|id| (id, (id > 1).then(|| id - 1))).collect();
+        all.extend(random);
+        all
+    })
+}
+
+proptest! {
+    /// After every delivery, `missing_links` is what its documentation says, computed from
+    /// a plain map of what was delivered (the last delivery of an id wins): the ids some
+    /// held event names as its `prev` that no held event has, ascending, each once.
+    #[test]
+    fn missing_links_are_the_named_ids_not_held(deliveries in deliveries()) {
+        let mut chain = Chain::new(SpineOrder::Causal);
+        let mut held = std::collections::BTreeMap::new();
+        for (id, prev) in deliveries {
+            let ty = if prev.is_none() { "playbook_started" } else { "step" };
+            chain.apply(Event::minimal(id, 1, prev, ty));
+            held.insert(id, prev);
+            let mut expected: Vec<i64> = held
+                .values()
+                .filter_map(|&prev| prev.filter(|p| !held.contains_key(p)))
+                .collect();
+            expected.sort_unstable();
+            expected.dedup();
+            prop_assert_eq!(chain.missing_links(), expected);
+        }
+    }
+}

@@ -266,8 +266,10 @@ impl DirectoryWriter<'_> {
 /// dropped when it reaches the front or when stale places outnumber live ones.
 #[derive(Debug, Default)]
 struct FinishedExecutions {
-    /// Each remembered execution, with the stamp of its place in `order`.
-    ids: HashMap<ExecutionId, u64>,
+    /// Each remembered execution, with the stamp of its place in `order`. Hashed as the
+    /// directory's map is (foldhash, fixed seed): the drain pays a removal on each creation
+    /// and an insertion on each terminal eviction.
+    ids: HashMap<ExecutionId, u64, foldhash::fast::FixedState>,
     /// Places in insertion order, oldest first; a place whose stamp is not its execution's
     /// current one is stale.
     order: VecDeque<(ExecutionId, u64)>,
