@@ -71,8 +71,9 @@ pub struct Chain {
     walk_limit: u32,
     /// Whether every event of the ascending log names the one before it as its `prev` (the
     /// first names none): then no event there names a missing link, and
-    /// [`Chain::missing_links`] need not look. Kept on each append; a rewrite clears it for
-    /// good (the scan then decides). It fits in the padding after `walk_limit`.
+    /// [`Chain::missing_links`] need not look (unless an event arrived late). Kept on each
+    /// append; a rewrite in the log clears it for good (the scan then decides). It fits in
+    /// the padding after `walk_limit`.
     linked: bool,
     /// Events that arrived above every indexed id, in arrival (= ascending id) order.
     ascending: AppendLog<Event>,
@@ -321,7 +322,8 @@ impl Chain {
     /// The ids that events of this chain name as their `prev_event_id` and that the chain
     /// does not hold, ascending, each once: the holes a walk would stop at. Empty (and no
     /// allocation) for a chain whose every link is held. O(1) in the common case, where each
-    /// event arrived above the last and named it (kept as a flag on each append); otherwise
+    /// event arrived above the last and named it, none arrived late and none was rewritten
+    /// (kept as a flag on each append); otherwise
     /// one comparison per event that links to the one before it and a lookup for any other.
     ///
     /// ```
@@ -601,5 +603,15 @@ impl Walk {
             Some(run) => chain.log_run_tip_first(run).collect(),
             None => self.events,
         }
+    }
+}
+
+#[cfg(all(test, target_pointer_width = "64", not(chain_fold_loom)))]
+mod tests {
+    /// The linked flag lives in the padding after `walk_limit`: a chain is still nine words
+    /// (every slot and every version holds one, and the memory bench counts them).
+    #[test]
+    fn a_chain_is_nine_words() {
+        assert_eq!(std::mem::size_of::<super::Chain>(), 72);
     }
 }

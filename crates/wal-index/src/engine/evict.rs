@@ -25,10 +25,15 @@ impl WalIndex {
             return SlotEviction::AlreadyGone;
         };
         let mut last = None;
-        let result = slot.evict_if(&self.accounting, self.config.sink_gate, |chain, _| {
-            last = Some(Arc::clone(chain));
-            true
-        });
+        let result = slot.evict_if(
+            &self.accounting,
+            &self.retirement,
+            self.config.sink_gate,
+            |chain, _| {
+                last = Some(Arc::clone(chain));
+                true
+            },
+        );
         if let SlotEviction::Evicted { .. } = result {
             super::stalls::begin_departures(self, 1);
             writer.publish_removal(&[Arc::clone(&slot)], reason == EvictReason::Terminal);
@@ -62,10 +67,15 @@ impl WalIndex {
             _ => return SlotEviction::AlreadyGone,
         }
         let mut last = None;
-        let result = expected.evict_if(&self.accounting, self.config.sink_gate, |chain, used| {
-            last = Some(Arc::clone(chain));
-            still_justified(chain, used)
-        });
+        let result = expected.evict_if(
+            &self.accounting,
+            &self.retirement,
+            self.config.sink_gate,
+            |chain, used| {
+                last = Some(Arc::clone(chain));
+                still_justified(chain, used)
+            },
+        );
         if let SlotEviction::Evicted { .. } = result {
             super::stalls::begin_departures(self, 1);
             writer.publish_removal(&[Arc::clone(expected)], reason == EvictReason::Terminal);
@@ -164,9 +174,14 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
             // Evicted and re-created since the plan: the successor was never judged.
             return SlotEviction::AlreadyGone;
         }
-        let result = current.evict_if(&index.accounting, sink_gate, |chain, last_used| {
-            trusts_plan || (Arc::ptr_eq(chain, &seen.chain) && last_used == seen.last_used)
-        });
+        let result = current.evict_if(
+            &index.accounting,
+            &index.retirement,
+            sink_gate,
+            |chain, last_used| {
+                trusts_plan || (Arc::ptr_eq(chain, &seen.chain) && last_used == seen.last_used)
+            },
+        );
         if let SlotEviction::Evicted { .. } = result {
             removed.push(current);
         }

@@ -119,6 +119,8 @@ pub struct WalIndex {
     /// build without an eviction limit records as its recency, so builds of such an index
     /// read no clock and the writes, which read it anyway, pay one store per batch.
     last_write: CachePadded<AtomicU64>,
+    /// What evicted slots are left holding (`slot.rs`, [`slot::Retirement`]).
+    retirement: slot::Retirement,
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -352,6 +354,7 @@ impl StateIndex for WalIndex {
             clock: Clock::new(),
             backfill: CachePadded::new(BackfillCell::default()),
             stalls: CachePadded::new(stalls::StallWatch::default()),
+            retirement: slot::Retirement::new(config.order),
         }
     }
 

@@ -105,6 +105,39 @@ const BUILD_RECENCY_GRANULE: u64 = 1_000_000;
 /// The directory's cost per slot (see [`SLOT_FIXED_BYTES`]).
 const DIRECTORY_ENTRY_BYTES: usize = 48;
 
+/// What every slot an index evicts is left holding: one empty chain and one empty spine
+/// cache, shared, so an eviction allocates neither (the drain evicts each execution it
+/// saw finish).
+///
+/// Sharing the empty cache is sound because only evictions install it, each after storing
+/// `retired`, and a slot's own first cache is a fresh allocation. A build's
+/// [`Slot::publish_spine`] compares against the cache it loaded: if that was this shared
+/// value, its load saw an eviction's swap and so sees `retired`, and it publishes nothing;
+/// if it was anything else, the swap to the shared value makes its compare-and-swap fail
+/// (or comes after it and takes the spine out of the ledger). Were a slot's first cache
+/// the shared value too, a build that loaded it before an eviction could compare equal
+/// after the swap and publish into the retired slot, where no evictor would uncharge it.
+/// No applier ever applies to the empty chain in place (it finds the slot evicted first);
+/// a snapshot read that raced the eviction may hand out a clone of it, which its caller
+/// can apply to like any other clone. Every evicted slot of the index shares its one
+/// lineage, which only decides which of those clones keeps the line (the others start
+/// their own): no cached spine is reused against an empty chain.
+#[derive(Debug)]
+pub(crate) struct Retirement {
+    chain: Arc<Chain>,
+    spine: Arc<Option<Spine>>,
+}
+
+impl Retirement {
+    /// The shared empties for an index whose chains use `order`.
+    pub(crate) fn new(order: SpineOrder) -> Retirement {
+        Retirement {
+            chain: Arc::new(Chain::new(order)),
+            spine: Arc::new(None),
+        }
+    }
+}
+
 /// The heap a cached spine keeps alive beyond its events (see [`Spine::heap_bytes`]).
 fn spine_heap(cached: Option<&Spine>) -> i64 {
     cached.map_or(0, |spine| {
@@ -204,9 +237,15 @@ impl Slot {
         true
     }
 
-    /// Empties the spine cache and takes its bytes out of the ledger.
+    /// Empties the spine cache (with a fresh empty value, which no build can have loaded)
+    /// and takes its bytes out of the ledger.
     fn drop_cached_spine(&self, accounting: &Accounting) {
-        let taken = sync::swap(&self.spine, Arc::new(None));
+        self.take_cached_spine(Arc::new(None), accounting);
+    }
+
+    /// Replaces the spine cache with `empty` and takes what it held out of the ledger.
+    fn take_cached_spine(&self, empty: Arc<Option<Spine>>, accounting: &Accounting) {
+        let taken = sync::swap(&self.spine, empty);
         accounting.cached_spines_changed(-spine_heap(Option::as_ref(&taken)));
     }
 
@@ -398,7 +437,12 @@ impl Slot {
     /// this slot and listen on it forever.
     #[cfg(all(test, wal_index_loom))]
     pub(crate) fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
-        self.evict_if(accounting, sink_gate, |_, _| true)
+        self.evict_if(
+            accounting,
+            &Retirement::new(SpineOrder::default()),
+            sink_gate,
+            |_, _| true,
+        )
     }
 
     /// [`Slot::evict`], only if `still_justified(chain, last_used)` holds under the slot's
@@ -408,6 +452,7 @@ impl Slot {
     pub(crate) fn evict_if(
         &self,
         accounting: &Accounting,
+        retirement: &Retirement,
         sink_gate: bool,
         still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
     ) -> SlotEviction {
@@ -426,12 +471,12 @@ impl Slot {
         // SeqCst: pairs with the load after `listen` (see there), before `wake_all`, and
         // with the load in `publish_spine`, before the cache is taken out below.
         self.retired.store(true, Ordering::SeqCst);
-        self.drop_cached_spine(accounting);
+        self.take_cached_spine(Arc::clone(&retirement.spine), accounting);
         // The slot itself may outlive the eviction (in a reader's hands, in the directory's
         // recently replaced versions): its events must not. A reader that already holds the
         // chain keeps it; one that reads it from now on finds it empty, as a lookup after
         // the eviction would find nothing.
-        sync::store(&self.chain, Arc::new(Chain::new(chain.order())));
+        sync::store(&self.chain, Arc::clone(&retirement.chain));
         accounting.change(|t| {
             if !chain.is_empty() {
                 t.executions -= 1;
