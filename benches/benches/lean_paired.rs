@@ -18,6 +18,7 @@
 //! 201; about 20 s). With `PASSES=N`, each design's turn is N passes in a row of which the
 //! last is timed (its caches warm from its own work). `PAIR=lean` or `PAIR=engine` runs a
 //! design against itself, the harness's own check: its ratios should sit at 1.00.
+//! `ROW=NAME` runs that row alone.
 
 use std::time::{Duration, Instant};
 
@@ -148,6 +149,9 @@ fn main() {
         ("same_ids_2_readers", 2, false),
         ("fresh_ids_2_readers", 2, true),
     ] {
+        if std::env::var("ROW").is_ok_and(|only| only != name) {
+            continue;
+        }
         match std::env::var("PAIR").as_deref() {
             Ok("lean") => row::<LeanIndex, LeanIndex>(name, readers, fresh, rounds),
             Ok("engine") => {

@@ -40,25 +40,33 @@ impl WalIndex {
         } else {
             drop(writer);
         }
-        self.departed(&slot, result, last);
+        self.departed(&slot, result, last, self.clock.now());
         result
     }
 
-    /// After an eviction, with the directory's lock released (a stall check may hold its
-    /// own lock for a whole scan): the holes of the chain that left stay on record.
-    fn departed(&self, slot: &Arc<Slot>, result: SlotEviction, chain: Option<Arc<Chain>>) {
+    /// After an eviction at `now`, with the directory's lock released (a stall check may
+    /// hold its own lock for a whole scan): the holes of the chain that left stay on record.
+    fn departed(
+        &self,
+        slot: &Arc<Slot>,
+        result: SlotEviction,
+        chain: Option<Arc<Chain>>,
+        now: u64,
+    ) {
         if let (SlotEviction::Evicted { .. }, Some(chain)) = (result, chain) {
-            super::stalls::departed(self, slot, &chain, self.clock.now());
+            super::stalls::departed(self, slot, &chain, now);
         }
     }
 
     /// Evicts `expected`, if it is still `execution_id`'s slot and `still_justified` holds
-    /// under its lock.
+    /// under its lock; `now` is the clock's reading for its stall record (a batch's own
+    /// reading, for its terminal evictions).
     pub(super) fn evict_slot_if(
         &self,
         execution_id: ExecutionId,
         expected: &Arc<Slot>,
         reason: EvictReason,
+        now: u64,
         still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
     ) -> SlotEviction {
         let writer = self.directory.write();
@@ -82,7 +90,7 @@ impl WalIndex {
         } else {
             drop(writer);
         }
-        self.departed(expected, result, last);
+        self.departed(expected, result, last, now);
         result
     }
 }

@@ -222,30 +222,48 @@ impl WalIndex {
         self.directory.lookup(execution_id)
     }
 
-    fn slot_or_create(&self, execution_id: ExecutionId) -> Arc<Slot> {
+    /// `execution_id`'s slot, created with recency `now` if it has none.
+    fn slot_or_create(&self, execution_id: ExecutionId, now: u64) -> Arc<Slot> {
         self.directory.get_or_create(execution_id, |generation| {
-            Slot::new(
-                execution_id,
-                generation,
-                self.config.order,
-                self.clock.now(),
-            )
+            Slot::new(execution_id, generation, self.config.order, now)
         })
     }
 
     /// Applies `events` of one execution through its slot, retrying on a fresh slot if the
     /// one found was evicted meanwhile (so no event is ever applied to an orphan). Returns
-    /// the slot the events landed in.
+    /// the slot the events landed in when they held a terminal event (its eviction needs
+    /// the slot's identity), else `None`.
+    ///
+    /// A resident slot is applied to as the directory lends it, under the map's guard: no
+    /// reference count is taken on it unless it is returned (two atomic read-modify-writes
+    /// per execution of a batch fewer). The wait for an evictor happens outside the guard.
     fn apply_to_slot(
         &self,
         execution_id: ExecutionId,
         mut events: impl Iterator<Item = Event>,
         now: u64,
-    ) -> (SlotApplied, Arc<Slot>) {
+    ) -> (SlotApplied, Option<Arc<Slot>>) {
+        let landed = |slot: &Arc<Slot>, done: SlotApplied| {
+            let slot = done.terminal.then(|| Arc::clone(slot));
+            (done, slot)
+        };
         loop {
-            let slot = self.slot_or_create(execution_id);
-            match slot.apply(&mut events, &self.accounting, now) {
-                Ok(done) => return (done, slot),
+            let resident = self.directory.peek(execution_id, |slot| {
+                slot.map(|slot| {
+                    slot.apply(&mut events, &self.accounting, now)
+                        .map(|done| landed(slot, done))
+                })
+            });
+            let applied = match resident {
+                Some(applied) => applied,
+                None => {
+                    let slot = self.slot_or_create(execution_id, now);
+                    slot.apply(&mut events, &self.accounting, now)
+                        .map(|done| landed(&slot, done))
+                }
+            };
+            match applied {
+                Ok(landed) => return landed,
                 Err(Evicted) => self.directory.wait_for_evictor(),
             }
         }

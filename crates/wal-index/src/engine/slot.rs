@@ -348,8 +348,8 @@ impl Slot {
         if unserialized {
             evicted = None;
         }
-        let current = self.chain();
-        let mut chain = Chain::clone(&current);
+        // Cloned from the snapshot as lent (no reference count taken on the old version).
+        let mut chain = self.with_chain(Chain::clone);
         let (len_before, bytes_before, rewrites_before) =
             (chain.len(), chain.bytes(), chain.rewrites());
         let mut done = SlotApplied::default();
