@@ -36,6 +36,7 @@
 //! Both rest on the map's one guarantee (see [`ConcurrentMap`]): a lookup that
 //! happens-after an insert or a removal (here, through the rooms lock or a wake-up) sees it.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 
 use chain_fold::ExecutionId;
@@ -287,19 +288,23 @@ impl FinishedExecutions {
     }
 
     fn insert(&mut self, execution_id: ExecutionId) {
-        if self.ids.contains_key(&execution_id) {
+        // One probe of the table for the new id and one for the oldest: past the caches at
+        // this capacity, each probe is a miss.
+        let Entry::Vacant(place) = self.ids.entry(execution_id) else {
             return;
-        }
+        };
         let stamp = self.next_stamp;
         self.next_stamp += 1;
-        self.ids.insert(execution_id, stamp);
+        place.insert(stamp);
         self.order.push_back((execution_id, stamp));
         while self.ids.len() > Self::CAPACITY {
             let Some((oldest, stamp)) = self.order.pop_front() else {
                 break;
             };
-            if self.ids.get(&oldest) == Some(&stamp) {
-                self.ids.remove(&oldest);
+            if let Entry::Occupied(place) = self.ids.entry(oldest)
+                && *place.get() == stamp
+            {
+                place.remove();
             }
         }
         if self.order.len() > 2 * Self::CAPACITY {
