@@ -182,14 +182,10 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
             // Evicted and re-created since the plan: the successor was never judged.
             return SlotEviction::AlreadyGone;
         }
-        let result = current.evict_if(
-            &index.accounting,
-            &index.retirement,
-            sink_gate,
-            |chain, last_used| {
-                trusts_plan || (Arc::ptr_eq(chain, &seen.chain) && last_used == seen.last_used)
-            },
-        );
+        let unchanged = |chain: &Arc<Chain>, used| {
+            trusts_plan || (Arc::ptr_eq(chain, &seen.chain) && used == seen.last_used)
+        };
+        let result = current.evict_if(&index.accounting, &index.retirement, sink_gate, unchanged);
         if let SlotEviction::Evicted { .. } = result {
             removed.push(current);
         }
