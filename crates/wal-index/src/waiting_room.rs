@@ -78,11 +78,7 @@ impl WaitingRooms {
     /// Wakes every drive waiting in `execution_id`'s room. Call after the execution's slot
     /// is published.
     pub(crate) fn wake(&self, execution_id: ExecutionId) {
-        let rooms = self.rooms.lock();
-        // Most creations find no room at all: no hash then.
-        if !rooms.is_empty()
-            && let Some(room) = rooms.get(&execution_id)
-        {
+        if let Some(room) = self.rooms.lock().get(&execution_id) {
             room.notify.notify(usize::MAX);
         }
     }

@@ -89,8 +89,11 @@ impl Directory {
         self.map.peek(&execution_id, |slot| slot.cloned())
     }
 
-    /// Runs `f` on `execution_id`'s slot, borrowed: no reference count is touched (a build's
-    /// miss path). No lock.
+    /// Runs `f` on `execution_id`'s slot, borrowed: no reference count is touched. No lock
+    /// of the directory's; `f` runs with the map pinned, which delays only the freeing of
+    /// slots removed meanwhile. A build's miss path reads the slot so; an applier applies
+    /// to it so (taking the slot's writer lock and the ledger's, and notifying its waiters,
+    /// none of which waits for a pin).
     pub(super) fn peek<R>(
         &self,
         execution_id: ExecutionId,

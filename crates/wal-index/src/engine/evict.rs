@@ -40,33 +40,25 @@ impl WalIndex {
         } else {
             drop(writer);
         }
-        self.departed(&slot, result, last, self.clock.now());
+        self.departed(&slot, result, last);
         result
     }
 
-    /// After an eviction at `now`, with the directory's lock released (a stall check may
-    /// hold its own lock for a whole scan): the holes of the chain that left stay on record.
-    fn departed(
-        &self,
-        slot: &Arc<Slot>,
-        result: SlotEviction,
-        chain: Option<Arc<Chain>>,
-        now: u64,
-    ) {
+    /// After an eviction, with the directory's lock released (a stall check may hold its
+    /// own lock for a whole scan): the holes of the chain that left stay on record.
+    fn departed(&self, slot: &Arc<Slot>, result: SlotEviction, chain: Option<Arc<Chain>>) {
         if let (SlotEviction::Evicted { .. }, Some(chain)) = (result, chain) {
-            super::stalls::departed(self, slot, &chain, now);
+            super::stalls::departed(self, slot, &chain, || self.clock.now());
         }
     }
 
     /// Evicts `expected`, if it is still `execution_id`'s slot and `still_justified` holds
-    /// under its lock; `now` is the clock's reading for its stall record (a batch's own
-    /// reading, for its terminal evictions).
+    /// under its lock.
     pub(super) fn evict_slot_if(
         &self,
         execution_id: ExecutionId,
         expected: &Arc<Slot>,
         reason: EvictReason,
-        now: u64,
         still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
     ) -> SlotEviction {
         let writer = self.directory.write();
@@ -90,7 +82,7 @@ impl WalIndex {
         } else {
             drop(writer);
         }
-        self.departed(expected, result, last, now);
+        self.departed(expected, result, last);
         result
     }
 }
@@ -211,7 +203,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
     let evicted_at = index.clock.now();
     for slot in &removed {
         if let Some(seen) = judged.get(&slot.execution_id) {
-            super::stalls::departed(index, slot, &seen.chain, evicted_at);
+            super::stalls::departed(index, slot, &seen.chain, || evicted_at);
         }
     }
     report_sweep(index.accounting.observer(), &plan);

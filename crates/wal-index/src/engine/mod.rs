@@ -222,10 +222,11 @@ impl WalIndex {
         self.directory.lookup(execution_id)
     }
 
-    /// `execution_id`'s slot, created with recency `now` if it has none.
-    fn slot_or_create(&self, execution_id: ExecutionId, now: u64) -> Arc<Slot> {
+    /// `execution_id`'s slot, created with recency `now()` if it has none (the clock is
+    /// read only then).
+    fn slot_or_create(&self, execution_id: ExecutionId, now: impl FnOnce() -> u64) -> Arc<Slot> {
         self.directory.get_or_create(execution_id, |generation| {
-            Slot::new(execution_id, generation, self.config.order, now)
+            Slot::new(execution_id, generation, self.config.order, now())
         })
     }
 
@@ -257,7 +258,7 @@ impl WalIndex {
             let applied = match resident {
                 Some(applied) => applied,
                 None => {
-                    let slot = self.slot_or_create(execution_id, now);
+                    let slot = self.slot_or_create(execution_id, || now);
                     slot.apply(&mut events, &self.accounting, now)
                         .map(|done| landed(&slot, done))
                 }

@@ -268,7 +268,14 @@ pub(super) fn begin_departures(index: &WalIndex, slots: usize) {
 /// and departed holes of the same execution that `chain` filled are dropped. Costs one
 /// scan of the chain (no allocation when it has no hole), and the watch's lock only for a
 /// chain with holes or while departed holes are on record.
-pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u64) {
+/// `now` reads the clock for the holes' record; it is called only when there is one to
+/// make (the common departure, a chain with no hole, reads no clock).
+pub(super) fn departed(
+    index: &WalIndex,
+    slot: &Arc<Slot>,
+    chain: &Chain,
+    now: impl FnOnce() -> u64,
+) {
     if index.config.stall_bound().is_none() {
         return;
     }
@@ -290,6 +297,7 @@ pub(super) fn departed(index: &WalIndex, slot: &Arc<Slot>, chain: &Chain, now: u
     }
     let execution_id = slot.execution_id;
     let newest = chain.newest().unwrap_or(EventId::MIN);
+    let now = now();
     let mut watch = index.stalls.state.lock();
     // The mutation takes every record as the newest: an older chain whose record comes
     // last overwrites what a later one left with.
@@ -608,7 +616,7 @@ mod out_of_order_departures {
 
     /// Its second half.
     fn resume(index: &WalIndex, (slot, chain): (Arc<Slot>, Arc<Chain>)) {
-        super::departed(index, &slot, &chain, index.clock.now());
+        super::departed(index, &slot, &chain, || index.clock.now());
     }
 
     /// Checks every quarter bound for a bound and a half after `start`.

@@ -54,7 +54,7 @@ pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
     // execution meanwhile, the new slot holds no terminal event and nothing justifies
     // evicting it.
     for (execution_id, slot) in terminal {
-        match index.evict_slot_if(execution_id, &slot, EvictReason::Terminal, now, |_, _| true) {
+        match index.evict_slot_if(execution_id, &slot, EvictReason::Terminal, |_, _| true) {
             SlotEviction::Evicted { .. } => report.terminal_evicted.push(execution_id),
             SlotEviction::KeptBySinkGate => report.terminal_kept_by_sink_gate.push(execution_id),
             SlotEviction::AlreadyGone | SlotEviction::NoLongerJustified => {}
@@ -95,7 +95,7 @@ pub(super) fn mark_pending_sink(index: &WalIndex, execution_id: ExecutionId) {
     }
     loop {
         if index
-            .slot_or_create(execution_id, index.clock.now())
+            .slot_or_create(execution_id, || index.clock.now())
             .mark_pending_sink()
             .is_ok()
         {
@@ -113,14 +113,9 @@ pub(super) fn clear_pending_sink(index: &WalIndex, execution_id: ExecutionId) ->
     };
     let was_marked = slot.clear_pending_sink();
     if was_marked && slot.is_vacant() {
-        let now = index.clock.now();
-        index.evict_slot_if(
-            execution_id,
-            &slot,
-            EvictReason::Explicit,
-            now,
-            |chain, _| chain.is_empty(),
-        );
+        index.evict_slot_if(execution_id, &slot, EvictReason::Explicit, |chain, _| {
+            chain.is_empty()
+        });
     }
     was_marked
 }
