@@ -7,6 +7,7 @@ use std::time::Instant;
 use chain_fold::{Chain, ExecutionId};
 
 use super::WalIndex;
+use super::directory::DirectoryWriter;
 use super::slot::{Slot, SlotEviction};
 use crate::eviction_plan::{self, Candidate, report_sweep};
 use crate::labels::EvictReason;
@@ -24,24 +25,7 @@ impl WalIndex {
         let Some(slot) = writer.get(execution_id) else {
             return SlotEviction::AlreadyGone;
         };
-        let mut last = None;
-        let result = slot.evict_if(
-            &self.accounting,
-            &self.retirement,
-            self.config.sink_gate,
-            |chain, _| {
-                last = Some(Arc::clone(chain));
-                true
-            },
-        );
-        if let SlotEviction::Evicted { .. } = result {
-            super::stalls::begin_departures(self, 1);
-            writer.publish_removal(&[Arc::clone(&slot)], reason == EvictReason::Terminal);
-        } else {
-            drop(writer);
-        }
-        self.departed(&slot, result, last);
-        result
+        self.evict_held(writer, &slot, reason, |_, _| true)
     }
 
     /// After an eviction, with the directory's lock released (a stall check may hold its
@@ -66,8 +50,21 @@ impl WalIndex {
             Some(slot) if Arc::ptr_eq(&slot, expected) => {}
             _ => return SlotEviction::AlreadyGone,
         }
+        self.evict_held(writer, expected, reason, still_justified)
+    }
+
+    /// Evicts `slot`, found in the directory under `writer`, if `still_justified` holds
+    /// under its lock: publishes the removal, releases the lock, then records the
+    /// departure.
+    fn evict_held(
+        &self,
+        writer: DirectoryWriter<'_>,
+        slot: &Arc<Slot>,
+        reason: EvictReason,
+        still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
+    ) -> SlotEviction {
         let mut last = None;
-        let result = expected.evict_if(
+        let result = slot.evict_if(
             &self.accounting,
             &self.retirement,
             self.config.sink_gate,
@@ -78,11 +75,11 @@ impl WalIndex {
         );
         if let SlotEviction::Evicted { .. } = result {
             super::stalls::begin_departures(self, 1);
-            writer.publish_removal(&[Arc::clone(expected)], reason == EvictReason::Terminal);
+            writer.publish_removal(&[Arc::clone(slot)], reason == EvictReason::Terminal);
         } else {
             drop(writer);
         }
-        self.departed(expected, result, last);
+        self.departed(slot, result, last);
         result
     }
 }
