@@ -38,6 +38,12 @@ fn check_consistency(e: &EngineReport, plan: &Plan) {
         e.drives.latency_buckets.iter().sum::<u64>() as usize,
         e.drives.served
     );
+    // The steady state's samples are its figures' samples: as many, and the same maximum.
+    let steady = &e.drives.steady_tip_to_served;
+    let samples = &e.drives.steady_tip_to_served_ms;
+    assert_eq!(samples.len(), steady.samples, "{}", e.engine);
+    let max = samples.iter().copied().fold(0.0, f64::max);
+    assert_eq!(max, steady.max_ms, "{}: the largest sample", e.engine);
     let timeline: u64 = e.timeline.iter().flatten().sum();
     assert_eq!(
         timeline, builds,

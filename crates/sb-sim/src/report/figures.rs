@@ -123,6 +123,11 @@ fn drive_figures(run: &EngineRun) -> DriveFigures {
                 .backlog_drained_after()
                 .is_some_and(|b| d.dispatched_at >= b)
     };
+    let steady: Vec<Duration> = served
+        .iter()
+        .filter(after_backfill)
+        .map(|d| d.latency)
+        .collect();
     let sum = |f: fn(&DriveRecord) -> u32| run.drives.iter().map(|d| u64::from(f(d))).sum();
     DriveFigures {
         total: run.drives.len(),
@@ -144,13 +149,8 @@ fn drive_figures(run: &EngineRun) -> DriveFigures {
         wakes: sum(|d| d.wakes),
         timeouts: sum(|d| d.timeouts),
         tip_to_served: Latency::of(served.iter().map(|d| d.latency).collect()),
-        steady_tip_to_served: Latency::of(
-            served
-                .iter()
-                .filter(after_backfill)
-                .map(|d| d.latency)
-                .collect(),
-        ),
+        steady_tip_to_served: Latency::of(steady.clone()),
+        steady_tip_to_served_ms: steady.iter().map(|l| l.as_secs_f64() * 1e3).collect(),
         latency_buckets: histogram.counts(),
     }
 }

@@ -104,6 +104,10 @@ pub struct DriveFigures {
     /// The same for served drives dispatched after the cold-start backfill finished (all
     /// served drives when there was no backlog): the steady state.
     pub steady_tip_to_served: Latency,
+    /// Every sample of `steady_tip_to_served`, ms, in the order the drives ended: for
+    /// pooling the steady state of several runs (a run's p99 of ~125 drives is close to its
+    /// largest drive; `scripts/steady-tail.py` pools them).
+    pub steady_tip_to_served_ms: Vec<f64>,
     /// Drive counts per latency bucket (log scale, see `LogHistogram`), served drives.
     pub latency_buckets: Vec<u64>,
 }
