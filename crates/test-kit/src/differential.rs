@@ -256,9 +256,16 @@ impl Model {
             stats.events += entry.chain.len();
             stats.bytes += entry.chain.bytes();
             if self.policy == CachePolicy::KeepsLongest {
-                // The engine also charges its slot and its cached spine.
-                stats.bytes +=
-                    slot_fixed_bytes() + entry.engine_cache.as_ref().map_or(0, Spine::heap_bytes);
+                // The engine also charges its slot and its cached spine: the spine's heap
+                // and the allocation that holds it (an `Arc<Option<Spine>>`: two counts
+                // and the value).
+                let cache_allocation =
+                    2 * std::mem::size_of::<usize>() + std::mem::size_of::<Option<Spine>>();
+                stats.bytes += slot_fixed_bytes()
+                    + entry
+                        .engine_cache
+                        .as_ref()
+                        .map_or(0, |spine| spine.heap_bytes() + cache_allocation);
             }
         }
         stats

@@ -66,7 +66,7 @@ impl WalIndex {
         let mut last = None;
         let result = slot.evict_if(
             &self.accounting,
-            &self.retirement,
+            &self.empties,
             self.config.sink_gate,
             |chain, used| {
                 last = Some(Arc::clone(chain));
@@ -174,7 +174,7 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
         let unchanged = |chain: &Arc<Chain>, used| {
             trusts_plan || (Arc::ptr_eq(chain, &seen.chain) && used == seen.last_used)
         };
-        let result = current.evict_if(&index.accounting, &index.retirement, sink_gate, unchanged);
+        let result = current.evict_if(&index.accounting, &index.empties, sink_gate, unchanged);
         if let SlotEviction::Evicted { .. } = result {
             removed.push(current);
         }

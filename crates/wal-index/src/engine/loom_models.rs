@@ -250,8 +250,14 @@ fn two_creators_of_one_execution_share_one_slot() {
             .map(|_| {
                 let directory = Arc::clone(&directory);
                 thread::spawn(move || {
-                    directory
-                        .get_or_create(5, |g| Slot::new(5, g, chain_fold::SpineOrder::default(), 0))
+                    directory.get_or_create(5, |g| {
+                        Slot::new(
+                            5,
+                            g,
+                            &super::slot::Empties::new(chain_fold::SpineOrder::default()),
+                            0,
+                        )
+                    })
                 })
             })
             .collect();

@@ -119,8 +119,8 @@ pub struct WalIndex {
     /// build without an eviction limit records as its recency, so builds of such an index
     /// read no clock and the writes, which read it anyway, pay one store per batch.
     last_write: CachePadded<AtomicU64>,
-    /// What evicted slots are left holding (`slot.rs`, [`slot::Retirement`]).
-    retirement: slot::Retirement,
+    /// What new and evicted slots hold while they hold nothing (`slot.rs`, [`slot::Empties`]).
+    empties: slot::Empties,
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -226,7 +226,7 @@ impl WalIndex {
     /// read only then).
     fn slot_or_create(&self, execution_id: ExecutionId, now: impl FnOnce() -> u64) -> Arc<Slot> {
         self.directory.get_or_create(execution_id, |generation| {
-            Slot::new(execution_id, generation, self.config.order, now())
+            Slot::new(execution_id, generation, &self.empties, now())
         })
     }
 
@@ -373,7 +373,7 @@ impl StateIndex for WalIndex {
             clock: Clock::new(),
             backfill: CachePadded::new(BackfillCell::default()),
             stalls: CachePadded::new(stalls::StallWatch::default()),
-            retirement: slot::Retirement::new(config.order),
+            empties: slot::Empties::new(config.order),
         }
     }
 

@@ -86,17 +86,22 @@ pub(crate) struct Slot {
 }
 
 /// What the byte ledger charges per resident execution beyond its chain and cached spine:
-/// the slot (and its `Arc`), its published chain snapshot's and spine cache's allocations,
-/// and its share of the directory (a hash map: the entry and a calibrated share of its
-/// table, measured with the counting-allocator bench,
-/// `cargo bench -p sb-benches --bench memory`).
+/// the slot (and its `Arc`), its published chain snapshot's allocation, and its share of
+/// the directory (a hash map: the entry and a calibrated share of its table, measured with
+/// the counting-allocator bench, `cargo bench -p sb-benches --bench memory`). A cached
+/// spine's own allocation is charged with the spine ([`CACHE_ALLOCATION_BYTES`]).
 pub(crate) const SLOT_FIXED_BYTES: usize = 2 * std::mem::size_of::<usize>()
     + std::mem::size_of::<Slot>()
     + 2 * std::mem::size_of::<usize>()
     + std::mem::size_of::<Chain>()
-    + 2 * std::mem::size_of::<usize>()
-    + std::mem::size_of::<Option<Spine>>()
     + DIRECTORY_ENTRY_BYTES;
+
+/// The allocation that holds a cached spine (an `Arc<Option<Spine>>`), charged with each
+/// spine a build publishes. An empty cache is not charged: a slot starts with the index's
+/// shared empty one (see [`Empties`]); only a rewrite leaves a slot an empty cache of its
+/// own, which the ledger then undercounts by this much until the next build replaces it.
+const CACHE_ALLOCATION_BYTES: usize =
+    2 * std::mem::size_of::<usize>() + std::mem::size_of::<Option<Spine>>();
 
 /// How stale a build lets recency be before it refreshes it, in nanoseconds (see
 /// [`Slot::touch_for_build`]).
@@ -105,43 +110,64 @@ const BUILD_RECENCY_GRANULE: u64 = 1_000_000;
 /// The directory's cost per slot (see [`SLOT_FIXED_BYTES`]).
 const DIRECTORY_ENTRY_BYTES: usize = 48;
 
-/// What every slot an index evicts is left holding: one empty chain and one empty spine
-/// cache, shared, so an eviction allocates neither (the drain evicts each execution it
-/// saw finish).
+/// What slots hold while they hold nothing, shared by every slot of one index, so that
+/// neither creating a slot nor evicting one allocates an empty value: one empty chain, which
+/// a new slot starts with and an evicted slot is left holding, and two empty spine caches,
+/// one that every new slot starts with and one that evictions install.
 ///
-/// Sharing the empty cache is sound because only evictions install it, each after storing
-/// `retired`, and a slot's own first cache is a fresh allocation. A build's
-/// [`Slot::publish_spine`] compares against the cache it loaded: if that was this shared
-/// value, its load saw an eviction's swap and so sees `retired`, and it publishes nothing;
-/// if it was anything else, the swap to the shared value makes its compare-and-swap fail
-/// (or comes after it and takes the spine out of the ledger). Were a slot's first cache
-/// the shared value too, a build that loaded it before an eviction could compare equal
-/// after the swap and publish into the retired slot, where no evictor would uncharge it.
-/// No applier ever applies to the empty chain in place (it finds the slot evicted first);
-/// a snapshot read that raced the eviction may hand out a clone of it, which its caller
-/// can apply to like any other clone. Every evicted slot of the index shares its one
+/// Sharing the empty chain is sound because a chain snapshot is immutable: an applier
+/// clones the snapshot it finds and publishes the clone, and a clone of the shared empty
+/// chain is an empty chain like any other. Every slot that starts from it shares its one
 /// lineage, which only decides which of those clones keeps the line (the others start
-/// their own): no cached spine is reused against an empty chain.
+/// their own, as a fresh empty chain would have at its first append): no cached spine is
+/// reused against an empty chain. No applier applies to an evicted slot's chain (it finds
+/// the slot evicted first); a snapshot read that raced the eviction may hand out a clone
+/// of it, which its caller can apply to like any other clone.
+///
+/// The two empty caches must differ. Sharing the evictions' one is sound because only
+/// evictions install it, each after storing `retired`. A build's [`Slot::publish_spine`]
+/// compares against the cache it loaded: if that was the evictions' value, its load saw an
+/// eviction's swap and so sees `retired`, and it publishes nothing; if it was anything
+/// else, the swap to the evictions' value makes its compare-and-swap fail (or comes after
+/// it and takes the spine out of the ledger). Were a new slot's cache the evictions' value
+/// too, a build that loaded it before an eviction could compare equal after the swap and
+/// publish into the retired slot, where no evictor would uncharge it (mutation
+/// `first-cache-is-the-retired-one`, caught by the loom model
+/// `spine_publish_vs_eviction_leaves_the_ledger_exact`). The new slots' value is installed
+/// only by creation, so within one slot it is never installed again after a build loaded
+/// it, and a compare-and-swap against it succeeds only if nothing was published since.
 #[derive(Debug)]
-pub(crate) struct Retirement {
+pub(crate) struct Empties {
     chain: Arc<Chain>,
-    spine: Arc<Option<Spine>>,
+    new_spine: Arc<Option<Spine>>,
+    retired_spine: Arc<Option<Spine>>,
 }
 
-impl Retirement {
+impl Empties {
     /// The shared empties for an index whose chains use `order`.
-    pub(crate) fn new(order: SpineOrder) -> Retirement {
-        Retirement {
+    pub(crate) fn new(order: SpineOrder) -> Empties {
+        Empties {
             chain: Arc::new(Chain::new(order)),
-            spine: Arc::new(None),
+            new_spine: Arc::new(None),
+            retired_spine: Arc::new(None),
         }
+    }
+
+    /// The empty spine cache a new slot starts with.
+    fn new_spine(&self) -> Arc<Option<Spine>> {
+        // The mutation starts new slots with the evictions' value: a build that loaded it
+        // before an eviction compares equal after the eviction's swap.
+        if chain_fold::mutation::on("first-cache-is-the-retired-one") {
+            return Arc::clone(&self.retired_spine);
+        }
+        Arc::clone(&self.new_spine)
     }
 }
 
 /// The heap a cached spine keeps alive beyond its events (see [`Spine::heap_bytes`]).
 fn spine_heap(cached: Option<&Spine>) -> i64 {
     cached.map_or(0, |spine| {
-        i64::try_from(spine.heap_bytes()).unwrap_or(i64::MAX)
+        i64::try_from(spine.heap_bytes() + CACHE_ALLOCATION_BYTES).unwrap_or(i64::MAX)
     })
 }
 
@@ -150,15 +176,15 @@ impl Slot {
     pub(crate) fn new(
         execution_id: ExecutionId,
         generation: u64,
-        order: SpineOrder,
+        empties: &Empties,
         now: u64,
     ) -> Slot {
         Slot {
             execution_id,
             generation,
-            chain: sync::new_swap(Arc::new(Chain::new(order))),
+            chain: sync::new_swap(Arc::clone(&empties.chain)),
             max_id: AtomicI64::new(i64::MIN),
-            spine: sync::new_swap(Arc::new(None)),
+            spine: sync::new_swap(empties.new_spine()),
             writer: Mutex::new(false),
             retired: AtomicBool::new(false),
             changed: sync::new_notify(),
@@ -252,9 +278,9 @@ impl Slot {
     /// What evicting this slot would free, as the ledger charges it: its chain, its cached
     /// spine and the slot itself.
     pub(crate) fn resident_bytes(&self, chain: &Chain) -> usize {
-        let spine = Option::as_ref(&self.cached_spine()).map_or(0, Spine::heap_bytes);
+        let spine = spine_heap(Option::as_ref(&self.cached_spine()));
         chain.bytes()
-            + spine
+            + usize::try_from(spine).unwrap_or(usize::MAX)
             + if chain.is_empty() {
                 0
             } else {
@@ -439,7 +465,7 @@ impl Slot {
     pub(crate) fn evict(&self, accounting: &Accounting, sink_gate: bool) -> SlotEviction {
         self.evict_if(
             accounting,
-            &Retirement::new(SpineOrder::default()),
+            &Empties::new(SpineOrder::default()),
             sink_gate,
             |_, _| true,
         )
@@ -452,7 +478,7 @@ impl Slot {
     pub(crate) fn evict_if(
         &self,
         accounting: &Accounting,
-        retirement: &Retirement,
+        empties: &Empties,
         sink_gate: bool,
         still_justified: impl FnOnce(&Arc<Chain>, u64) -> bool,
     ) -> SlotEviction {
@@ -471,12 +497,12 @@ impl Slot {
         // SeqCst: pairs with the load after `listen` (see there), before `wake_all`, and
         // with the load in `publish_spine`, before the cache is taken out below.
         self.retired.store(true, Ordering::SeqCst);
-        self.take_cached_spine(Arc::clone(&retirement.spine), accounting);
+        self.take_cached_spine(Arc::clone(&empties.retired_spine), accounting);
         // The slot itself may outlive the eviction (in a reader's hands, in the directory's
         // recently replaced versions): its events must not. A reader that already holds the
         // chain keeps it; one that reads it from now on finds it empty, as a lookup after
         // the eviction would find nothing.
-        sync::store(&self.chain, Arc::clone(&retirement.chain));
+        sync::store(&self.chain, Arc::clone(&empties.chain));
         accounting.change(|t| {
             if !chain.is_empty() {
                 t.executions -= 1;
@@ -525,12 +551,12 @@ mod loom_models;
 
 #[cfg(all(test, not(any(wal_index_loom, wal_index_shuttle))))]
 mod tests {
-    use super::{BUILD_RECENCY_GRANULE, Slot};
+    use super::{BUILD_RECENCY_GRANULE, Empties, Slot};
     use chain_fold::SpineOrder;
 
     #[test]
     fn a_build_refreshes_recency_once_per_granule_and_an_apply_always() {
-        let slot = Slot::new(1, 1, SpineOrder::Causal, 1_000);
+        let slot = Slot::new(1, 1, &Empties::new(SpineOrder::Causal), 1_000);
         // Within the granule of the recorded use: unchanged.
         slot.touch_for_build(1_000 + BUILD_RECENCY_GRANULE);
         assert_eq!(slot.last_used(), 1_000);

@@ -604,7 +604,7 @@ mod out_of_order_departures {
         let writer = index.directory.write();
         let slot = writer.get(id).expect("resident");
         let mut last = None;
-        let evicted = slot.evict_if(&index.accounting, &index.retirement, false, |chain, _| {
+        let evicted = slot.evict_if(&index.accounting, &index.empties, false, |chain, _| {
             last = Some(Arc::clone(chain));
             true
         });

@@ -5,7 +5,7 @@
 
 use std::sync::Arc as StdArc;
 
-use super::{Slot, SlotEviction};
+use super::{Empties, Slot, SlotEviction};
 use crate::engine::accounting::Accounting;
 use crate::observe::NoopObserver;
 use crate::report::IndexStats;
@@ -27,7 +27,7 @@ fn accounting() -> Accounting {
 }
 
 fn slot_with_genesis(accounting: &Accounting) -> Slot {
-    let slot = Slot::new(1, 1, SpineOrder::Causal, 0);
+    let slot = Slot::new(1, 1, &Empties::new(SpineOrder::Causal), 0);
     slot.apply(&mut std::iter::once(ev(1, None)), accounting, 0)
         .expect("fresh slot");
     slot
@@ -184,7 +184,7 @@ fn stats_never_mix_two_states() {
         // ledger what one of them costs alone.
         let per_execution = {
             let alone = Accounting::new(StdArc::new(NoopObserver));
-            Slot::new(0, 1, SpineOrder::Causal, 0)
+            Slot::new(0, 1, &Empties::new(SpineOrder::Causal), 0)
                 .apply(&mut batch(0).into_iter(), &alone, 0)
                 .expect("live");
             alone.get().bytes
@@ -197,7 +197,7 @@ fn stats_never_mix_two_states() {
             .map(|k| {
                 let accounting = Arc::clone(&accounting);
                 thread::spawn(move || {
-                    let slot = Slot::new(k, 1, SpineOrder::Causal, 0);
+                    let slot = Slot::new(k, 1, &Empties::new(SpineOrder::Causal), 0);
                     slot.apply(&mut batch(k).into_iter(), &accounting, 0)
                         .expect("live");
                 })
