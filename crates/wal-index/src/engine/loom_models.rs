@@ -190,8 +190,11 @@ fn apply_vs_eviction_never_writes_to_an_orphan() {
 /// subtracts) whatever spine the cache holds after it retired the slot, and a build that
 /// comes after that publishes nothing into the retired slot.
 ///
-/// Mutation: `spine-publish-ignores-retirement` (the build publishes into the
-/// retired slot after the evictor emptied its cache; its bytes stay in the ledger forever).
+/// Mutations: `spine-publish-ignores-retirement` (the build publishes into the
+/// retired slot after the evictor emptied its cache; its bytes stay in the ledger forever)
+/// and `first-cache-is-the-retired-one` (the new slot starts with the empty cache evictions
+/// install: the build loads it before the eviction, and its compare-and-swap succeeds
+/// after the eviction's swap).
 #[test]
 fn spine_publish_vs_eviction_leaves_the_ledger_exact() {
     loom::model(|| {

@@ -99,7 +99,8 @@ pub(crate) const SLOT_FIXED_BYTES: usize = 2 * std::mem::size_of::<usize>()
 /// The allocation that holds a cached spine (an `Arc<Option<Spine>>`), charged with each
 /// spine a build publishes. An empty cache is not charged: a slot starts with the index's
 /// shared empty one (see [`Empties`]); only a rewrite leaves a slot an empty cache of its
-/// own, which the ledger then undercounts by this much until the next build replaces it.
+/// own, which the ledger then undercounts by this much (at most once per resident slot)
+/// until a build publishes a spine there or the slot is evicted.
 const CACHE_ALLOCATION_BYTES: usize =
     2 * std::mem::size_of::<usize>() + std::mem::size_of::<Option<Spine>>();
 
@@ -118,8 +119,9 @@ const DIRECTORY_ENTRY_BYTES: usize = 48;
 /// Sharing the empty chain is sound because a chain snapshot is immutable: an applier
 /// clones the snapshot it finds and publishes the clone, and a clone of the shared empty
 /// chain is an empty chain like any other. Every slot that starts from it shares its one
-/// lineage, which only decides which of those clones keeps the line (the others start
-/// their own, as a fresh empty chain would have at its first append): no cached spine is
+/// lineage, which only decides which of those clones keeps the line (the index's first
+/// execution does; every other one's first append loses the claim and starts a line of its
+/// own, the one allocation a fresh empty chain made at creation): no cached spine is
 /// reused against an empty chain. No applier applies to an evicted slot's chain (it finds
 /// the slot evicted first); a snapshot read that raced the eviction may hand out a clone
 /// of it, which its caller can apply to like any other clone.
@@ -164,7 +166,9 @@ impl Empties {
     }
 }
 
-/// The heap a cached spine keeps alive beyond its events (see [`Spine::heap_bytes`]).
+/// What the ledger charges for a cache holding `cached`: the heap the spine keeps alive
+/// beyond its events ([`Spine::heap_bytes`]) and the allocation that holds it
+/// ([`CACHE_ALLOCATION_BYTES`]); nothing for an empty cache.
 fn spine_heap(cached: Option<&Spine>) -> i64 {
     cached.map_or(0, |spine| {
         i64::try_from(spine.heap_bytes() + CACHE_ALLOCATION_BYTES).unwrap_or(i64::MAX)
