@@ -131,9 +131,12 @@ fn key_order_of(members: &[Member<'_>], order: &mut Vec<usize>) {
     order.truncate(kept);
 }
 
-/// Rewrites the object opened at `open` (its `members` written in arrival order) with its
-/// members in `order` ([`key_order_of`]). Moves the members' bytes once; their positions
-/// are stale afterwards.
+/// Rewrites the object opened at `open` (its `members` written in arrival order, one comma
+/// between each two, up to the end of `out`) with its members in `order`
+/// ([`key_order_of`]). The largest member is moved once, within `out`; the others are set
+/// aside in `moved` and written back around it (an out-of-order object usually has one
+/// large member, such as a result's rows beside its status). Their positions are stale
+/// afterwards.
 fn rewrite_sorted(
     out: &mut Vec<u8>,
     open: usize,
@@ -141,16 +144,36 @@ fn rewrite_sorted(
     moved: &mut Vec<u8>,
 ) {
     let from = open + 1;
+    let span = |at: usize| members[at].start..members[at].end;
+    let Some(&largest) = order.iter().max_by_key(|&&at| span(at).len()) else {
+        out.truncate(from);
+        return;
+    };
+    // Where the largest lands: after the members before it in `order` and their commas.
+    let before = order.iter().take_while(|&&at| at != largest);
+    let landing = from + before.map(|&at| span(at).len() + 1).sum::<usize>();
+    let total = order.iter().map(|&at| span(at).len()).sum::<usize>() + order.len() - 1;
     moved.clear();
-    moved.extend_from_slice(&out[from..]);
-    out.truncate(from);
+    for &at in order.iter().filter(|&&at| at != largest) {
+        moved.extend_from_slice(&out[span(at)]);
+    }
+    // The rewritten object is never longer than the one written (a repeated key's earlier
+    // values are left out), so every position below is within `out`.
+    out.copy_within(span(largest), landing);
+    let (mut write, mut taken) = (from, 0);
     for (k, &at) in order.iter().enumerate() {
         if k > 0 {
-            out.push(b',');
+            out[write] = b',';
+            write += 1;
         }
-        let member = &members[at];
-        out.extend_from_slice(&moved[member.start - from..member.end - from]);
+        let len = span(at).len();
+        if at != largest {
+            out[write..write + len].copy_from_slice(&moved[taken..taken + len]);
+            taken += len;
+        }
+        write += len;
     }
+    out.truncate(from + total);
 }
 
 /// The canonical bytes of the JSON text `json` (see the module documentation), or

@@ -157,6 +157,11 @@ impl<'de> Pass<'_, 'de> {
     }
 
     fn skip_space(&mut self) {
+        // Compact text has no whitespace at all: one comparison decides (every whitespace
+        // byte JSON allows is at most a space).
+        if self.peek().is_some_and(|b| b > b' ') {
+            return;
+        }
         let start = self.at;
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
             self.at += 1;
@@ -172,6 +177,9 @@ impl<'de> Pass<'_, 'de> {
         (self.peek()? == byte).then(|| self.at += 1)
     }
 
+    /// One value at the cursor. Inlined where it is used, so a scalar (most values) is
+    /// read without a call; an object or an array is a call of its own.
+    #[inline(always)]
     fn value(&mut self, depth: u32) -> Option<()> {
         self.skip_space();
         match self.peek()? {
@@ -197,6 +205,7 @@ impl<'de> Pass<'_, 'de> {
 
     /// A string token at the cursor, its canonical text in the output; returns its text
     /// (UTF-8): borrowed when it has no escape.
+    #[inline(always)]
     fn string(&mut self) -> Option<Cow<'de, [u8]>> {
         let open = self.at;
         let mut at = open + 1;
@@ -334,6 +343,7 @@ impl<'de> Pass<'_, 'de> {
         write_with_serde(token, self.out).ok().map(drop)
     }
 
+    #[inline(never)]
     fn array(&mut self, depth: u32) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
@@ -390,6 +400,7 @@ impl<'de> Pass<'_, 'de> {
         Some(())
     }
 
+    #[inline(never)]
     fn object(&mut self, depth: u32) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
