@@ -411,3 +411,50 @@ fn rejects_what_todays_parser_rejects() {
         );
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+    /// The in-place reorder writes what the plain one (every member copied aside and back
+    /// in order) writes, whichever member is largest, wherever it lands, with ties and with
+    /// members left out (a repeated key's earlier values): any subset of the members in
+    /// any order.
+    #[test]
+    fn the_in_place_reorder_writes_what_copying_every_member_writes(
+        lengths in proptest::collection::vec(1usize..40, 1..7),
+        picks in proptest::collection::vec(proptest::prelude::any::<proptest::sample::Index>(), 1..7),
+        prefix in 0usize..4,
+    ) {
+        use super::{Member, rewrite_sorted};
+        // An object's members in arrival order after `prefix` bytes and its `{`: member
+        // `k` is `lengths[k]` bytes of the letter `a + k`, one comma between each two.
+        let mut out = vec![b'x'; prefix];
+        out.push(b'{');
+        let mut members = Vec::new();
+        for (k, &len) in lengths.iter().enumerate() {
+            if k > 0 {
+                out.push(b',');
+            }
+            let start = out.len();
+            out.extend(std::iter::repeat_n(b'a' + k as u8, len));
+            members.push(Member { key: std::borrow::Cow::Borrowed(b"k"), prefix: 0, start, value: start, end: out.len() });
+        }
+        // Distinct members in any order.
+        let mut order: Vec<usize> = Vec::new();
+        for pick in &picks {
+            let at = pick.index(members.len());
+            if !order.contains(&at) {
+                order.push(at);
+            }
+        }
+        let mut expected = out[..=prefix].to_vec();
+        for (k, &at) in order.iter().enumerate() {
+            if k > 0 {
+                expected.push(b',');
+            }
+            expected.extend_from_slice(&out[members[at].start..members[at].end]);
+        }
+        rewrite_sorted(&mut out, prefix, (&members, &order), &mut Vec::new());
+        proptest::prop_assert_eq!(out, expected);
+    }
+}
