@@ -169,7 +169,7 @@ impl Empties {
 /// What the ledger charges for a cache holding `cached`: the heap the spine keeps alive
 /// beyond its events ([`Spine::heap_bytes`]) and the allocation that holds it
 /// ([`CACHE_ALLOCATION_BYTES`]); nothing for an empty cache.
-fn spine_heap(cached: Option<&Spine>) -> i64 {
+fn cache_charge(cached: Option<&Spine>) -> i64 {
     cached.map_or(0, |spine| {
         i64::try_from(spine.heap_bytes() + CACHE_ALLOCATION_BYTES).unwrap_or(i64::MAX)
     })
@@ -259,11 +259,11 @@ impl Slot {
         {
             return false;
         }
-        let added = spine_heap(Some(&spine));
+        let added = cache_charge(Some(&spine));
         if !sync::compare_and_swap(&self.spine, seen, Arc::new(Some(spine))) {
             return false;
         }
-        accounting.cached_spines_changed(added - spine_heap(Option::as_ref(seen)));
+        accounting.cached_spines_changed(added - cache_charge(Option::as_ref(seen)));
         true
     }
 
@@ -276,13 +276,13 @@ impl Slot {
     /// Replaces the spine cache with `empty` and takes what it held out of the ledger.
     fn take_cached_spine(&self, empty: Arc<Option<Spine>>, accounting: &Accounting) {
         let taken = sync::swap(&self.spine, empty);
-        accounting.cached_spines_changed(-spine_heap(Option::as_ref(&taken)));
+        accounting.cached_spines_changed(-cache_charge(Option::as_ref(&taken)));
     }
 
     /// What evicting this slot would free, as the ledger charges it: its chain, its cached
     /// spine and the slot itself.
     pub(crate) fn resident_bytes(&self, chain: &Chain) -> usize {
-        let spine = spine_heap(Option::as_ref(&self.cached_spine()));
+        let spine = cache_charge(Option::as_ref(&self.cached_spine()));
         chain.bytes()
             + usize::try_from(spine).unwrap_or(usize::MAX)
             + if chain.is_empty() {
