@@ -193,11 +193,14 @@ fn stats_never_mix_two_states() {
             batch(0).iter().map(Event::resident_bytes).sum::<usize>(),
             batch(1).iter().map(Event::resident_bytes).sum::<usize>()
         );
+        // The two slots start from one index's shared empties, as the engine's do: their
+        // first appends race for the shared empty chain's line.
+        let empties = Arc::new(Empties::new(SpineOrder::Causal));
         let appliers: Vec<_> = (0..2)
             .map(|k| {
-                let accounting = Arc::clone(&accounting);
+                let (accounting, empties) = (Arc::clone(&accounting), Arc::clone(&empties));
                 thread::spawn(move || {
-                    let slot = Slot::new(k, 1, &Empties::new(SpineOrder::Causal), 0);
+                    let slot = Slot::new(k, 1, &empties, 0);
                     slot.apply(&mut batch(k).into_iter(), &accounting, 0)
                         .expect("live");
                 })
