@@ -31,8 +31,13 @@ trap cleanup EXIT
 
 # The simulation on its embedded workload, shortened: a restart backlog (incomplete builds,
 # waits, rehydrate) and 10 s of live load per engine, about 45 s in a debug build.
-cargo build --locked -q -p sb-sim --bin sb-sim
-SIM=target/debug/sb-sim
+# SB_SIM_BIN: a binary already built (CI passes the tests', scripts/test-build-binary.sh).
+if [ -n "${SB_SIM_BIN:-}" ]; then
+  SIM=$SB_SIM_BIN
+else
+  cargo build --locked -q -p sb-sim --bin sb-sim
+  SIM=target/debug/sb-sim
+fi
 "$SIM" simulate --duration 10 --lose-events 2 --stall-secs 1 --checkpoint-secs 2 --metrics-addr "127.0.0.1:$APP_PORT" >"$WORK/sim.out" 2>"$WORK/sim.log" &
 APP_PID=$!
 
