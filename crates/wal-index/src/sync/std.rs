@@ -34,15 +34,33 @@ pub(crate) type Swap<T> = arc_swap::ArcSwap<T>;
 /// The directory serializes its writers (its writers' lock), so its
 /// [`ConcurrentMap::insert`] and [`ConcurrentMap::remove`] never race each other; reads race
 /// them freely. [`ConcurrentMap::get_or_insert_with`] and [`ConcurrentMap::remove_if`] are
-/// atomic on their own (the `PapayaIndex` comparator writes without a lock). A removed value is dropped once no reader pinned before the removal is still
-/// reading (seize's deferred reclamation, on whichever thread finishes the batch).
+/// atomic on their own (the `PapayaIndex` comparator writes without a lock). A removed value is dropped once its thread has
+/// collected a batch of removals ([`RECLAIM_BATCH`]) and no reader pinned before the batch
+/// was handed off is still reading (seize's deferred reclamation, on whichever thread
+/// finishes the batch).
 pub(crate) struct ConcurrentMap<K, V>(papaya::HashMap<K, V, foldhash::fast::FixedState>);
+
+/// How many removed entries a thread collects before it hands them to reclamation.
+///
+/// Each hand-off begins with seize's heavy barrier, a `membarrier` system call that
+/// interrupts every other core running one of the process's threads and waits for it. With
+/// seize's default of 32 on two cores, the drain's terminal evictions with two readers
+/// pinned on the other core spent about 8% of the drain thread's samples in that barrier
+/// (docs/benchmarks.md §14); 64 halves how often it runs. The cost is memory that outlives
+/// its removal a little longer: a removed entry holds an evicted slot, which the eviction
+/// has already emptied (about 110 B with papaya's entry, 70 B more if a drive listened on
+/// it), so each thread that removes keeps at most 63 of them, about 7 KB, plus a 2 KiB
+/// batch, until it removes more or the map is dropped, and a table a resize replaced lives
+/// until the batch it joined is handed off. 128 and 512 were faster still with readers, but
+/// the held slots put the memory bench's half-evicted rows at or above 64 B per event.
+const RECLAIM_BATCH: usize = 64;
 
 impl<K: std::hash::Hash + Eq + Send + Sync, V: Send + Sync> ConcurrentMap<K, V> {
     pub(crate) fn new() -> ConcurrentMap<K, V> {
         ConcurrentMap(
             papaya::HashMap::builder()
                 .hasher(foldhash::fast::FixedState::default())
+                .collector(seize::Collector::new().batch_size(RECLAIM_BATCH))
                 .build(),
         )
     }
