@@ -31,13 +31,9 @@ trap cleanup EXIT
 
 # The simulation on its embedded workload, shortened: a restart backlog (incomplete builds,
 # waits, rehydrate) and 10 s of live load per engine, about 45 s in a debug build.
-# SB_SIM_BIN: a binary already built (CI passes the tests', scripts/test-build-binary.sh).
-if [ -n "${SB_SIM_BIN:-}" ]; then
-  SIM=$SB_SIM_BIN
-else
-  cargo build --locked -q -p sb-sim --bin sb-sim
-  SIM=target/debug/sb-sim
-fi
+# SB_SIM_BIN picks the binary; without it, the one `cargo test --workspace` builds
+# (scripts/test-build-binary.sh).
+SIM=${SB_SIM_BIN:-$(bash scripts/test-build-binary.sh sb-sim)}
 "$SIM" simulate --duration 10 --lose-events 2 --stall-secs 1 --checkpoint-secs 2 --metrics-addr "127.0.0.1:$APP_PORT" >"$WORK/sim.out" 2>"$WORK/sim.log" &
 APP_PID=$!
 

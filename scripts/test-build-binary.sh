@@ -6,12 +6,12 @@
 #
 # `cargo test --workspace` builds every bin and example with the features of the whole
 # workspace, dev-dependencies included; `cargo run -p sb-sim` resolves sb-sim's alone, a
-# different feature set that rebuilds a dozen crates (about three minutes on 2 cores). CI
-# runs its scripts on the tests' binaries (WORKER_POOL_BIN, SB_SIM_BIN); a script run on
-# its own builds what it needs itself.
+# different feature set that rebuilds a dozen crates (about three minutes on 2 cores). The
+# scripts that run sb-sim or its worker-pool example (worker-example.sh, prometheus-e2e.sh)
+# take their binaries from here, so after the tests they build nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace --locked --no-run --message-format=json 2>/dev/null | python3 -c '
+cargo test --workspace --locked --no-run -q --message-format=json | python3 -c '
 import json, sys
 name, found = sys.argv[1], None
 for line in sys.stdin:

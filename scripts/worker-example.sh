@@ -10,23 +10,18 @@
 #        without one the broker run is skipped, or fails when SB_REQUIRE_NATS is set;
 #        EHDB_WRITER=/path/to/ehdb-writer, as scripts/ehdb-writer.sh prints it, for the
 #        writer run, skipped without it, or failing when SB_REQUIRE_EHDB is set;
-#        WORKER_POOL_BIN and SB_SIM_BIN to run binaries already built, as CI does with the
-#        tests' (scripts/test-build-binary.sh), instead of `cargo run`)
+#        WORKER_POOL_BIN and SB_SIM_BIN to pick the binaries; without them, the ones
+#        `cargo test --workspace` builds, built here if the tests have not run:
+#        scripts/test-build-binary.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 # Exits 0 when the URL answers 200 (a 503 or no answer: 1).
 probe() { python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "$1" 2>/dev/null; }
-worker_pool() {
-  if [ -n "${WORKER_POOL_BIN:-}" ]; then "$WORKER_POOL_BIN" "$@"
-  else cargo run --locked -q -p sb-sim --example worker_pool -- "$@"; fi
-}
-sb_sim() {
-  if [ -n "${SB_SIM_BIN:-}" ]; then "$SB_SIM_BIN" "$@"
-  else cargo run --locked -q -p sb-sim -- "$@"; fi
-}
-run() { worker_pool --metrics-addr "127.0.0.1:$(free_port)" "$@"; }
+WORKER_POOL_BIN=${WORKER_POOL_BIN:-$(bash scripts/test-build-binary.sh worker_pool)}
+SB_SIM_BIN=${SB_SIM_BIN:-$(bash scripts/test-build-binary.sh sb-sim)}
+run() { "$WORKER_POOL_BIN" --metrics-addr "127.0.0.1:$(free_port)" "$@"; }
 
 echo "worker_pool on its default (in-process WAL):"
 run --duration 10
@@ -79,18 +74,12 @@ PY
 }
 
 roll_on_a_file() {
-  local bin rdir port pid lines
-  bin=${WORKER_POOL_BIN:-$(cargo build --locked -q -p sb-sim --example worker_pool --message-format=json \
-    | python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "worker_pool" and m.get("executable"):
-        print(m["executable"])')}
+  local rdir port pid lines
   rdir=$(mktemp -d)
   port=$(free_port)
   echo "worker_pool rolled on a JSON-lines WAL ($rdir/wal.jsonl): SIGTERM, then a warm start"
   NOETL_STATE_INDEX_CHECKPOINT_DIR="$rdir/ckpt" NOETL_STATE_SHARD_WRITE=1 NOETL_STATE_SHARD_URL="$rdir/shards" \
-    "$bin" --wal "file:$rdir/wal.jsonl" --duration 0 \
+    "$WORKER_POOL_BIN" --wal "file:$rdir/wal.jsonl" --duration 0 \
     --metrics-addr "127.0.0.1:$port" >"$rdir/first.out" 2>"$rdir/first.err" &
   pid=$!
   for _ in $(seq 200); do
@@ -122,10 +111,10 @@ for line in sys.stdin:
   # One of the shards it wrote, as an operator looks at it.
   local shard
   shard=$(find "$rdir/shards" -name sealed.feather | head -1)
-  sb_sim shard show "$shard" | grep -q 'the chain reaches genesis' \
+  "$SB_SIM_BIN" shard show "$shard" | grep -q 'the chain reaches genesis' \
     || { echo "sb-sim shard show: $shard does not reach genesis"; exit 1; }
   lines=$(wc -l <"$rdir/wal.jsonl")
-  NOETL_STATE_INDEX_CHECKPOINT_DIR="$rdir/ckpt" "$bin" --wal "file:$rdir/wal.jsonl" --duration 3 \
+  NOETL_STATE_INDEX_CHECKPOINT_DIR="$rdir/ckpt" "$WORKER_POOL_BIN" --wal "file:$rdir/wal.jsonl" --duration 3 \
     --metrics-addr "127.0.0.1:$(free_port)" >"$rdir/second.out" 2>"$rdir/second.err" \
     || { echo "the second run failed"; cat "$rdir/second.err"; exit 1; }
   cat "$rdir/second.out"
