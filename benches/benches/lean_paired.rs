@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 use chain_fold::Event;
 use sb_benches::lean::LeanIndex;
 use sb_benches::payload;
-use sb_benches::rows::{Indexed, Readers, Rows, drain_index, drain_pass, drain_wal};
+use sb_benches::rows::{
+    Indexed, Readers, Rows, drain_index, drain_pass, drain_wal, median, rounds_from_args,
+};
 use wal_index::WalIndex;
 
 /// One design's side of a row: its index and the passes it has made.
@@ -108,11 +110,6 @@ fn passes() -> usize {
         .max(1)
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn quartiles(values: &mut [f64]) -> (f64, f64) {
     values.sort_by(f64::total_cmp);
     (values[values.len() / 4], values[values.len() * 3 / 4])
@@ -164,12 +161,7 @@ fn ratio_columns(ratios: &mut [f64]) -> String {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; the first argument that is a number is the rounds.
-    let rounds = std::env::args()
-        .skip(1)
-        .find_map(|arg| arg.parse().ok())
-        .unwrap_or(201usize)
-        .max(4);
+    let rounds = rounds_from_args(201, 4);
     let pair = match std::env::var("PAIR").as_deref() {
         Ok("lean") => "LeanIndex against itself",
         Ok("engine") => "WalIndex against itself",

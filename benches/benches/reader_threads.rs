@@ -33,7 +33,9 @@ use std::time::Instant;
 use chain_fold::Event;
 use sb_benches::lean::LeanIndex;
 use sb_benches::payload;
-use sb_benches::rows::{Indexed, Rows, drain_index, drain_pass, drain_wal};
+use sb_benches::rows::{
+    Indexed, Rows, drain_index, drain_pass, drain_wal, median, rounds_from_args,
+};
 use wal_index::WalIndex;
 use wal_index::baseline::{MutexIndex, PapayaIndex};
 
@@ -92,18 +94,8 @@ fn read_from(designs: &[Arc<dyn Design + Send + Sync>], count: usize) {
 /// take a few to settle (its first ones ran about 1.4x its later ones).
 const WARM_PASSES: usize = 10;
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
-    // `cargo bench` passes `--bench`; the first argument that is a number is the rounds.
-    let rounds = std::env::args()
-        .skip(1)
-        .find_map(|arg| arg.parse().ok())
-        .unwrap_or(51usize)
-        .max(3);
+    let rounds = rounds_from_args(51, 3);
     let steps: Vec<usize> = std::env::var("STEPS")
         .ok()
         .map(|steps| {

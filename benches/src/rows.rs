@@ -141,3 +141,19 @@ impl Drop for Readers {
         }
     }
 }
+
+/// A custom harness's rounds: the first command-line argument that is a number (`cargo
+/// bench` passes `--bench` first), else `default`; at least `least`.
+pub fn rounds_from_args(default: usize, least: usize) -> usize {
+    std::env::args()
+        .skip(1)
+        .find_map(|arg| arg.parse().ok())
+        .unwrap_or(default)
+        .max(least)
+}
+
+/// The median of `values` (the upper one of an even count), sorting them in place.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
