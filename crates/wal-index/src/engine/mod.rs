@@ -70,6 +70,15 @@ use slot::{Evicted, Slot, SlotApplied};
 /// itself holds. `stats()` takes a tiny lock that only writers share, so it never waits
 /// for a walk, but it does serialize with appliers.
 ///
+/// Each published snapshot is an `arc_swap::ArcSwap` store, and such a store walks one node
+/// of arc-swap's process-wide debt list per thread that ever read an `ArcSwap` at the same
+/// time as the others (the list never shrinks). So the drain slows with the most threads
+/// that have ever built at once, in any crate of the process: on the benchmark VM a pass
+/// took 1.3x as long after 8 such threads, 2.3x after 32 and 6x after 128 (the repository's
+/// docs/benchmarks.md, section 15). What counts is how many threads were alive and had
+/// read at the same time, not how many came and went: build from a bounded set of
+/// threads, such as a runtime's workers or a blocking pool with a small thread limit.
+///
 /// ```
 /// use wal_index::{DriveBudget, DriveFlow, Event, IndexConfig, StateIndex, WalIndex};
 ///
