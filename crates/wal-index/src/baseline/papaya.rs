@@ -15,14 +15,14 @@ use crate::labels::EvictReason;
 use crate::observe::IndexObserver;
 use crate::report::{Applied, BatchReport, Build, EvictionStats, IndexStats, RehydrateReport};
 use crate::sync::{
-    self, Arc, AtomicBool, AtomicU64, Clock, ConcurrentMap, Mutex, Notify, Ordering, Swap,
+    self, Arc, ArcSwap, AtomicBool, AtomicU64, Clock, ConcurrentMap, Mutex, Notify, Ordering,
 };
 use crate::waiting_room::{Registered, WaitingRooms};
 
 /// One execution: its published chain, its spine cache, its writers' lock and its waiters.
 struct Slot {
-    chain: Swap<Chain>,
-    spine: Swap<Option<Spine>>,
+    chain: ArcSwap<Chain>,
+    spine: ArcSwap<Option<Spine>>,
     /// Serializes this execution's appliers and evictors.
     writer: Mutex<SlotState>,
     /// Set under `writer` before the slot leaves the map and its waiters are woken, so a
@@ -76,8 +76,8 @@ impl PapayaIndex {
         let order = self.config.order;
         let slot = self.slots.get_or_insert_with(execution_id, || {
             Arc::new(Slot {
-                chain: sync::new_swap(Arc::new(Chain::new(order))),
-                spine: sync::new_swap(Arc::new(None)),
+                chain: sync::comparator::new_swap(Arc::new(Chain::new(order))),
+                spine: sync::comparator::new_swap(Arc::new(None)),
                 writer: Mutex::new(SlotState::default()),
                 retired: AtomicBool::new(false),
                 changed: sync::new_notify(),
@@ -104,7 +104,7 @@ impl PapayaIndex {
                 sync::yield_now();
                 continue;
             }
-            let current = sync::load(&slot.chain);
+            let current = sync::comparator::load(&slot.chain);
             let mut chain = Chain::clone(&current);
             let (len, bytes, rewrites) = (chain.len(), chain.bytes(), chain.rewrites());
             let (mut new, mut terminal) = (0, false);
@@ -121,10 +121,10 @@ impl PapayaIndex {
                 self.observer.residency(*stats);
             }
             let rewritten = chain.rewrites() != rewrites;
-            sync::store(&slot.chain, Arc::new(chain));
+            sync::comparator::store(&slot.chain, Arc::new(chain));
             if rewritten {
                 // A spine built before a rewrite must not be extended: start afresh.
-                sync::store(&slot.spine, Arc::new(None));
+                sync::comparator::store(&slot.spine, Arc::new(None));
             }
             slot.last_used.fetch_max(now, Ordering::Relaxed);
             drop(state);
@@ -154,7 +154,7 @@ impl PapayaIndex {
         if self.config.sink_gate && state.pending_sink {
             return Removal::Gated;
         }
-        let chain = sync::load(&slot.chain);
+        let chain = sync::comparator::load(&slot.chain);
         if !still_justified(&chain, slot.last_used.load(Ordering::Relaxed)) {
             return Removal::Changed;
         }
@@ -162,8 +162,8 @@ impl PapayaIndex {
         // SeqCst pairs with the load after `listen` in `IndexHooks::listen`: stored before
         // the `notify` below (the wait list's listen-then-check pattern, `sync::Notify`).
         slot.retired.store(true, Ordering::SeqCst);
-        sync::store(&slot.chain, Arc::new(Chain::new(chain.order())));
-        sync::store(&slot.spine, Arc::new(None));
+        sync::comparator::store(&slot.chain, Arc::new(Chain::new(chain.order())));
+        sync::comparator::store(&slot.spine, Arc::new(None));
         {
             let mut stats = self.stats.lock();
             stats.executions -= usize::from(!chain.is_empty());
@@ -342,8 +342,8 @@ impl StateIndex for PapayaIndex {
             };
             slot.last_used
                 .fetch_max(self.clock.at(started), Ordering::Relaxed);
-            let cached = sync::load(&slot.spine);
-            sync::peek(&slot.chain, |chain| {
+            let cached = sync::comparator::load(&slot.spine);
+            sync::comparator::peek(&slot.chain, |chain| {
                 let Some(target) = expected_head.or_else(|| chain.max_id()) else {
                     return (missing(), None);
                 };
@@ -351,7 +351,11 @@ impl StateIndex for PapayaIndex {
                 if let Some(spine) = &result.spine
                     && result.replaces_cache
                 {
-                    sync::compare_and_swap(&slot.spine, &cached, Arc::new(Some(spine.clone())));
+                    sync::comparator::compare_and_swap(
+                        &slot.spine,
+                        &cached,
+                        Arc::new(Some(spine.clone())),
+                    );
                 }
                 (result.outcome, result.spine)
             })
@@ -389,7 +393,7 @@ impl StateIndex for PapayaIndex {
         let mut candidates = Vec::new();
         for (id, slot) in self.live_slots() {
             let slot = &slot;
-            let chain = sync::load(&slot.chain);
+            let chain = sync::comparator::load(&slot.chain);
             let last_used = slot.last_used.load(Ordering::Relaxed);
             candidates.push(Candidate {
                 execution_id: id,
@@ -479,13 +483,13 @@ impl StateIndex for PapayaIndex {
 
     fn chain(&self, execution_id: ExecutionId) -> Option<Chain> {
         self.slot(execution_id)
-            .map(|slot| Chain::clone(&sync::load(&slot.chain)))
+            .map(|slot| Chain::clone(&sync::comparator::load(&slot.chain)))
     }
 
     fn execution_ids(&self) -> Vec<ExecutionId> {
         self.live_slots()
             .into_iter()
-            .filter(|(_, slot)| !sync::peek(&slot.chain, Chain::is_empty))
+            .filter(|(_, slot)| !sync::comparator::peek(&slot.chain, Chain::is_empty))
             .map(|(id, _)| id)
             .collect()
     }

@@ -90,6 +90,9 @@ pub(super) fn evict(index: &WalIndex, execution_id: ExecutionId) -> bool {
         index.evict_slot(execution_id, EvictReason::Explicit),
         SlotEviction::Evicted { events } if events > 0
     );
+    // The evicted chain (and whatever else this thread's writes retired), freed on this
+    // thread (`sync`'s snapshot cell).
+    crate::sync::reclaim_retired();
     if evicted {
         index
             .accounting
@@ -117,6 +120,10 @@ struct Judged {
 /// judged; otherwise the plan's reason no longer holds and the victim is skipped (the next
 /// sweep judges it afresh). Counts are taken from what was actually evicted.
 pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats {
+    // Every sweep frees what waits in the snapshot cells' domain, limits or not: a drain
+    // sweeps on its interval even when idle, which bounds how long an evicted chain or a
+    // replaced spine outlives its replacement when nothing else writes.
+    crate::sync::reclaim_retired();
     let policy = index.config.eviction;
     // The same test that lets builds leave the clock alone: every limit judges by recency.
     if !policy.reads_recency() {
@@ -203,6 +210,10 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
             super::stalls::departed(index, slot, &seen.chain, || evicted_at);
         }
     }
+    // After the plan's own holds on the victims' chains (`judged`) are gone, so the
+    // evicted chains are freed on this thread (`sync`'s snapshot cell).
+    drop(judged);
+    crate::sync::reclaim_retired();
     report_sweep(index.accounting.observer(), &plan);
     plan
 }

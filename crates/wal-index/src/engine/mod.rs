@@ -64,20 +64,21 @@ use slot::{Evicted, Slot, SlotApplied};
 ///
 /// # Costs and limits
 ///
-/// Publishing costs one allocation per touched execution per batch; the events are appended
-/// in place behind the chain's published length. A reader that keeps an old snapshot keeps its memory alive (that
-/// is what makes eviction safe under readers); the byte ledger counts only what the index
-/// itself holds. `stats()` takes a tiny lock that only writers share, so it never waits
-/// for a walk, but it does serialize with appliers.
+/// Publishing costs one allocation per touched execution per batch (and the list node
+/// that retires the version it replaced); the events are appended in place behind the
+/// chain's published length. A reader that keeps an old snapshot keeps its memory alive
+/// (that is what makes eviction safe under readers). Replaced snapshots and evicted chains
+/// are freed by writers, not at once: by the write or sweep after the readers that could
+/// hold them have left, a batch or two on a busy index and a sweep interval on an idle one;
+/// the byte ledger counts what the index holds, not what waits to be freed. `stats()` takes
+/// a tiny lock that only writers share, so it never waits for a walk, but it does serialize
+/// with appliers.
 ///
-/// Each published snapshot is an `arc_swap::ArcSwap` store, and such a store walks one node
-/// of arc-swap's process-wide debt list per thread that ever read an `ArcSwap` at the same
-/// time as the others (the list never shrinks). So the drain slows with the most threads
-/// that have ever built at once, in any crate of the process: on the benchmark VM a pass
-/// took 1.3x as long after 8 such threads, 2.3x after 32 and 6x after 128 (the repository's
-/// docs/benchmarks.md, section 15). What counts is how many threads were alive and had
-/// read at the same time, not how many came and went: build from a bounded set of
-/// threads, such as a runtime's workers or a blocking pool with a small thread limit.
+/// A snapshot store costs the same however many threads have read: a pointer swap and a
+/// push onto a list (`sync`'s snapshot cell). A store to an `arc_swap::ArcSwap` walks a
+/// node per thread that ever read one at once, process-wide: a drain publishing through
+/// arc-swap slows 1.3x after 8 such threads and 6x after 128 on the benchmark VM (the
+/// repository's docs/benchmarks.md, section 15).
 ///
 /// ```
 /// use wal_index::{DriveBudget, DriveFlow, Event, IndexConfig, StateIndex, WalIndex};

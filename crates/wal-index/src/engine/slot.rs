@@ -199,7 +199,7 @@ impl Slot {
         }
     }
 
-    /// The published chain. Wait-free in the common case (arc-swap's load).
+    /// The published chain (the snapshot cell's load).
     pub(crate) fn chain(&self) -> Arc<Chain> {
         sync::load(&self.chain)
     }
@@ -252,7 +252,7 @@ impl Slot {
         accounting: &Accounting,
     ) -> bool {
         // SeqCst pairs with the SeqCst store in `evict_if`, which precedes its swap of the
-        // cache (arc-swap's swap is SeqCst).
+        // cache (the snapshot cell's swap is SeqCst).
         // The mutation publishes into a retired slot, whose spine nobody will uncharge.
         if !chain_fold::mutation::on("spine-publish-ignores-retirement")
             && self.retired.load(Ordering::SeqCst)
@@ -413,7 +413,7 @@ impl Slot {
         if let Some(max_id) = max_id.filter(|_| !max_id_after_notify) {
             self.max_id.store(max_id, Ordering::SeqCst);
         }
-        // The snapshot store is a release (arc-swap stores are SeqCst); it pairs with the
+        // The snapshot store is a release (the cell's swap is SeqCst); it pairs with the
         // acquire load in `chain()`, so a build that sees the new chain sees every event in
         // it fully constructed.
         sync::store(&self.chain, Arc::new(chain));
@@ -426,7 +426,7 @@ impl Slot {
         drop(evicted);
         // After the store: a waiter registered before its build either saw the new chain in
         // that build or is woken here. The chain pointer is the condition of the wait
-        // list's listen-then-check pattern: arc-swap's store is SeqCst, and `notify`
+        // list's listen-then-check pattern: the cell's store is SeqCst, and `notify`
         // (`sync::Notify`) begins with a SeqCst fence before it looks for listeners.
         self.changed.notify(usize::MAX);
         if let Some(max_id) = max_id.filter(|_| max_id_after_notify) {

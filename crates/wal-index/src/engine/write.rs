@@ -20,6 +20,9 @@ pub(super) fn apply(index: &WalIndex, event: Event) -> Applied {
     };
     let now = index.now_for_write();
     let (done, _) = index.apply_to_slot(applied.execution_id, std::iter::once(event), now);
+    // The snapshot it replaced, and whatever else waits for a reclaim, freed here, on this
+    // writer's thread (`sync`'s snapshot cell).
+    crate::sync::reclaim_retired();
     Applied {
         is_new: done.new == 1,
         ..applied
@@ -66,6 +69,9 @@ pub(super) fn apply_batch(index: &WalIndex, events: Vec<Event>) -> BatchReport {
             .observer()
             .evicted(EvictReason::Terminal, report.terminal_evicted.len());
     }
+    // The snapshots the batch replaced and the chains it evicted, freed on the drain's
+    // thread (`sync`'s snapshot cell).
+    crate::sync::reclaim_retired();
     report
 }
 
@@ -82,6 +88,7 @@ pub(super) fn rehydrate(
         let (done, _) = index.apply_to_slot(execution_id, mine, now);
         report.applied = done.applied;
         report.new = done.new;
+        crate::sync::reclaim_retired();
     }
     report
 }
@@ -116,6 +123,7 @@ pub(super) fn clear_pending_sink(index: &WalIndex, execution_id: ExecutionId) ->
         index.evict_slot_if(execution_id, &slot, EvictReason::Explicit, |chain, _| {
             chain.is_empty()
         });
+        crate::sync::reclaim_retired();
     }
     was_marked
 }

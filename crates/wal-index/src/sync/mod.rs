@@ -9,14 +9,18 @@
 //!
 //! | side | file | for |
 //! |---|---|---|
-//! | production | `std.rs` | `std`, `parking_lot`, `arc-swap`, `papaya`, `event-listener` |
+//! | production | `std.rs`, `snapshot_cell.rs` | `std`, `parking_lot`, `papaya`, `event-listener` (and `arc-swap`, the `PapayaIndex` comparator's cell) |
+//! | both | `reclaim.rs` | the snapshot cell's reclamation domain, on the side's atomics |
 //! | model | `model.rs` | loom (exhaustive, small states) or shuttle (randomized, large states) |
 //!
-//! `Swap` is `arc_swap::ArcSwap` in normal builds. arc-swap has no loom support, so the
-//! model side is an atomic pointer published with release and loaded with acquire: the model
-//! checks *our* protocol around the publication (what is published before what, which
-//! ordering pairs with which), while arc-swap's own algorithm is trusted as the well-tested
-//! dependency it is.
+//! `Swap` is the snapshot cell in normal builds (`snapshot_cell.rs`: an atomic pointer to an
+//! `Arc`, replaced values freed by writers through the reclamation domain of `reclaim.rs`;
+//! why not arc-swap is there). On the model side it is an atomic pointer published with
+//! release and loaded with acquire that keeps every replaced value until the cell drops:
+//! the engine's models check *our* protocol around the publication (what is published
+//! before what, which ordering pairs with which). The reclamation domain is written on the
+//! side's atomics, so its own loom models (in `reclaim.rs`, each catching a mutation) check
+//! it; the cell's `unsafe` code is checked by Miri (`scripts/miri.sh`).
 //!
 //! `ConcurrentMap` (the directory) is `papaya::HashMap` in normal builds, for the reasons in
 //! its documentation, and a copy-on-write map behind the same modelled pointer as `Swap` on
@@ -32,12 +36,19 @@
 //! model advances it.
 
 #[cfg(not(any(wal_index_loom, wal_index_shuttle)))]
+mod snapshot_cell;
+#[cfg(not(any(wal_index_loom, wal_index_shuttle)))]
 mod std;
 #[cfg(not(any(wal_index_loom, wal_index_shuttle)))]
 pub(crate) use self::std::*;
 
 #[cfg(any(wal_index_loom, wal_index_shuttle))]
 mod model;
+
+// The model side's cell keeps every replaced value (see `model.rs`): only the std side's
+// cell and the domain's own loom models use it there.
+#[cfg_attr(any(wal_index_loom, wal_index_shuttle), allow(dead_code))]
+mod reclaim;
 #[cfg(any(wal_index_loom, wal_index_shuttle))]
 pub(crate) use self::model::*;
 

@@ -11,7 +11,9 @@ use ::loom as rt;
 use ::shuttle as rt;
 
 pub(crate) use rt::sync::Arc;
-pub(crate) use rt::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering, fence};
+pub(crate) use rt::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
+};
 
 /// What [`Mutex::lock`] returns.
 pub(crate) type MutexGuard<'a, T> = rt::sync::MutexGuard<'a, T>;
@@ -32,6 +34,11 @@ impl<T> Mutex<T> {
     pub(crate) fn lock(&self) -> rt::sync::MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+    /// The lock if it is free now, as `parking_lot`'s `try_lock`.
+    #[allow(dead_code)] // only the reclamation domain's models lock this way
+    pub(crate) fn try_lock(&self) -> Option<rt::sync::MutexGuard<'_, T>> {
+        self.0.try_lock().ok()
+    }
 }
 
 /// Whether the mutation `relaxed-publish` is on: it downgrades the model to relaxed, to
@@ -41,8 +48,8 @@ fn weakened() -> bool {
     chain_fold::mutation::on("relaxed-publish")
 }
 
-/// The ordering a snapshot is published with. arc-swap publishes with (at least)
-/// release semantics; relaxed under [`weakened`].
+/// The ordering a snapshot is published with. The snapshot cell (and arc-swap, the
+/// comparator's) publishes with (at least) release semantics; relaxed under [`weakened`].
 fn publish() -> Ordering {
     if weakened() {
         Ordering::Relaxed
@@ -99,9 +106,11 @@ pub(crate) fn run_to_completion<F: std::future::Future>(operation: F) -> F::Outp
     futures_lite::future::block_on(operation)
 }
 
-/// A model of arc-swap's `ArcSwap`: an atomic pointer, published with [`publish`] and
-/// loaded with acquire. Replaced values are kept until the cell drops (a model needs no
-/// reclamation scheme, and keeping them makes every loaded pointer valid).
+/// A model of the snapshot cell (and of arc-swap's `ArcSwap`, the comparator's): an atomic
+/// pointer, published with [`publish`] and loaded with acquire. Replaced values are kept
+/// until the cell drops (a model needs no reclamation scheme, and keeping them makes every
+/// loaded pointer valid); the reclamation domain has loom models of its own
+/// (`reclaim.rs`).
 pub(crate) struct Swap<T> {
     current: rt::sync::atomic::AtomicPtr<Tracked<T>>,
     retired: rt::sync::Mutex<Vec<*mut Tracked<T>>>,
@@ -291,6 +300,19 @@ pub(crate) fn swap<T>(swap: &Swap<T>, value: Arc<T>) -> Arc<T> {
         .unwrap_or_else(|e| e.into_inner())
         .push(old);
     previous
+}
+
+/// The model frees nothing early (see [`Swap`]), so there is nothing to reclaim.
+pub(crate) fn reclaim_retired() {}
+
+/// The `PapayaIndex` comparator's cell: on the model side the same model as the engine's.
+#[cfg(feature = "baselines")]
+pub(crate) type ArcSwap<T> = Swap<T>;
+
+/// The comparator's reads and writes: the model's.
+#[cfg(feature = "baselines")]
+pub(crate) mod comparator {
+    pub(crate) use super::{compare_and_swap, load, new_swap, peek, store};
 }
 
 pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>) -> bool {

@@ -1,8 +1,11 @@
-//! The shim's production side: `std`, `parking_lot`, `arc-swap`, `papaya` and
-//! `event-listener`.
+//! The shim's production side: `std`, `parking_lot`, the snapshot cell
+//! (`snapshot_cell.rs`, on the reclamation domain of `reclaim.rs`), `papaya`,
+//! `event-listener`, and `arc-swap` for the `PapayaIndex` comparator's cells.
 
 pub(crate) use std::sync::Arc;
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering, fence};
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
+};
 
 /// A mutual-exclusion lock without poisoning (writers never panic while holding it;
 /// if one did, its chain snapshot was never published, so there is nothing to repair).
@@ -10,9 +13,6 @@ pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 
 /// What [`Mutex::lock`] returns.
 pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
-
-/// An atomically replaceable `Arc<T>`: wait-free loads in the common case.
-pub(crate) type Swap<T> = arc_swap::ArcSwap<T>;
 
 /// A concurrent map read on every build and written at every slot creation and removal
 /// (the directory): `papaya::HashMap`, hashed with foldhash under a fixed seed.
@@ -141,47 +141,10 @@ impl NotifyAfterFence for RawNotify {
     }
 }
 
-pub(crate) fn new_swap<T>(value: Arc<T>) -> Swap<T> {
-    arc_swap::ArcSwap::new(value)
-}
-
-/// Loads the current value as an owned `Arc`.
-pub(crate) fn load<T>(swap: &Swap<T>) -> Arc<T> {
-    swap.load_full()
-}
-
-/// Runs `f` on the current value without touching its reference count (arc-swap's
-/// debt-list `load`), so concurrent readers of one hot cell do not contend on it. Keep
-/// `f` short: the guard occupies one of the thread's few debt slots while it runs.
-pub(crate) fn peek<T, R>(swap: &Swap<T>, f: impl FnOnce(&T) -> R) -> R {
-    f(&swap.load())
-}
-
-/// [`peek`] with the `Arc` itself lent, not cloned: its identity is what a later
-/// [`compare_and_swap`] compares, so a build can load a cell, decide, and replace it. A
-/// build that only reads (a cache hit) touches no reference count on a line every reader
-/// of the cell shares; one whose compare-and-swap succeeds pays arc-swap's debts, as a
-/// clone would have. The same debt slot as [`peek`], held for the whole of `f`.
-pub(crate) fn peek_arc<T, R>(swap: &Swap<T>, f: impl FnOnce(&Arc<T>) -> R) -> R {
-    f(&swap.load())
-}
-
-/// Publishes `value` (a release store; pairs with the acquire in [`load`]).
-pub(crate) fn store<T>(swap: &Swap<T>, value: Arc<T>) {
-    swap.store(value);
-}
-
-/// Publishes `value` and returns what it replaced (SeqCst, as arc-swap's swap is).
-pub(crate) fn swap<T>(swap: &Swap<T>, value: Arc<T>) -> Arc<T> {
-    swap.swap(value)
-}
-
-/// Replaces `current` with `new` only if `current` is still published; returns whether
-/// it did. Pointer identity, as arc-swap compares.
-pub(crate) fn compare_and_swap<T>(swap: &Swap<T>, current: &Arc<T>, new: Arc<T>) -> bool {
-    let previous = swap.compare_and_swap(current, new);
-    Arc::ptr_eq(&previous, current)
-}
+pub(crate) use super::snapshot_cell::{
+    ArcSwap, Swap, comparator, compare_and_swap, load, new_swap, peek, peek_arc, reclaim_retired,
+    store, swap,
+};
 
 /// Parks until `listener` is notified or `cap` passes; true if it was notified.
 pub(crate) fn wait_timeout(listener: Listener, cap: std::time::Duration) -> bool {
