@@ -120,10 +120,6 @@ struct Judged {
 /// judged; otherwise the plan's reason no longer holds and the victim is skipped (the next
 /// sweep judges it afresh). Counts are taken from what was actually evicted.
 pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats {
-    // Every sweep frees what waits in the snapshot cells' domain, limits or not: a drain
-    // sweeps on its interval even when idle, which bounds how long an evicted chain or a
-    // replaced spine outlives its replacement when nothing else writes.
-    crate::sync::reclaim_retired();
     let policy = index.config.eviction;
     // The same test that lets builds leave the clock alone: every limit judges by recency.
     if !policy.reads_recency() {
@@ -210,10 +206,6 @@ pub(super) fn enforce_limits_at(index: &WalIndex, now: Instant) -> EvictionStats
             super::stalls::departed(index, slot, &seen.chain, || evicted_at);
         }
     }
-    // After the plan's own holds on the victims' chains (`judged`) are gone, so the
-    // evicted chains are freed on this thread (`sync`'s snapshot cell).
-    drop(judged);
-    crate::sync::reclaim_retired();
     report_sweep(index.accounting.observer(), &plan);
     plan
 }

@@ -425,7 +425,15 @@ impl StateIndex for WalIndex {
     }
 
     fn enforce_limits_at(&self, now: Instant) -> EvictionStats {
-        evict::enforce_limits_at(self, now)
+        // Every sweep frees what waits in the snapshot cells' domain, limits or not: a drain
+        // sweeps on its interval even when idle, which bounds how long an evicted chain or
+        // a replaced spine outlives its replacement when nothing else writes. Again after
+        // the sweep (its plan's holds on the victims' chains gone), so what it evicted is
+        // freed on this thread (`sync`'s snapshot cell).
+        crate::sync::reclaim_retired();
+        let swept = evict::enforce_limits_at(self, now);
+        crate::sync::reclaim_retired();
+        swept
     }
 
     /// Never blocks a build or a drive: it scans published snapshots (each chain again only
