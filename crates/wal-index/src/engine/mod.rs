@@ -64,9 +64,9 @@ use slot::{Evicted, Slot, SlotApplied};
 ///
 /// # Costs and limits
 ///
-/// Publishing costs one allocation per touched execution per batch (and the list node
-/// that retires the version it replaced); the events are appended in place behind the
-/// chain's published length. A reader that keeps an old snapshot keeps its memory alive
+/// Publishing costs one allocation per touched execution per batch (and, per write, one
+/// list node that retires the versions it replaced); the events are appended in place
+/// behind the chain's published length. A reader that keeps an old snapshot keeps its memory alive
 /// (that is what makes eviction safe under readers). Replaced snapshots and evicted chains
 /// are freed by writers, not at once: by the write or sweep after the readers that could
 /// hold them have left, a batch or two on a busy index and a sweep interval on an idle one;
