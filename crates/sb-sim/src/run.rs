@@ -205,6 +205,9 @@ pub struct DriveRecord {
     pub builds: u32,
     /// Tail events it applied.
     pub tail_applied: u32,
+    /// The tail decodes inside `latency`: this drive's, and for a repeat the first
+    /// drive's too (a repeat runs after it). The same work in every index design.
+    pub tail_decode: Duration,
     /// Waits ended by a wake-up.
     pub wakes: u32,
     /// Waits ended by the per-wait cap.
@@ -420,6 +423,7 @@ impl<I: StateIndex> DriveContext<I> {
         let Ok(_permit) = self.permits.acquire().await else {
             return;
         };
+        let mut tail_decode = Duration::ZERO;
         for again in [false, true]
             .into_iter()
             .take(1 + usize::from(dispatch.repeat))
@@ -427,6 +431,7 @@ impl<I: StateIndex> DriveContext<I> {
             let Some(drive) = self.drive(&dispatch).await else {
                 return;
             };
+            tail_decode += drive.tail_decode;
             let record = DriveRecord {
                 dispatched_at: dispatch.at.saturating_duration_since(self.started),
                 latency: dispatch.at.elapsed(),
@@ -435,6 +440,7 @@ impl<I: StateIndex> DriveContext<I> {
                 repeat: again,
                 builds: drive.builds,
                 tail_applied: drive.tail_applied,
+                tail_decode,
                 wakes: drive.wakes,
                 timeouts: drive.timeouts,
                 backfill_skip: drive.backfill_skip,

@@ -44,6 +44,12 @@ fn check_consistency(e: &EngineReport, plan: &Plan) {
     assert_eq!(samples.len(), steady.samples, "{}", e.engine);
     let max = samples.iter().copied().fold(0.0, f64::max);
     assert_eq!(max, steady.max_ms, "{}: the largest sample", e.engine);
+    // What is left of each steady drive beyond its tail's decode: one per drive, in the
+    // same order, none longer than the drive.
+    let beyond = &e.drives.steady_beyond_decode_ms;
+    assert_eq!(beyond.len(), samples.len(), "{}", e.engine);
+    assert_eq!(e.drives.steady_beyond_decode.samples, beyond.len());
+    assert!(beyond.iter().zip(samples).all(|(b, s)| b <= s), "{}", e.engine);
     let timeline: u64 = e.timeline.iter().flatten().sum();
     assert_eq!(
         timeline, builds,

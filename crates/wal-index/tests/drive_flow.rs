@@ -100,6 +100,8 @@ fn the_tail_serves_a_warm_index_on_the_first_build<I: StateIndex>() {
     assert_eq!(drive.label, DriveLabel::Served);
     assert_eq!((drive.builds, drive.wakes, drive.timeouts), (1, 0, 0));
     assert_eq!((drive.tail_applied, drive.tail_rejected), (2, 2));
+    // Four decodes were timed (the bad payload's too), and they are part of the drive.
+    assert!(drive.tail_decode > Duration::ZERO && drive.tail_decode <= drive.elapsed);
     assert!(
         index.chain(2).is_none(),
         "another execution's tail event is not applied"
@@ -113,6 +115,8 @@ fn the_tail_serves_a_warm_index_on_the_first_build<I: StateIndex>() {
         ),
         (2, 2)
     );
+    let no_tail = index.drive(1, Some(5), &DriveFlow::new(DriveBudget::default()));
+    assert_eq!(no_tail.tail_decode, Duration::ZERO, "nothing to decode");
 }
 
 /// A cold index: a tail that does not reach genesis leaves the build incomplete, and the

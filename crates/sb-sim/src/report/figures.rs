@@ -128,6 +128,12 @@ fn drive_figures(run: &EngineRun) -> DriveFigures {
         .filter(after_backfill)
         .map(|d| d.latency)
         .collect();
+    let beyond_decode: Vec<Duration> = served
+        .iter()
+        .filter(after_backfill)
+        .map(|d| d.latency.saturating_sub(d.tail_decode))
+        .collect();
+    let ms = |samples: &[Duration]| samples.iter().map(|l| l.as_secs_f64() * 1e3).collect();
     let sum = |f: fn(&DriveRecord) -> u32| run.drives.iter().map(|d| u64::from(f(d))).sum();
     DriveFigures {
         total: run.drives.len(),
@@ -150,7 +156,9 @@ fn drive_figures(run: &EngineRun) -> DriveFigures {
         timeouts: sum(|d| d.timeouts),
         tip_to_served: Latency::of(served.iter().map(|d| d.latency).collect()),
         steady_tip_to_served: Latency::of(steady.clone()),
-        steady_tip_to_served_ms: steady.iter().map(|l| l.as_secs_f64() * 1e3).collect(),
+        steady_tip_to_served_ms: ms(&steady),
+        steady_beyond_decode: Latency::of(beyond_decode.clone()),
+        steady_beyond_decode_ms: ms(&beyond_decode),
         latency_buckets: histogram.counts(),
     }
 }

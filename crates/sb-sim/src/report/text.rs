@@ -94,6 +94,13 @@ impl Report {
             }
             format!("{:.2} / {:.1}", steady.p50_ms, steady.p99_ms)
         });
+        line("  of it beyond the tail's decode p50 / p99 (ms)", &|e| {
+            let beyond = &e.drives.steady_beyond_decode;
+            if beyond.samples == 0 {
+                return "none".into();
+            }
+            format!("{:.2} / {:.1}", beyond.p50_ms, beyond.p99_ms)
+        });
         cold_start_columns(&mut line);
         out
     }

@@ -65,6 +65,7 @@ fn fresh_drive() -> Drive {
         timeouts: 0,
         tail_applied: 0,
         tail_rejected: 0,
+        tail_decode: Duration::ZERO,
         rehydrate: None,
         shard: None,
         backfill_skip: false,
@@ -133,7 +134,10 @@ async fn apply_tail<I: StateIndex>(
     let finished = !flow.tail_events.is_empty() && index.finished_and_gone(execution_id);
     let mode = index.decode_mode();
     for payload in flow.tail_events.iter().filter(|_| !finished) {
-        match mode.decode(payload) {
+        let started = Instant::now();
+        let decoded = mode.decode(payload);
+        drive.tail_decode += started.elapsed();
+        match decoded {
             Ok(event) if event.execution_id() == execution_id => {
                 index.apply_async(event).await;
                 drive.tail_applied += 1;
