@@ -49,7 +49,11 @@ fn check_consistency(e: &EngineReport, plan: &Plan) {
     let beyond = &e.drives.steady_beyond_decode_ms;
     assert_eq!(beyond.len(), samples.len(), "{}", e.engine);
     assert_eq!(e.drives.steady_beyond_decode.samples, beyond.len());
-    assert!(beyond.iter().zip(samples).all(|(b, s)| b <= s), "{}", e.engine);
+    assert!(
+        beyond.iter().zip(samples).all(|(b, s)| b <= s),
+        "{}",
+        e.engine
+    );
     let timeline: u64 = e.timeline.iter().flatten().sum();
     assert_eq!(
         timeline, builds,
