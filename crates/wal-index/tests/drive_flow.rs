@@ -395,8 +395,42 @@ fn the_drain_as_a_task_serves_async_drives<I: StateIndex>() {
     assert_eq!(index.stats().events, 100);
 }
 
+/// A dispatch repeated with the same tail applies its payloads again, each an overwrite by
+/// id, even when the drain rewrote one of them in between: the engine's tail cache serves
+/// the repeat the decode it kept, and what is served is what a decode gives.
+fn a_repeated_tail_is_applied_again_after_a_rewrite<I: StateIndex>() {
+    let index = I::with_config(IndexConfig::default());
+    index.apply_batch(linear(1, 1, 3));
+    let version = |v: u32| {
+        format!(
+            r#"{{"note":{v}, "event_id":4,"execution_id":1,"prev_event_id":3,"event_type":"step"}}"#
+        )
+    };
+    let tail = || vec![Bytes::from(version(1))];
+    let flow = DriveFlow::new(DriveBudget::default()).tail_events(tail());
+    let expected = Event::from_json(version(1).as_bytes()).unwrap();
+    let last = |drive: &wal_index::Drive| drive.outcome.spine().unwrap().get(3).unwrap().clone();
+    assert_eq!(last(&index.drive(1, Some(4), &flow)), expected);
+    // The drain delivers another payload under the same id: the last delivery wins.
+    index.apply(Event::from_json(version(2).as_bytes()).unwrap());
+    assert_ne!(index.chain(1).unwrap().get(4), Some(&expected));
+    // The repeat, with its own copy of the same bytes: applied again, and served.
+    let repeat = index.drive(
+        1,
+        Some(4),
+        &DriveFlow::new(DriveBudget::default()).tail_events(tail()),
+    );
+    assert_eq!((repeat.label, repeat.tail_applied), (DriveLabel::Served, 1));
+    assert_eq!(last(&repeat), expected);
+    assert_eq!(
+        last(&repeat).payload(),
+        br#"{"event_id":4,"event_type":"step","execution_id":1,"note":1,"prev_event_id":3}"#
+    );
+}
+
 for_each_engine!(
     the_tail_serves_a_warm_index_on_the_first_build,
+    a_repeated_tail_is_applied_again_after_a_rewrite,
     a_tail_without_genesis_waits_for_the_history,
     a_drive_rebuilds_after_every_wake_until_its_deadline,
     the_state_shard_serves_after_the_deadline,
