@@ -53,8 +53,8 @@ pub struct IndexConfig {
     /// changes nothing that is served. Default [`IndexConfig::DEFAULT_STALL_AFTER`].
     pub stall_after: Option<Duration>,
     /// Bytes the engine keeps of recent drives' tail payloads and their decodes, so a
-    /// dispatch repeated with the same tail does not decode it again (its copies and
-    /// events together; 0: off). The events served are the ones a decode gives; only the
+    /// dispatch repeated with the same tail does not decode it again (payloads, events and
+    /// 128 bytes of bookkeeping an entry together; 0: off). The events served are the ones a decode gives; only the
     /// decode is skipped. It keeps the payloads' `Bytes` as given, not copies, so a payload
     /// sliced from a larger buffer keeps that buffer alive while it is kept. Default
     /// [`IndexConfig::DEFAULT_TAIL_CACHE_BYTES`]. The comparators ignore it.

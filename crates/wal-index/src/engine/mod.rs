@@ -317,9 +317,10 @@ impl IndexHooks for WalIndex {
     }
 
     /// From the tail cache ([`IndexConfig::tail_cache_bytes`]): a payload equal byte for
-    /// byte to one a recent drive decoded is served that decode.
+    /// byte to one a recent drive decoded is served that decode (the cache decodes in the
+    /// mode `decode_mode` gives, fixed with the configuration).
     fn decode_tail(&self, payload: &bytes::Bytes) -> Result<Event, chain_fold::EventError> {
-        self.tail_cache.decode(payload, self.decode_mode())
+        self.tail_cache.decode(payload)
     }
 
     fn note_backfill(&self, state: Backfill) {
@@ -394,7 +395,10 @@ impl StateIndex for WalIndex {
             backfill: CachePadded::new(BackfillCell::default()),
             stalls: CachePadded::new(stalls::StallWatch::default()),
             empties: slot::Empties::new(config.order),
-            tail_cache: tail_cache::TailCache::new(config.tail_cache_bytes),
+            tail_cache: tail_cache::TailCache::new(
+                config.tail_cache_bytes,
+                crate::ingest::DecodeMode::for_slim(config.slim),
+            ),
         }
     }
 
