@@ -170,10 +170,6 @@ struct RunArgs {
     /// `stall_after`; default 30; 0: never, as `NOETL_STATE_INDEX_STALL_SECS`).
     #[arg(long, value_parser = number_in(0.0, 86_400.0))]
     stall_secs: Option<f64>,
-    /// The engine's tail cache, in bytes (the index's `tail_cache_bytes`; default 8 MiB;
-    /// 0: off, every tail payload decoded, as `NOETL_STATE_INDEX_TAIL_CACHE_BYTES`).
-    #[arg(long, value_name = "BYTES")]
-    tail_cache_bytes: Option<usize>,
     /// The engine's drain checkpoints its index every SECS seconds (into a directory of
     /// the run's own, deleted afterwards): what checkpoints cost the drain, and the
     /// `checkpoints_total` series. Off by default.
@@ -211,9 +207,6 @@ impl RunArgs {
                     Some(0.0) => None,
                     Some(secs) => Some(Duration::from_secs_f64(secs)),
                 },
-                tail_cache_bytes: self
-                    .tail_cache_bytes
-                    .unwrap_or(IndexConfig::DEFAULT_TAIL_CACHE_BYTES),
                 ..SimConfig::production_index()
             },
             checkpoint_every: self.checkpoint_secs.map(Duration::from_secs_f64),

@@ -205,8 +205,8 @@ pub struct DriveRecord {
     pub builds: u32,
     /// Tail events it applied.
     pub tail_applied: u32,
-    /// The tail decodes inside `latency` (`Drive::tail_decode`): this drive's, and for a
-    /// repeat the first drive's too (a repeat runs after it).
+    /// The tail decodes inside `latency`: this drive's, and for a repeat the first
+    /// drive's too (a repeat runs after it). The same work in every index design.
     pub tail_decode: Duration,
     /// Waits ended by a wake-up.
     pub wakes: u32,

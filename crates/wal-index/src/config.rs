@@ -52,13 +52,6 @@ pub struct IndexConfig {
     /// not hold) still open after this long ([`crate::stall`]); `None` or zero: never. It
     /// changes nothing that is served. Default [`IndexConfig::DEFAULT_STALL_AFTER`].
     pub stall_after: Option<Duration>,
-    /// Bytes the engine keeps of recent drives' tail payloads and their decodes, so a
-    /// dispatch repeated with the same tail does not decode it again (payloads, events and
-    /// 128 bytes of bookkeeping an entry together; 0: off). The events served are the ones a decode gives; only the
-    /// decode is skipped. It keeps the payloads' `Bytes` as given, not copies, so a payload
-    /// sliced from a larger buffer keeps that buffer alive while it is kept. Default
-    /// [`IndexConfig::DEFAULT_TAIL_CACHE_BYTES`]. The comparators ignore it.
-    pub tail_cache_bytes: usize,
 }
 
 impl Default for IndexConfig {
@@ -69,7 +62,6 @@ impl Default for IndexConfig {
             slim: false,
             sink_gate: false,
             stall_after: Some(IndexConfig::DEFAULT_STALL_AFTER),
-            tail_cache_bytes: IndexConfig::DEFAULT_TAIL_CACHE_BYTES,
         }
     }
 }
@@ -134,10 +126,6 @@ impl IndexConfig {
     /// past any in-flight reordering a healthy WAL delivers.
     pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
 
-    /// The tail cache's default bound: 8 MiB, about 55 production envelopes (~73 KB) with
-    /// their slim decodes, several drives' tails.
-    pub const DEFAULT_TAIL_CACHE_BYTES: usize = 8 << 20;
-
     /// The bound stall checks use: [`IndexConfig::stall_after`], with zero read as off.
     pub fn stall_bound(&self) -> Option<Duration> {
         self.stall_after.filter(|bound| !bound.is_zero())
@@ -154,7 +142,6 @@ impl IndexConfig {
     /// | `NOETL_STATE_INDEX_SLIM` | store the slim projection | false |
     /// | `NOETL_SINK_GATE_EVICTION` | honour the sink gate | false |
     /// | `NOETL_STATE_INDEX_STALL_SECS` | report chains stalled this long (`0`: never) | 30 |
-    /// | `NOETL_STATE_INDEX_TAIL_CACHE_BYTES` | the tail cache's bound (`0`: off) | 8 MiB |
     ///
     /// A value that is set but malformed is an error naming the variable, never a silent
     /// default.
@@ -209,12 +196,6 @@ impl IndexConfig {
                 Some(_) => vars
                     .limit("NOETL_STATE_INDEX_STALL_SECS")?
                     .map(Duration::from_secs),
-            },
-            tail_cache_bytes: match vars.get("NOETL_STATE_INDEX_TAIL_CACHE_BYTES") {
-                None => IndexConfig::DEFAULT_TAIL_CACHE_BYTES,
-                Some(_) => vars
-                    .limit("NOETL_STATE_INDEX_TAIL_CACHE_BYTES")?
-                    .map_or(0, to_usize),
             },
         })
     }

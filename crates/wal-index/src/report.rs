@@ -100,10 +100,9 @@ pub struct Drive {
     /// Tail events skipped: undecodable, of another execution, or of an execution the
     /// engine knows finished and was evicted (applying them would re-create it).
     pub tail_rejected: u32,
-    /// Time spent getting the tail's payloads decoded, on the drive's own thread: each
-    /// payload's decode into the index's mode, or on the engine, for a payload its tail
-    /// cache kept, the lookup that replaced the decode. Not the applies and builds around
-    /// it.
+    /// Time spent decoding the tail's payloads, on the drive's own thread: the part of a
+    /// warm drive that is the same work in every index design (the decode into the
+    /// index's mode), as opposed to the applies and builds around it.
     pub tail_decode: Duration,
     /// The last replay attempted, if any (after the deadline, or early: see
     /// `backfill_skip`).

@@ -396,8 +396,7 @@ fn the_drain_as_a_task_serves_async_drives<I: StateIndex>() {
 }
 
 /// A dispatch repeated with the same tail applies its payloads again, each an overwrite by
-/// id, even when the drain rewrote one of them in between, and serves what a decode gives
-/// (on the engine, from its tail cache: `the_engine_serves_a_repeated_tail_its_kept_decode`).
+/// id, even when the drain rewrote one of them in between: the last delivery wins.
 fn a_repeated_tail_is_applied_again_after_a_rewrite<I: StateIndex>() {
     let index = I::with_config(IndexConfig::default());
     index.apply_batch(linear(1, 1, 3));
@@ -406,20 +405,15 @@ fn a_repeated_tail_is_applied_again_after_a_rewrite<I: StateIndex>() {
             r#"{{"note":{v}, "event_id":4,"execution_id":1,"prev_event_id":3,"event_type":"step"}}"#
         )
     };
-    let tail = || vec![Bytes::from(version(1))];
-    let flow = DriveFlow::new(DriveBudget::default()).tail_events(tail());
+    let flow = || DriveFlow::new(DriveBudget::default()).tail_events(vec![Bytes::from(version(1))]);
     let expected = Event::from_json(version(1).as_bytes()).unwrap();
     let last = |drive: &wal_index::Drive| drive.outcome.spine().unwrap().get(3).unwrap().clone();
-    assert_eq!(last(&index.drive(1, Some(4), &flow)), expected);
+    assert_eq!(last(&index.drive(1, Some(4), &flow())), expected);
     // The drain delivers another payload under the same id: the last delivery wins.
     index.apply(Event::from_json(version(2).as_bytes()).unwrap());
     assert_ne!(index.chain(1).unwrap().get(4), Some(&expected));
     // The repeat, with its own copy of the same bytes: applied again, and served.
-    let repeat = index.drive(
-        1,
-        Some(4),
-        &DriveFlow::new(DriveBudget::default()).tail_events(tail()),
-    );
+    let repeat = index.drive(1, Some(4), &flow());
     assert_eq!((repeat.label, repeat.tail_applied), (DriveLabel::Served, 1));
     assert_eq!(last(&repeat), expected);
     assert_eq!(
@@ -439,31 +433,6 @@ for_each_engine!(
     rehydrate_and_the_fallback_labels,
     the_drain_as_a_task_serves_async_drives,
 );
-
-/// The engine's tail cache: the repeat of a dispatch is served the very event its first
-/// drive decoded (the drain's rewrite in between is overwritten by that allocation), and
-/// with the cache off by a fresh decode of the same bytes.
-#[test]
-fn the_engine_serves_a_repeated_tail_its_kept_decode() {
-    let v1 = r#"{"event_id":4,"execution_id":1,"prev_event_id":3,"event_type":"step","note":1}"#;
-    let v2 = r#"{"event_id":4,"execution_id":1,"prev_event_id":3,"event_type":"step","note":2}"#;
-    for (bytes, kept) in [(IndexConfig::DEFAULT_TAIL_CACHE_BYTES, true), (0, false)] {
-        let index = wal_index::WalIndex::new(IndexConfig {
-            tail_cache_bytes: bytes,
-            ..IndexConfig::default()
-        });
-        index.apply_batch(linear(1, 1, 3));
-        let flow =
-            || DriveFlow::new(DriveBudget::default()).tail_events(vec![Bytes::from(v1.to_owned())]);
-        let first = index.drive(1, Some(4), &flow());
-        let decoded = first.outcome.spine().unwrap().get(3).unwrap().clone();
-        index.apply(Event::from_json(v2.as_bytes()).unwrap());
-        let repeat = index.drive(1, Some(4), &flow());
-        let served = repeat.outcome.spine().unwrap().get(3).unwrap().clone();
-        assert_eq!(served, decoded, "the same event either way");
-        assert_eq!(served.ptr_eq(&decoded), kept, "cache of {bytes} bytes");
-    }
-}
 
 /// The engine skips the tail of an execution it knows finished and was evicted: applying
 /// it would re-create a partial chain that no terminal event evicts again.

@@ -108,9 +108,9 @@ pub struct DriveFigures {
     /// pooling the steady state of several runs (a run's p99 of ~125 drives is close to its
     /// largest drive; `scripts/steady-tail.py` pools them).
     pub steady_tip_to_served_ms: Vec<f64>,
-    /// `steady_tip_to_served` less each drive's tail decodes (`DriveRecord::tail_decode`;
-    /// on the engine, a payload its tail cache kept counts its lookup instead): the
-    /// applies, the builds, the waits, and the scheduling around them.
+    /// `steady_tip_to_served` less each drive's tail decodes (`DriveRecord::tail_decode`):
+    /// what is left when the work every design does alike is taken out (the applies, the
+    /// builds, the waits, and the scheduling around them).
     pub steady_beyond_decode: Latency,
     /// Every sample of `steady_beyond_decode`, ms, in the order of `steady_tip_to_served_ms`.
     pub steady_beyond_decode_ms: Vec<f64>,

@@ -10,7 +10,6 @@
 //! | [`write`] | applies, rehydrate and the sink gate |
 //! | [`evict`] | explicit, terminal and policy eviction |
 //! | [`stalls`] | the stall checks: holes in chains, open past the bound |
-//! | [`tail_cache`] | recent drives' tail payloads and their decodes: a repeated tail is not decoded again |
 
 pub(crate) mod accounting;
 mod directory;
@@ -20,7 +19,6 @@ mod loom_models;
 mod read;
 pub(crate) mod slot;
 mod stalls;
-pub(crate) mod tail_cache;
 mod write;
 
 use std::future::Future;
@@ -133,8 +131,6 @@ pub struct WalIndex {
     last_write: CachePadded<AtomicU64>,
     /// What new and evicted slots hold while they hold nothing (`slot.rs`, [`slot::Empties`]).
     empties: slot::Empties,
-    /// Recent drives' tail payloads and their decodes (`tail_cache.rs`).
-    tail_cache: tail_cache::TailCache,
 }
 
 impl std::fmt::Debug for WalIndex {
@@ -316,13 +312,6 @@ impl IndexHooks for WalIndex {
         self.config.slim
     }
 
-    /// From the tail cache ([`IndexConfig::tail_cache_bytes`]): a payload equal byte for
-    /// byte to one a recent drive decoded is served that decode (the cache decodes in the
-    /// mode `decode_mode` gives, fixed with the configuration).
-    fn decode_tail(&self, payload: &bytes::Bytes) -> Result<Event, chain_fold::EventError> {
-        self.tail_cache.decode(payload)
-    }
-
     fn note_backfill(&self, state: Backfill) {
         WalIndex::note_backfill(self, state);
     }
@@ -395,10 +384,6 @@ impl StateIndex for WalIndex {
             backfill: CachePadded::new(BackfillCell::default()),
             stalls: CachePadded::new(stalls::StallWatch::default()),
             empties: slot::Empties::new(config.order),
-            tail_cache: tail_cache::TailCache::new(
-                config.tail_cache_bytes,
-                crate::ingest::DecodeMode::for_slim(config.slim),
-            ),
         }
     }
 

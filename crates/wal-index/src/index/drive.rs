@@ -132,9 +132,10 @@ async fn apply_tail<I: StateIndex>(
     // the engine skips it, and its drive ends after one build. (Today's index, which keeps
     // no finished set, re-creates it; so do the comparators.)
     let finished = !flow.tail_events.is_empty() && index.finished_and_gone(execution_id);
+    let mode = index.decode_mode();
     for payload in flow.tail_events.iter().filter(|_| !finished) {
         let started = Instant::now();
-        let decoded = index.decode_tail(payload);
+        let decoded = mode.decode(payload);
         drive.tail_decode += started.elapsed();
         match decoded {
             Ok(event) if event.execution_id() == execution_id => {

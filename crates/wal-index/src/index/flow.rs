@@ -15,17 +15,6 @@
 //! on any index. The shard loader and the retained WAL are the caller's, behind
 //! [`DriveFallbacks`].
 //!
-//! # A repeated tail
-//!
-//! Step 1 decodes each tail payload on the drive's thread, in the index's mode: for
-//! production's envelopes (~73 KB, up to 8 a dispatch) that decode is most of a warm
-//! drive's time ([`Drive::tail_decode`](crate::Drive::tail_decode) says how much). A
-//! dispatch repeated at the same head carries the same payloads again. The engine keeps
-//! recent tail payloads with their decodes (`IndexConfig::tail_cache_bytes`, default
-//! 8 MiB) and serves a payload equal byte for byte to a kept one its kept decode, which is
-//! the event a decode would give: the drive applies and serves the same bytes, minus the
-//! decode. The comparators and today's design decode every time.
-//!
 //! # While the drain backfills
 //!
 //! After a restart the drain replays the log's history, and until it is through, a drive

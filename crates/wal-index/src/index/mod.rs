@@ -13,8 +13,7 @@ pub mod flow;
 use std::future::Future;
 use std::time::Instant;
 
-use bytes::Bytes;
-use chain_fold::{Chain, Event, EventError, EventId, ExecutionId};
+use chain_fold::{Chain, Event, EventId, ExecutionId};
 
 use crate::backfill::Backfill;
 use crate::config::IndexConfig;
@@ -69,15 +68,6 @@ pub trait IndexHooks {
     /// decodes its own, the drive's tail events and its per-execution reads.
     fn decode_mode(&self) -> DecodeMode {
         DecodeMode::for_slim(self.drain_decodes_slim())
-    }
-
-    /// Decodes one of a drive's tail payloads in [`StateIndex::decode_mode`]. The engine
-    /// serves a payload equal byte for byte to one a recent drive decoded from its tail
-    /// cache ([`IndexConfig::tail_cache_bytes`]), so a repeated dispatch does not decode
-    /// its tail again; the event is the one a decode gives either way. Today's design and
-    /// the comparators decode every time.
-    fn decode_tail(&self, payload: &Bytes) -> Result<Event, EventError> {
-        self.decode_mode().decode(payload)
     }
 
     /// The drain's word on where it stands against the log's head (see [`Backfill`]),
