@@ -123,14 +123,10 @@ fn drive_figures(run: &EngineRun) -> DriveFigures {
                 .backlog_drained_after()
                 .is_some_and(|b| d.dispatched_at >= b)
     };
-    let steady: Vec<Duration> = served
+    let steady_drives: Vec<&&DriveRecord> = served.iter().filter(after_backfill).collect();
+    let steady: Vec<Duration> = steady_drives.iter().map(|d| d.latency).collect();
+    let beyond_decode: Vec<Duration> = steady_drives
         .iter()
-        .filter(after_backfill)
-        .map(|d| d.latency)
-        .collect();
-    let beyond_decode: Vec<Duration> = served
-        .iter()
-        .filter(after_backfill)
         .map(|d| d.latency.saturating_sub(d.tail_decode))
         .collect();
     let ms = |samples: &[Duration]| samples.iter().map(|l| l.as_secs_f64() * 1e3).collect();
